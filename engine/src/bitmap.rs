@@ -1,0 +1,420 @@
+//! The block bitmap of a member and the allocator built on it (FORMAT.md, "Bitmap").
+//!
+//! On the carrier, bit `i` (byte `i / 8`, bit `i % 8`) is set when block `i` is in use by the
+//! committed image: the fixed regions (superblocks, bitmap, journal), every metadata block and
+//! every extent. It is authoritative only in a clean volume whose `bitmap_checksum` matches;
+//! otherwise open rebuilds it as the reachable set of the image.
+//!
+//! In memory the allocator keeps two sets. `live` is what the next commit's bitmap will say:
+//! the blocks the in-memory namespace reaches. `held` is what may not be handed out although
+//! no live structure uses it: blocks freed since the last completed commit (the previous
+//! image still references them and recovery may fall back to it), blocks of removed files that
+//! still have open handles, and blocks a write is filling before it attaches them. A block is
+//! allocatable only when it is in neither set.
+
+use std::collections::BTreeSet;
+
+use crate::error::{Error, Result};
+use crate::layout::{BlockRange, Layout};
+
+/// A fixed-size set of block indexes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Bitmap {
+    words: Vec<u64>,
+    len: u64,
+}
+
+impl std::fmt::Debug for Bitmap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Bitmap({} of {} set)", self.count_ones(), self.len)
+    }
+}
+
+impl Bitmap {
+    pub fn new(len: u64) -> Bitmap {
+        Bitmap { words: vec![0; len.div_ceil(64) as usize], len }
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    pub fn get(&self, i: u64) -> bool {
+        assert!(i < self.len, "bit {i} past {}", self.len);
+        self.words[(i / 64) as usize] >> (i % 64) & 1 == 1
+    }
+
+    pub fn set(&mut self, i: u64) {
+        assert!(i < self.len, "bit {i} past {}", self.len);
+        self.words[(i / 64) as usize] |= 1 << (i % 64);
+    }
+
+    pub fn clear(&mut self, i: u64) {
+        assert!(i < self.len, "bit {i} past {}", self.len);
+        self.words[(i / 64) as usize] &= !(1 << (i % 64));
+    }
+
+    pub fn set_range(&mut self, r: BlockRange) {
+        (r.start..r.end()).for_each(|i| self.set(i));
+    }
+
+    pub fn count_ones(&self) -> u64 {
+        self.words.iter().map(|w| u64::from(w.count_ones())).sum()
+    }
+
+    pub fn word(&self, index: usize) -> u64 {
+        self.words[index]
+    }
+
+    /// Set bits of `self` that are clear in `other`.
+    pub fn difference(&self, other: &Bitmap) -> Vec<u64> {
+        assert_eq!(self.len, other.len);
+        let mut out = Vec::new();
+        for (w, (a, b)) in self.words.iter().zip(&other.words).enumerate() {
+            let mut diff = a & !b;
+            while diff != 0 {
+                let bit = u64::from(diff.trailing_zeros());
+                out.push(w as u64 * 64 + bit);
+                diff &= diff - 1;
+            }
+        }
+        out
+    }
+
+    /// The on-disk bytes: `bytes_len` bytes, little-endian words, zero padded.
+    pub fn encode(&self, bytes_len: usize) -> Vec<u8> {
+        let mut out = vec![0u8; bytes_len];
+        for (i, w) in self.words.iter().enumerate() {
+            let at = i * 8;
+            if at + 8 <= out.len() {
+                out[at..at + 8].copy_from_slice(&w.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    /// The on-disk bytes of words `[first_word, first_word + words)`, zero past the end.
+    pub fn encode_words(&self, first_word: usize, words: usize) -> Vec<u8> {
+        let mut out = vec![0u8; words * 8];
+        for i in 0..words {
+            if let Some(w) = self.words.get(first_word + i) {
+                out[i * 8..i * 8 + 8].copy_from_slice(&w.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    /// Decodes the on-disk bytes of a bitmap of `len` bits.
+    pub fn decode(bytes: &[u8], len: u64) -> Bitmap {
+        let mut b = Bitmap::new(len);
+        for (i, w) in b.words.iter_mut().enumerate() {
+            let at = i * 8;
+            if at + 8 <= bytes.len() {
+                let mut word = [0u8; 8];
+                word.copy_from_slice(&bytes[at..at + 8]);
+                *w = u64::from_le_bytes(word);
+            }
+        }
+        b
+    }
+}
+
+/// Blocks data allocations leave free, so that a full volume can still commit the metadata
+/// that frees space (removing files is itself a commit).
+pub const META_RESERVE_BLOCKS: u64 = 32;
+
+/// Why a set of blocks is held back from allocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hold {
+    /// Freed since the last completed commit; released when the next commit completes.
+    UntilCommit,
+    /// Owned by a removed file that is still open, or by a write in flight.
+    Pinned,
+}
+
+/// Block allocation over one member.
+#[derive(Debug, Clone)]
+pub struct Allocator {
+    layout: Layout,
+    live: Bitmap,
+    held: Bitmap,
+    /// Blocks to release from `held` once the next commit completes.
+    release_after_commit: Vec<BlockRange>,
+    /// Bitmap-region blocks whose `live` bits changed since the last commit wrote them.
+    dirty_bitmap_blocks: BTreeSet<u64>,
+    busy: u64,
+    meta_cursor: u64,
+    data_cursor: u64,
+}
+
+impl Allocator {
+    /// An allocator whose live set is `live` (the reachable set of an image, or a fresh
+    /// volume's fixed regions).
+    pub fn new(layout: Layout, live: Bitmap) -> Allocator {
+        assert_eq!(live.len(), layout.total_blocks);
+        let busy = live.count_ones();
+        Allocator {
+            layout,
+            held: Bitmap::new(layout.total_blocks),
+            live,
+            release_after_commit: Vec::new(),
+            dirty_bitmap_blocks: BTreeSet::new(),
+            busy,
+            meta_cursor: layout.image.start,
+            data_cursor: layout.data.start,
+        }
+    }
+
+    /// The set a fresh volume starts with: the fixed regions.
+    pub fn fixed_regions(layout: &Layout) -> Bitmap {
+        let mut b = Bitmap::new(layout.total_blocks);
+        b.set_range(BlockRange { start: 0, len: layout.image.start });
+        b
+    }
+
+    pub fn live(&self) -> &Bitmap {
+        &self.live
+    }
+
+    pub fn free_blocks(&self) -> u64 {
+        self.layout.total_blocks - self.busy
+    }
+
+    fn is_free(&self, b: u64) -> bool {
+        !self.live.get(b) && !self.held.get(b)
+    }
+
+    fn mark_dirty(&mut self, block: u64) {
+        let bits_per_block = u64::from(self.layout.block_size) * 8;
+        self.dirty_bitmap_blocks.insert(block / bits_per_block);
+    }
+
+    /// The first free run at or after `from` inside `region`, at most `want` long.
+    fn run_from(&self, region: BlockRange, from: u64, want: u64) -> Option<BlockRange> {
+        let mut b = from.max(region.start);
+        while b < region.end() {
+            let w = (b / 64) as usize;
+            let used = self.live.word(w) | self.held.word(w);
+            if used == u64::MAX {
+                b = (b / 64 + 1) * 64;
+                continue;
+            }
+            if !self.is_free(b) {
+                b += 1;
+                continue;
+            }
+            let mut end = b + 1;
+            while end < region.end() && end - b < want && self.is_free(end) {
+                end += 1;
+            }
+            return Some(BlockRange { start: b, len: end - b });
+        }
+        None
+    }
+
+    /// First fit of a run of `want` blocks, starting at `cursor` and wrapping once.
+    fn first_fit(&self, region: BlockRange, cursor: u64, want: u64, whole: bool) -> Option<BlockRange> {
+        for (from, until) in [(cursor, region.end()), (region.start, cursor)] {
+            let mut at = from;
+            while let Some(run) = self.run_from(region, at, want) {
+                if run.start >= until {
+                    break;
+                }
+                if !whole || run.len == want {
+                    return Some(run);
+                }
+                at = run.end();
+            }
+        }
+        None
+    }
+
+    fn take(&mut self, run: BlockRange, hold: bool) {
+        for b in run.start..run.end() {
+            assert!(self.is_free(b), "allocating busy block {b}");
+            if hold {
+                self.held.set(b);
+            } else {
+                self.live.set(b);
+                self.mark_dirty(b);
+            }
+        }
+        self.busy += run.len;
+    }
+
+    /// One metadata block (image region first), live at once.
+    pub fn alloc_meta(&mut self) -> Result<u64> {
+        for region in [self.layout.image, self.layout.data] {
+            let cursor = if region == self.layout.image { self.meta_cursor } else { region.start };
+            if let Some(run) = self.first_fit(region, cursor, 1, true) {
+                self.take(run, false);
+                if region == self.layout.image {
+                    self.meta_cursor = run.end();
+                }
+                return Ok(run.start);
+            }
+        }
+        Err(Error::NoSpace)
+    }
+
+    /// `want` data blocks, as few runs as the free space allows, held (not live) until
+    /// [`Allocator::attach`]. `after` asks for a run that continues the file's last extent.
+    pub fn alloc_data(&mut self, want: u64, after: Option<u64>) -> Result<Vec<BlockRange>> {
+        if want.saturating_add(META_RESERVE_BLOCKS) > self.free_blocks() {
+            return Err(Error::NoSpace);
+        }
+        let mut runs = Vec::new();
+        let mut left = want;
+        if let Some(next) = after.filter(|&n| n < self.layout.total_blocks && n >= self.layout.image.start)
+            && let Some(run) = self.run_from(self.layout.allocatable(), next, left).filter(|r| r.start == next)
+        {
+            self.take(run, true);
+            left -= run.len;
+            runs.push(run);
+        }
+        for region in [self.layout.data, self.layout.image] {
+            for whole in [true, false] {
+                while left > 0 {
+                    let cursor = if region == self.layout.data { self.data_cursor } else { region.start };
+                    let Some(run) = self.first_fit(region, cursor, left, whole) else { break };
+                    self.take(run, true);
+                    if region == self.layout.data {
+                        self.data_cursor = run.end();
+                    }
+                    left -= run.len;
+                    runs.push(run);
+                }
+            }
+        }
+        assert_eq!(left, 0, "free count said {} blocks were free", self.free_blocks());
+        Ok(runs)
+    }
+
+    /// Makes held blocks live: the write that filled them attached them to a file.
+    pub fn attach(&mut self, run: BlockRange) {
+        for b in run.start..run.end() {
+            assert!(self.held.get(b) && !self.live.get(b), "attaching block {b} that was not held");
+            self.held.clear(b);
+            self.live.set(b);
+            self.mark_dirty(b);
+        }
+    }
+
+    /// A live run leaves the image. It stays held, as `hold` says, until reusing it is safe.
+    pub fn free(&mut self, run: BlockRange, hold: Hold) {
+        for b in run.start..run.end() {
+            assert!(self.live.get(b) && !self.held.get(b), "freeing block {b} that is not live");
+            self.live.clear(b);
+            self.held.set(b);
+            self.mark_dirty(b);
+        }
+        if hold == Hold::UntilCommit {
+            self.release_after_commit.push(run);
+        }
+    }
+
+    /// A pinned run (its last handle closed) becomes releasable after the next commit.
+    pub fn unpin(&mut self, run: BlockRange) {
+        for b in run.start..run.end() {
+            assert!(self.held.get(b), "unpinning block {b} that is not held");
+        }
+        self.release_after_commit.push(run);
+    }
+
+    /// Called once a commit is durable: everything freed before it may be reused.
+    pub fn commit_completed(&mut self) {
+        for run in std::mem::take(&mut self.release_after_commit) {
+            for b in run.start..run.end() {
+                assert!(self.held.get(b), "releasing block {b} that is not held");
+                self.held.clear(b);
+            }
+            self.busy -= run.len;
+        }
+    }
+
+    /// Bitmap-region blocks to write in the next commit, and clears the set.
+    pub fn take_dirty_bitmap_blocks(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.dirty_bitmap_blocks).into_iter().collect()
+    }
+
+    pub fn has_dirty_bitmap(&self) -> bool {
+        !self.dirty_bitmap_blocks.is_empty()
+    }
+
+    /// Marks every bitmap-region block dirty (a rebuilt bitmap is written whole).
+    pub fn mark_all_bitmap_dirty(&mut self) {
+        self.dirty_bitmap_blocks.extend(0..self.layout.bitmap.len);
+    }
+
+    /// Checks that the counters agree with the sets (tests and fuzzers call this).
+    pub fn check_invariants(&self) {
+        let mut union = self.live.clone();
+        for (i, w) in union.words.iter_mut().enumerate() {
+            assert_eq!(*w & self.held.words[i], 0, "a block is both live and held in word {i}");
+            *w |= self.held.words[i];
+        }
+        assert_eq!(union.count_ones(), self.busy, "busy count disagrees with the sets");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alloc() -> Allocator {
+        let layout = Layout::for_format(16 << 20, 4096, 0, Some(64)).unwrap();
+        Allocator::new(layout, Allocator::fixed_regions(&layout))
+    }
+
+    #[test]
+    fn encode_decode_round_trip() {
+        let mut b = Bitmap::new(200);
+        for i in [0, 1, 63, 64, 65, 199] {
+            b.set(i);
+        }
+        let bytes = b.encode(4096);
+        assert_eq!(bytes[0], 0b11);
+        assert_eq!(Bitmap::decode(&bytes, 200), b);
+    }
+
+    #[test]
+    fn freed_blocks_wait_for_the_commit() {
+        let mut a = alloc();
+        let runs = a.alloc_data(10, None).unwrap();
+        for r in &runs {
+            a.attach(*r);
+        }
+        let before = a.free_blocks();
+        for r in &runs {
+            a.free(*r, Hold::UntilCommit);
+        }
+        assert_eq!(a.free_blocks(), before, "freed blocks are not reusable before the commit");
+        let again = a.alloc_data(10, None).unwrap();
+        assert!(again.iter().all(|r| runs.iter().all(|o| r.end() <= o.start || r.start >= o.end())));
+        a.commit_completed();
+        assert_eq!(a.free_blocks(), before);
+        a.check_invariants();
+    }
+
+    #[test]
+    fn extends_contiguously_and_spills_into_the_image_region() {
+        let mut a = alloc();
+        let first = a.alloc_data(4, None).unwrap();
+        assert_eq!(first.len(), 1);
+        let next = a.alloc_data(4, Some(first[0].end())).unwrap();
+        assert_eq!(next[0].start, first[0].end());
+        let free = a.free_blocks() - META_RESERVE_BLOCKS;
+        let all = a.alloc_data(free, None).unwrap();
+        assert_eq!(all.iter().map(|r| r.len).sum::<u64>(), free);
+        assert!(matches!(a.alloc_data(1, None), Err(Error::NoSpace)));
+        for _ in 0..META_RESERVE_BLOCKS {
+            a.alloc_meta().unwrap();
+        }
+        assert!(matches!(a.alloc_meta(), Err(Error::NoSpace)));
+        a.check_invariants();
+    }
+}

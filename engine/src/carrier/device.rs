@@ -1,0 +1,152 @@
+//! `DeviceCarrier`: a Linux block device or partition, opened natively.
+//!
+//! Capacity comes from BLKGETSIZE64 (a device's `fstat` size is 0), the sector sizes from
+//! BLKSSZGET / BLKPBSZGET, and the direct-IO alignment from `statx(STATX_DIOALIGN)` where the
+//! kernel reports it (the logical sector size otherwise). Direct IO is forced: an advisory
+//! lock cannot stop outside writers, so the kernel's cache of the device is not trusted. The
+//! device is opened with O_EXCL (the kernel refuses it while mounted) and `flock`ed, so a
+//! second Vellum opener gets `Locked`.
+//!
+//! On a raw device an O_DSYNC direct write is issued with FUA; without FUA support the block
+//! layer follows it with a flush. Either way the write is durable when it returns.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use super::aligned::AlignedBuf;
+use super::fd::FdCore;
+use super::file::EMPTY_PROBE_LEN;
+use super::{Carrier, CarrierOptions, CarrierStats, Geometry, Medium, sys};
+use crate::error::{Error, Result};
+
+/// A volume carrier on a block device.
+#[derive(Debug)]
+pub struct DeviceCarrier {
+    core: FdCore,
+    path: PathBuf,
+}
+
+fn open_error(path: &Path, source: io::Error) -> Error {
+    Error::Open { path: path.to_owned(), source }
+}
+
+impl DeviceCarrier {
+    /// Opens `path` (a block device) for a volume. Direct IO is forced whatever
+    /// `options.direct_io` says.
+    pub fn open(path: &Path, options: CarrierOptions) -> Result<DeviceCarrier> {
+        let options = CarrierOptions { direct_io: true, ..options };
+        let mut flags = libc::O_CLOEXEC | libc::O_DIRECT;
+        if !options.read_only {
+            flags |= libc::O_EXCL;
+        }
+        let file = match OpenOptions::new()
+            .read(true)
+            .write(!options.read_only)
+            .custom_flags(flags)
+            .open(path)
+        {
+            Ok(f) => f,
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return Err(Self::busy(path)),
+            Err(e) => return Err(open_error(path, e)),
+        };
+        let meta = file.metadata().map_err(|e| open_error(path, e))?;
+        {
+            use std::os::unix::fs::FileTypeExt;
+            if !meta.file_type().is_block_device() {
+                let e = io::Error::new(io::ErrorKind::InvalidInput, "not a block device");
+                return Err(open_error(path, e));
+            }
+        }
+        match sys::flock(file.as_fd(), !options.read_only) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return Err(Error::Locked { path: path.to_owned() });
+            }
+            Err(e) => return Err(open_error(path, e)),
+        }
+        let geometry = Self::probe(&file).map_err(|e| open_error(path, e))?;
+        Ok(DeviceCarrier { core: FdCore::new(file, options, geometry), path: path.to_owned() })
+    }
+
+    /// EBUSY from O_EXCL: another Vellum opener (which also holds the flock) or the kernel.
+    fn busy(path: &Path) -> Error {
+        let held_by_vellum = File::open(path)
+            .ok()
+            .is_some_and(|f| sys::flock(f.as_fd(), false).is_err_and(|e| e.kind() == io::ErrorKind::WouldBlock));
+        if held_by_vellum {
+            Error::Locked { path: path.to_owned() }
+        } else {
+            Error::DeviceBusy { path: path.to_owned() }
+        }
+    }
+
+    fn probe(file: &File) -> io::Result<Geometry> {
+        let fd = file.as_fd();
+        let len_bytes = sys::block_device_size(fd)?;
+        let logical_sector = sys::logical_sector_size(fd)?;
+        let physical_sector = sys::physical_sector_size(fd)?.max(logical_sector);
+        let (mem_align, offset_align) =
+            sys::dio_alignment(fd).unwrap_or((logical_sector, logical_sector));
+        Ok(Geometry { len_bytes, logical_sector, physical_sector, mem_align, offset_align })
+    }
+
+    /// True when the first and last MiB of the device read as zeros: formatting anything
+    /// else needs an explicit force.
+    pub fn looks_empty(&self) -> Result<bool> {
+        let len = self.core.geometry().len_bytes;
+        let probe = (EMPTY_PROBE_LEN as u64).min(len);
+        let align = self.core.geometry().offset_align;
+        let tail = (len - probe) / u64::from(align) * u64::from(align);
+        let mut buf = AlignedBuf::zeroed(probe as usize, 4096);
+        for at in [0, tail] {
+            self.core
+                .read_exact_at(buf.as_mut_slice(), at)
+                .map_err(|e| open_error(&self.path, e))?;
+            if buf.as_slice().iter().any(|&b| b != 0) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Carrier for DeviceCarrier {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.core.read_exact_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.core.write_at(buf, offset, false)
+    }
+    fn write_durable_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.core.write_at(buf, offset, true)
+    }
+    fn barrier(&self) -> io::Result<()> {
+        self.core.barrier()
+    }
+    fn grow(&self, len_bytes: u64, _sparse: bool) -> io::Result<()> {
+        if len_bytes <= self.core.geometry().len_bytes {
+            Ok(())
+        } else {
+            Err(io::Error::new(io::ErrorKind::StorageFull, "a block device cannot grow"))
+        }
+    }
+    fn geometry(&self) -> Geometry {
+        self.core.geometry()
+    }
+    fn options(&self) -> CarrierOptions {
+        self.core.options()
+    }
+    fn medium(&self) -> Medium {
+        Medium::Device
+    }
+    fn stats(&self) -> &CarrierStats {
+        self.core.stats()
+    }
+}

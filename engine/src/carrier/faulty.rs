@@ -1,0 +1,372 @@
+//! `FaultyCarrier`: a test carrier that models power loss and injects IO errors.
+//!
+//! The model: a write that returned under write-through, and every write that returned before
+//! a completed barrier, is durable and survives. Every other write is *pending*: at the power
+//! cut it is dropped, applied, or torn into an arbitrary subset of its 512-byte sectors, and a
+//! torn sector may hold garbage. The operation during which power is cut never completes: it
+//! returns an error (so does everything after it) and, if it was a write, it is pending.
+//! Reads before the cut see every write (the volatile cache view).
+//!
+//! Mutating operations (writes of either kind, barriers, grows) are numbered from 0, so a
+//! crash point is "at operation N" or "at the K-th barrier", and a seeded [`FaultRng`] decides
+//! each pending write's fate: the same seed gives the same crash image.
+
+use std::io;
+use std::sync::Mutex;
+
+use super::{Carrier, CarrierOptions, CarrierStats, Geometry, Medium};
+use crate::format::consts::SECTOR_LEN;
+
+/// A small deterministic generator (SplitMix64) for crash images and seeded workloads.
+#[derive(Debug, Clone)]
+pub struct FaultRng(u64);
+
+impl FaultRng {
+    pub fn new(seed: u64) -> FaultRng {
+        FaultRng(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        assert!(n > 0, "below(0)");
+        self.next_u64() % n
+    }
+
+    pub fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+
+    pub fn fill(&mut self, buf: &mut [u8]) {
+        for chunk in buf.chunks_mut(8) {
+            let v = self.next_u64().to_le_bytes();
+            chunk.copy_from_slice(&v[..chunk.len()]);
+        }
+    }
+}
+
+/// When power is cut.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashPlan {
+    Never,
+    /// During mutating operation number N (0-based).
+    AtOp(u64),
+    /// During the K-th barrier (0-based).
+    AtBarrier(u64),
+}
+
+/// An IO error the carrier returns once, at mutating operation `at_op`, without effect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InjectedError {
+    pub at_op: u64,
+    /// `libc::EIO` or `libc::ENOSPC`.
+    pub errno: i32,
+}
+
+#[derive(Debug)]
+struct Pending {
+    offset: u64,
+    bytes: Vec<u8>,
+}
+
+#[derive(Debug)]
+struct State {
+    current: Vec<u8>,
+    durable: Vec<u8>,
+    pending: Vec<Pending>,
+    ops: u64,
+    barriers_done: u64,
+    plan: CrashPlan,
+    inject: Option<InjectedError>,
+    crashed: bool,
+}
+
+/// The power-loss model carrier. See the module docs.
+#[derive(Debug)]
+pub struct FaultyCarrier {
+    state: Mutex<State>,
+    len_bytes: u64,
+    write_through: bool,
+    stats: CarrierStats,
+}
+
+fn power_cut() -> io::Error {
+    io::Error::other("power cut (fault injection)")
+}
+
+impl FaultyCarrier {
+    /// A zeroed carrier of `len_bytes`; `write_through` makes durable writes durable on return.
+    pub fn new(len_bytes: u64, write_through: bool) -> FaultyCarrier {
+        Self::from_bytes(vec![0; len_bytes as usize], write_through)
+    }
+
+    /// A carrier whose durable and current content is `bytes`.
+    pub fn from_bytes(bytes: Vec<u8>, write_through: bool) -> FaultyCarrier {
+        let len_bytes = bytes.len() as u64;
+        let state = State {
+            durable: bytes.clone(),
+            current: bytes,
+            pending: Vec::new(),
+            ops: 0,
+            barriers_done: 0,
+            plan: CrashPlan::Never,
+            inject: None,
+            crashed: false,
+        };
+        FaultyCarrier { state: Mutex::new(state), len_bytes, write_through, stats: CarrierStats::default() }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Arms a power cut.
+    pub fn set_crash_plan(&self, plan: CrashPlan) {
+        self.lock().plan = plan;
+    }
+
+    /// Arms a one-shot IO error.
+    pub fn inject_error(&self, error: InjectedError) {
+        self.lock().inject = Some(error);
+    }
+
+    /// True once power has been cut.
+    pub fn crashed(&self) -> bool {
+        self.lock().crashed
+    }
+
+    /// Mutating operations issued so far.
+    pub fn ops(&self) -> u64 {
+        self.lock().ops
+    }
+
+    /// Barriers that completed.
+    pub fn barriers_done(&self) -> u64 {
+        self.lock().barriers_done
+    }
+
+    /// Cuts power now (if it is not already cut).
+    pub fn cut_power(&self) {
+        self.lock().crashed = true;
+    }
+
+    /// What the medium holds after the power cut: durable bytes, plus each pending write
+    /// dropped, applied or torn as `rng` decides.
+    pub fn crash_image(&self, rng: &mut FaultRng) -> Vec<u8> {
+        let state = self.lock();
+        let mut image = state.durable.clone();
+        for p in &state.pending {
+            let at = p.offset as usize;
+            match rng.below(4) {
+                0 => {}
+                1 => image[at..at + p.bytes.len()].copy_from_slice(&p.bytes),
+                _ => tear(&mut image[at..at + p.bytes.len()], &p.bytes, rng),
+            }
+        }
+        image
+    }
+
+    /// The bytes every reader sees now (no power cut).
+    pub fn current_bytes(&self) -> Vec<u8> {
+        self.lock().current.clone()
+    }
+
+    /// Starts one mutating operation: decides crash or injected error.
+    fn begin(state: &mut State, is_barrier: bool) -> io::Result<()> {
+        if state.crashed {
+            return Err(power_cut());
+        }
+        let op = state.ops;
+        state.ops += 1;
+        let crash = match state.plan {
+            CrashPlan::Never => false,
+            CrashPlan::AtOp(n) => n == op,
+            CrashPlan::AtBarrier(k) => is_barrier && k == state.barriers_done,
+        };
+        if crash {
+            state.crashed = true;
+            return Err(power_cut());
+        }
+        if let Some(inject) = state.inject
+            && inject.at_op == op
+        {
+            state.inject = None;
+            return Err(io::Error::from_raw_os_error(inject.errno));
+        }
+        Ok(())
+    }
+
+    fn check_range(&self, offset: u64, len: usize) -> io::Result<()> {
+        if offset.checked_add(len as u64).is_some_and(|e| e <= self.len_bytes) {
+            Ok(())
+        } else {
+            Err(io::Error::new(io::ErrorKind::UnexpectedEof, "outside the faulty carrier"))
+        }
+    }
+
+    fn write(&self, buf: &[u8], offset: u64, durable: bool) -> io::Result<()> {
+        self.check_range(offset, buf.len())?;
+        let mut state = self.lock();
+        let at = offset as usize;
+        if let Err(e) = Self::begin(&mut state, false) {
+            if state.crashed {
+                // The write was in flight when power was cut: it may land torn.
+                state.pending.push(Pending { offset, bytes: buf.to_vec() });
+            }
+            return Err(e);
+        }
+        state.current[at..at + buf.len()].copy_from_slice(buf);
+        if durable {
+            state.durable[at..at + buf.len()].copy_from_slice(buf);
+        } else {
+            state.pending.push(Pending { offset, bytes: buf.to_vec() });
+        }
+        Ok(())
+    }
+}
+
+/// Applies a random subset of `new`'s sectors onto `old`; some torn sectors become garbage.
+fn tear(old: &mut [u8], new: &[u8], rng: &mut FaultRng) {
+    for (o, n) in old.chunks_mut(SECTOR_LEN).zip(new.chunks(SECTOR_LEN)) {
+        match rng.below(3) {
+            0 => {}
+            1 => o.copy_from_slice(n),
+            _ => rng.fill(o),
+        }
+    }
+}
+
+impl Carrier for FaultyCarrier {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.check_range(offset, buf.len())?;
+        let state = self.lock();
+        if state.crashed {
+            return Err(power_cut());
+        }
+        let at = offset as usize;
+        buf.copy_from_slice(&state.current[at..at + buf.len()]);
+        drop(state);
+        self.stats.record_read(buf.len());
+        Ok(())
+    }
+
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.write(buf, offset, false)?;
+        self.stats.record_write(buf.len(), None);
+        Ok(())
+    }
+
+    fn write_durable_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        if self.write_through {
+            self.write(buf, offset, true)?;
+            self.stats.record_write(buf.len(), Some(std::time::Duration::ZERO));
+            Ok(())
+        } else {
+            self.write(buf, offset, false)?;
+            self.barrier()?;
+            self.stats.record_write(buf.len(), Some(std::time::Duration::ZERO));
+            Ok(())
+        }
+    }
+
+    fn barrier(&self) -> io::Result<()> {
+        let mut state = self.lock();
+        Self::begin(&mut state, true)?;
+        let pending = std::mem::take(&mut state.pending);
+        for p in pending {
+            let at = p.offset as usize;
+            state.durable[at..at + p.bytes.len()].copy_from_slice(&p.bytes);
+        }
+        state.barriers_done += 1;
+        drop(state);
+        self.stats.record_barrier(std::time::Duration::ZERO);
+        Ok(())
+    }
+
+    fn grow(&self, len_bytes: u64, _sparse: bool) -> io::Result<()> {
+        if len_bytes <= self.len_bytes {
+            Ok(())
+        } else {
+            Err(io::Error::new(io::ErrorKind::StorageFull, "the faulty carrier cannot grow"))
+        }
+    }
+
+    fn geometry(&self) -> Geometry {
+        Geometry {
+            len_bytes: self.len_bytes,
+            logical_sector: 512,
+            physical_sector: 512,
+            mem_align: 1,
+            offset_align: 1,
+        }
+    }
+
+    fn options(&self) -> CarrierOptions {
+        CarrierOptions { direct_io: false, write_through: self.write_through, read_only: false }
+    }
+
+    fn medium(&self) -> Medium {
+        Medium::Faulty
+    }
+
+    fn stats(&self) -> &CarrierStats {
+        &self.stats
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn barrier_makes_writes_survive_and_unbarriered_ones_may_not() {
+        let c = FaultyCarrier::new(4096, false);
+        c.write_all_at(&[1; 512], 0).unwrap();
+        c.barrier().unwrap();
+        c.write_all_at(&[2; 512], 512).unwrap();
+        c.cut_power();
+        let mut seen_dropped = false;
+        for seed in 0..32 {
+            let img = c.crash_image(&mut FaultRng::new(seed));
+            assert_eq!(&img[..512], &[1; 512]);
+            seen_dropped |= img[512..1024] == [0; 512];
+        }
+        assert!(seen_dropped, "an unbarriered write must sometimes be lost");
+    }
+
+    #[test]
+    fn write_through_is_durable_on_return() {
+        let c = FaultyCarrier::new(4096, true);
+        c.write_durable_at(&[7; 1024], 1024).unwrap();
+        c.cut_power();
+        for seed in 0..16 {
+            assert_eq!(&c.crash_image(&mut FaultRng::new(seed))[1024..2048], &[7; 1024]);
+        }
+    }
+
+    #[test]
+    fn crash_op_fails_and_everything_after_it() {
+        let c = FaultyCarrier::new(4096, true);
+        c.set_crash_plan(CrashPlan::AtOp(1));
+        c.write_all_at(&[1; 512], 0).unwrap();
+        assert!(c.write_durable_at(&[2; 512], 512).is_err());
+        assert!(c.barrier().is_err());
+        assert!(c.crashed());
+    }
+
+    #[test]
+    fn injected_error_fires_once() {
+        let c = FaultyCarrier::new(4096, false);
+        c.inject_error(InjectedError { at_op: 0, errno: libc::EIO });
+        let e = c.write_all_at(&[1; 512], 0).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::EIO));
+        c.write_all_at(&[1; 512], 0).unwrap();
+    }
+}

@@ -1,0 +1,204 @@
+//! The part of the file and device carriers that is the same: positional IO on one open
+//! descriptor, direct-IO alignment absorbed through bounce buffers, write-through by
+//! `pwritev2(RWF_DSYNC)`, barriers by `fdatasync`.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::fs::FileExt;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Instant;
+
+use super::aligned::{AlignedBuf, covering, is_aligned};
+use super::{CarrierOptions, CarrierStats, Geometry, sys};
+
+/// Bytes zero-filled per write when a thin carrier grows.
+const ZERO_CHUNK: usize = 1 << 20;
+
+#[derive(Debug)]
+pub(crate) struct FdCore {
+    file: File,
+    options: CarrierOptions,
+    geometry: Geometry,
+    len_bytes: AtomicU64,
+    /// Serializes read-modify-write of partial sectors, so two unaligned writes that share a
+    /// sector cannot lose each other's bytes.
+    rmw: Mutex<()>,
+    /// Set when the kernel refused RWF_DSYNC; durable writes then fall back to write +
+    /// `fdatasync`, and the fallback barrier is counted.
+    no_rwf_dsync: AtomicBool,
+    stats: CarrierStats,
+}
+
+fn read_only_error() -> io::Error {
+    io::Error::new(io::ErrorKind::PermissionDenied, "carrier is open read-only")
+}
+
+impl FdCore {
+    pub(crate) fn new(file: File, options: CarrierOptions, geometry: Geometry) -> FdCore {
+        FdCore {
+            file,
+            options,
+            len_bytes: AtomicU64::new(geometry.len_bytes),
+            geometry,
+            rmw: Mutex::new(()),
+            no_rwf_dsync: AtomicBool::new(false),
+            stats: CarrierStats::default(),
+        }
+    }
+
+    pub(crate) fn options(&self) -> CarrierOptions {
+        self.options
+    }
+
+    pub(crate) fn stats(&self) -> &CarrierStats {
+        &self.stats
+    }
+
+    pub(crate) fn geometry(&self) -> Geometry {
+        Geometry { len_bytes: self.len_bytes.load(Ordering::Acquire), ..self.geometry }
+    }
+
+    fn direct_aligned(&self, buf: &[u8], offset: u64) -> bool {
+        !self.options.direct_io
+            || is_aligned(buf, offset, self.geometry.mem_align, self.geometry.offset_align)
+    }
+
+    /// Positional read; bytes past the end of the file read as zeros (thin carriers).
+    fn pread_full(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        let mut done = 0;
+        while done < buf.len() {
+            match self.file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => {
+                    buf[done..].fill(0);
+                    break;
+                }
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        if self.direct_aligned(buf, offset) {
+            self.pread_full(buf, offset)?;
+        } else {
+            let (start, end) = covering(offset, buf.len(), self.geometry.offset_align);
+            let mut bounce = AlignedBuf::zeroed((end - start) as usize, self.geometry.mem_align as usize);
+            self.pread_full(bounce.as_mut_slice(), start)?;
+            let at = (offset - start) as usize;
+            buf.copy_from_slice(&bounce.as_slice()[at..at + buf.len()]);
+        }
+        self.stats.record_read(buf.len());
+        Ok(())
+    }
+
+    pub(crate) fn write_at(&self, buf: &[u8], offset: u64, durable: bool) -> io::Result<()> {
+        if self.options.read_only {
+            return Err(read_only_error());
+        }
+        if self.direct_aligned(buf, offset) {
+            return self.write_raw(buf, offset, durable);
+        }
+        let oa = u64::from(self.geometry.offset_align);
+        if offset.is_multiple_of(oa) && (buf.len() as u64).is_multiple_of(oa) {
+            // Only the buffer address is off: one copy, no read.
+            let mut bounce = AlignedBuf::zeroed(buf.len(), self.geometry.mem_align as usize);
+            bounce.as_mut_slice().copy_from_slice(buf);
+            return self.write_raw(bounce.as_slice(), offset, durable);
+        }
+        // Partial sectors: read-modify-write the covering aligned range.
+        let _guard = self.rmw.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (start, end) = covering(offset, buf.len(), self.geometry.offset_align);
+        let mut bounce = AlignedBuf::zeroed((end - start) as usize, self.geometry.mem_align as usize);
+        self.pread_full(bounce.as_mut_slice(), start)?;
+        let at = (offset - start) as usize;
+        bounce.as_mut_slice()[at..at + buf.len()].copy_from_slice(buf);
+        self.write_raw(bounce.as_slice(), start, durable)
+    }
+
+    fn write_raw(&self, buf: &[u8], offset: u64, durable: bool) -> io::Result<()> {
+        let started = Instant::now();
+        if durable && self.options.write_through && !self.no_rwf_dsync.load(Ordering::Relaxed) {
+            match self.pwrite_dsync_all(buf, offset) {
+                Ok(()) => {
+                    self.note_len(offset + buf.len() as u64);
+                    self.stats.record_write(buf.len(), Some(started.elapsed()));
+                    return Ok(());
+                }
+                Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOSYS)) => {
+                    tracing::warn!("RWF_DSYNC unsupported here; durable writes fall back to fdatasync");
+                    self.no_rwf_dsync.store(true, Ordering::Relaxed);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        self.file.write_all_at(buf, offset)?;
+        self.note_len(offset + buf.len() as u64);
+        if durable {
+            self.barrier()?;
+            self.stats.record_write(buf.len(), Some(started.elapsed()));
+        } else {
+            self.stats.record_write(buf.len(), None);
+        }
+        Ok(())
+    }
+
+    fn pwrite_dsync_all(&self, mut buf: &[u8], mut offset: u64) -> io::Result<()> {
+        while !buf.is_empty() {
+            let n = sys::pwrite_dsync(self.file.as_fd(), buf, offset)?;
+            if n == 0 {
+                return Err(io::Error::new(io::ErrorKind::WriteZero, "pwritev2 wrote nothing"));
+            }
+            buf = &buf[n..];
+            offset += n as u64;
+        }
+        Ok(())
+    }
+
+    fn note_len(&self, end: u64) {
+        self.len_bytes.fetch_max(end, Ordering::AcqRel);
+    }
+
+    pub(crate) fn barrier(&self) -> io::Result<()> {
+        if self.options.read_only {
+            return Ok(());
+        }
+        let started = Instant::now();
+        self.file.sync_data()?;
+        self.stats.record_barrier(started.elapsed());
+        Ok(())
+    }
+
+    /// Grows the file to `len_bytes`: for real with zeros, or as a hole when `sparse`.
+    pub(crate) fn grow(&self, len_bytes: u64, sparse: bool) -> io::Result<()> {
+        if self.options.read_only {
+            return Err(read_only_error());
+        }
+        let current = self.len_bytes.load(Ordering::Acquire);
+        if len_bytes <= current {
+            return Ok(());
+        }
+        if sparse {
+            self.file.set_len(len_bytes)?;
+        } else {
+            let align = u64::from(self.geometry.offset_align);
+            assert!(current.is_multiple_of(align), "thin carrier length {current} is unaligned");
+            let zeros = AlignedBuf::zeroed(ZERO_CHUNK, self.geometry.mem_align as usize);
+            let mut at = current;
+            while at < len_bytes {
+                let n = (len_bytes - at).min(ZERO_CHUNK as u64);
+                let n = n.div_ceil(align) * align;
+                self.file.write_all_at(&zeros.as_slice()[..n as usize], at)?;
+                self.stats.record_write(n as usize, None);
+                at += n;
+            }
+            self.note_len(at);
+        }
+        self.note_len(len_bytes);
+        Ok(())
+    }
+}

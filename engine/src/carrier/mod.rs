@@ -1,0 +1,227 @@
+//! Carriers: the media a volume lives on (FORMAT.md, "Media assumptions").
+//!
+//! A carrier is a flat, positional byte store with two durability primitives: a `barrier`
+//! after which every write that returned before it is on stable storage, and a
+//! `write_durable_at` that is on stable storage when it returns (write-through: O_DIRECT +
+//! `pwritev2(RWF_DSYNC)`, never an `fsync`). The volume above decides the order of writes;
+//! a carrier never reorders what it was told is durable, and never reports durability it
+//! does not have.
+//!
+//! Every carrier counts its own operations in [`CarrierStats`] (writes, bytes, durable writes,
+//! barriers): tests assert those counts, and the same numbers are exported as metrics.
+
+mod aligned;
+mod device;
+mod faulty;
+mod fd;
+mod file;
+mod memory;
+mod stats;
+#[allow(unsafe_code)]
+mod sys;
+
+use std::fmt;
+use std::io;
+use std::path::Path;
+
+pub use aligned::AlignedBuf;
+pub use device::DeviceCarrier;
+pub use faulty::{CrashPlan, FaultRng, FaultyCarrier, InjectedError};
+pub use file::{CreateOptions, FileCarrier};
+pub use memory::MemoryCarrier;
+pub use stats::{CarrierStats, StatsSnapshot};
+
+use crate::error::{Error, Knob, Result};
+
+/// Which kind of medium a carrier is; decides what each knob means on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Medium {
+    /// One file on the host file system (plus `NAME.lock`).
+    File,
+    /// A Linux block device or partition.
+    Device,
+    /// Process memory (`memory:`).
+    Memory,
+    /// The fault-injecting test carrier (memory with a power-loss model).
+    Faulty,
+}
+
+impl Medium {
+    pub fn name(self) -> &'static str {
+        match self {
+            Medium::File => "file",
+            Medium::Device => "device",
+            Medium::Memory => "memory",
+            Medium::Faulty => "faulty",
+        }
+    }
+
+    /// What `knob` means on this medium (the design's "implemented, physically meaningless,
+    /// or inherent" rule, stated per medium).
+    pub fn knob_support(self, knob: Knob) -> KnobSupport {
+        use KnobSupport::{Forced, Implemented, Inherent, Meaningless};
+        match (self, knob) {
+            (Medium::File, _) => Implemented,
+            (Medium::Device, Knob::Preallocation | Knob::Sparseness) => Inherent,
+            (Medium::Device, Knob::DirectIo) => Forced,
+            (Medium::Device, Knob::WriteThrough) => Implemented,
+            (Medium::Memory, Knob::Preallocation) => Inherent,
+            (Medium::Memory, Knob::Sparseness | Knob::DirectIo | Knob::WriteThrough) => {
+                Meaningless
+            }
+            // The fault model honours write-through (durable on return) and barriers; it has
+            // no page cache to bypass.
+            (Medium::Faulty, Knob::WriteThrough) => Implemented,
+            (Medium::Faulty, Knob::Preallocation) => Inherent,
+            (Medium::Faulty, Knob::Sparseness | Knob::DirectIo) => Meaningless,
+        }
+    }
+}
+
+impl fmt::Display for Medium {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How a knob relates to a medium.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KnobSupport {
+    /// Both settings work and differ physically.
+    Implemented,
+    /// Always on by the nature of the medium (a block device is preallocated and non-sparse).
+    Inherent,
+    /// Always on because the carrier insists (direct IO on a device: the kernel cache is not
+    /// trusted when an advisory lock cannot stop outside writers).
+    Forced,
+    /// Has no physical meaning (write-through on memory); asking for it is an error.
+    Meaningless,
+}
+
+impl fmt::Display for KnobSupport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            KnobSupport::Implemented => "implemented",
+            KnobSupport::Inherent => "inherent",
+            KnobSupport::Forced => "forced",
+            KnobSupport::Meaningless => "physically meaningless",
+        })
+    }
+}
+
+/// Open-time carrier knobs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CarrierOptions {
+    /// Bypass the host page cache (O_DIRECT). Unaligned requests go through a bounce buffer.
+    pub direct_io: bool,
+    /// Data writes are durable when they return (`pwritev2(RWF_DSYNC)`).
+    pub write_through: bool,
+    /// Open for reading only (shared lock; every write fails).
+    pub read_only: bool,
+}
+
+impl CarrierOptions {
+    /// Production knobs: direct IO and write-through.
+    pub const PRODUCTION: CarrierOptions =
+        CarrierOptions { direct_io: true, write_through: true, read_only: false };
+    /// Development knobs: buffered, no write-through.
+    pub const BUFFERED: CarrierOptions =
+        CarrierOptions { direct_io: false, write_through: false, read_only: false };
+
+    /// Rejects knobs that are physically meaningless on `medium`.
+    pub fn validate_for(&self, medium: Medium) -> Result<()> {
+        for (knob, on) in [(Knob::DirectIo, self.direct_io), (Knob::WriteThrough, self.write_through)]
+        {
+            if on && medium.knob_support(knob) == KnobSupport::Meaningless {
+                return Err(Error::KnobMeaningless { knob, medium: medium.name() });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Sizes and alignments of a carrier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Geometry {
+    /// Current length of the medium in bytes (a thin file carrier grows).
+    pub len_bytes: u64,
+    /// Smallest addressable unit (BLKSSZGET on devices).
+    pub logical_sector: u32,
+    /// Unit the device writes atomically (BLKPBSZGET on devices).
+    pub physical_sector: u32,
+    /// Required buffer address alignment for direct IO (1 when buffered).
+    pub mem_align: u32,
+    /// Required offset and length alignment for direct IO (1 when buffered).
+    pub offset_align: u32,
+}
+
+/// A flat, positional, durable byte store. See the module docs for the contract.
+pub trait Carrier: Send + Sync + fmt::Debug {
+    /// Reads `buf.len()` bytes at `offset`. Bytes past the end of a thin carrier read as zeros.
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+
+    /// Writes all of `buf` at `offset`; durable once a later `barrier` returns.
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+
+    /// Writes all of `buf` at `offset` and returns only once it is on stable storage.
+    /// With write-through off this is a write followed by a barrier.
+    fn write_durable_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+
+    /// Makes every write that returned before this call durable.
+    fn barrier(&self) -> io::Result<()>;
+
+    /// Grows the medium to at least `len_bytes`: zero-filled for real unless `sparse`.
+    fn grow(&self, len_bytes: u64, sparse: bool) -> io::Result<()>;
+
+    fn geometry(&self) -> Geometry;
+    fn options(&self) -> CarrierOptions;
+    fn medium(&self) -> Medium;
+    fn stats(&self) -> &CarrierStats;
+}
+
+/// Opens a file or block device carrier at `path`, choosing by what the path is.
+pub fn open_path(path: &Path, options: CarrierOptions) -> Result<Box<dyn Carrier>> {
+    if is_block_device(path) {
+        Ok(Box::new(DeviceCarrier::open(path, options)?))
+    } else {
+        Ok(Box::new(FileCarrier::open(path, options)?))
+    }
+}
+
+/// True when `path` names a block device.
+pub fn is_block_device(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device())
+}
+
+/// A shared carrier is a carrier: tests keep an `Arc` of a [`FaultyCarrier`] to arm faults
+/// and take crash images while the volume owns the other handle.
+impl<C: Carrier + ?Sized> Carrier for std::sync::Arc<C> {
+    fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        (**self).read_exact_at(buf, offset)
+    }
+    fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        (**self).write_all_at(buf, offset)
+    }
+    fn write_durable_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        (**self).write_durable_at(buf, offset)
+    }
+    fn barrier(&self) -> io::Result<()> {
+        (**self).barrier()
+    }
+    fn grow(&self, len_bytes: u64, sparse: bool) -> io::Result<()> {
+        (**self).grow(len_bytes, sparse)
+    }
+    fn geometry(&self) -> Geometry {
+        (**self).geometry()
+    }
+    fn options(&self) -> CarrierOptions {
+        (**self).options()
+    }
+    fn medium(&self) -> Medium {
+        (**self).medium()
+    }
+    fn stats(&self) -> &CarrierStats {
+        (**self).stats()
+    }
+}

@@ -1,0 +1,181 @@
+//! Geometry: where each region of a member lies, as pure functions of the superblock fields
+//! (FORMAT.md, "Layout").
+//!
+//! `[superblock A | superblock B] [bitmap] [journal] [image] [data]`, contiguous and in this
+//! order, all measured in blocks. The superblocks take the first 8192 bytes (one or two blocks);
+//! the bitmap has one bit per block of the member; the journal is reserved at format time and
+//! may be empty; the image region is where metadata blocks are preferably allocated and the
+//! data region where file data is, but both are one block space: either spills into the other
+//! before the volume reports itself full.
+
+use crate::error::{Corruption, Error, Invalid, Region, Result, Unsupported};
+use crate::format::consts::{MAX_BLOCK_SIZE, MEMBER_ALIGN_BLOCKS, MIN_BLOCK_SIZE, SUPERBLOCKS_LEN};
+
+/// A run of blocks `[start, start + len)`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BlockRange {
+    pub start: u64,
+    pub len: u64,
+}
+
+impl BlockRange {
+    pub fn end(&self) -> u64 {
+        self.start + self.len
+    }
+
+    pub fn contains(&self, block: u64) -> bool {
+        block >= self.start && block < self.end()
+    }
+}
+
+/// The region geometry of one member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub block_size: u32,
+    /// Blocks in the member: a multiple of 64, so a bitmap word never spans members.
+    pub total_blocks: u64,
+    pub bitmap: BlockRange,
+    pub journal: BlockRange,
+    pub image: BlockRange,
+    pub data: BlockRange,
+}
+
+/// Fewest data blocks a volume may have.
+pub const MIN_DATA_BLOCKS: u64 = 64;
+
+/// Checks that `block_size` is a power of two in `4096..=65536`.
+pub fn check_block_size(block_size: u32) -> bool {
+    block_size.is_power_of_two() && (MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&block_size)
+}
+
+/// Blocks taken by the two superblock slots.
+pub fn superblock_blocks(block_size: u32) -> u64 {
+    SUPERBLOCKS_LEN.div_ceil(u64::from(block_size))
+}
+
+/// Blocks of a bitmap with one bit per block of `total_blocks`.
+pub fn bitmap_blocks(total_blocks: u64, block_size: u32) -> u64 {
+    (total_blocks / 8).div_ceil(u64::from(block_size))
+}
+
+/// Default image region: 1/64 of the member, between 16 and 65,536 blocks.
+pub fn default_image_blocks(total_blocks: u64) -> u64 {
+    (total_blocks / 64).clamp(16, 65_536)
+}
+
+impl Layout {
+    /// The layout `format` writes for a member of `capacity_bytes`.
+    pub fn for_format(
+        capacity_bytes: u64,
+        block_size: u32,
+        journal_bytes: u64,
+        image_blocks: Option<u64>,
+    ) -> Result<Layout> {
+        if !check_block_size(block_size) {
+            return Err(Error::Invalid(Invalid::BlockSize { bytes: block_size }));
+        }
+        let bs = u64::from(block_size);
+        let total_blocks = capacity_bytes / bs / MEMBER_ALIGN_BLOCKS * MEMBER_ALIGN_BLOCKS;
+        let too_small = || Error::Invalid(Invalid::Capacity { bytes: capacity_bytes });
+        // Block addresses keep their top 16 bits for the member index.
+        if total_blocks >= 1 << 48 {
+            return Err(too_small());
+        }
+        let sb = superblock_blocks(block_size);
+        let bitmap = BlockRange { start: sb, len: bitmap_blocks(total_blocks, block_size) };
+        let journal = BlockRange { start: bitmap.end(), len: journal_bytes.div_ceil(bs) };
+        let image_len = image_blocks.unwrap_or_else(|| default_image_blocks(total_blocks));
+        let image = BlockRange { start: journal.end(), len: image_len };
+        let fixed = image.end();
+        if total_blocks < fixed + MIN_DATA_BLOCKS {
+            return Err(too_small());
+        }
+        let data = BlockRange { start: fixed, len: total_blocks - fixed };
+        let layout = Layout { block_size, total_blocks, bitmap, journal, image, data };
+        layout.validate(0)?;
+        Ok(layout)
+    }
+
+    /// Checks the rules FORMAT.md states for a decoded layout: block size, alignment to 64
+    /// blocks, regions contiguous and in order, bitmap sized for the member.
+    pub fn validate(&self, offset: u64) -> Result<()> {
+        if !check_block_size(self.block_size) {
+            return Err(Error::Unsupported(Unsupported::BlockSize(self.block_size)));
+        }
+        let bad = |field: &'static str, value: u64| {
+            Err(Error::corrupt(Region::Superblock(0), offset, Corruption::BadValue { field, value }))
+        };
+        if self.total_blocks == 0 || !self.total_blocks.is_multiple_of(MEMBER_ALIGN_BLOCKS) {
+            return bad("total_blocks", self.total_blocks);
+        }
+        if self.total_blocks >= 1 << 48 {
+            return bad("total_blocks", self.total_blocks);
+        }
+        if self.bitmap.start != superblock_blocks(self.block_size) {
+            return bad("bitmap_start", self.bitmap.start);
+        }
+        if self.bitmap.len != bitmap_blocks(self.total_blocks, self.block_size) {
+            return bad("bitmap_blocks", self.bitmap.len);
+        }
+        if self.journal.start != self.bitmap.end() {
+            return bad("journal_start", self.journal.start);
+        }
+        if self.image.start != self.journal.end() {
+            return bad("image_start", self.image.start);
+        }
+        if self.image.len == 0 {
+            return bad("image_blocks", 0);
+        }
+        if self.data.start != self.image.end() {
+            return bad("data_start", self.data.start);
+        }
+        match self.data.start.checked_add(self.data.len) {
+            Some(end) if end == self.total_blocks && self.data.len >= MIN_DATA_BLOCKS => Ok(()),
+            _ => bad("data_blocks", self.data.len),
+        }
+    }
+
+    /// Byte offset of `block` on the carrier.
+    pub fn offset_of(&self, block: u64) -> u64 {
+        assert!(block < self.total_blocks, "block {block} past the member's {} blocks", self.total_blocks);
+        block * u64::from(self.block_size)
+    }
+
+    /// Blocks the allocator may hand out (image and data regions).
+    pub fn allocatable(&self) -> BlockRange {
+        BlockRange { start: self.image.start, len: self.total_blocks - self.image.start }
+    }
+
+    /// Bytes of the member.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.total_blocks * u64::from(self.block_size)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn regions_are_contiguous_and_aligned() {
+        let l = Layout::for_format(64 << 20, 4096, 1 << 20, None).unwrap();
+        assert_eq!(l.total_blocks, 16384);
+        assert_eq!(l.bitmap.start, 2);
+        assert_eq!(l.bitmap.len, 1);
+        assert_eq!(l.journal, BlockRange { start: 3, len: 256 });
+        assert_eq!(l.image.start, 259);
+        assert_eq!(l.data.end(), l.total_blocks);
+        let big = Layout::for_format(64 << 20, 65536, 0, None).unwrap();
+        assert_eq!(big.bitmap.start, 1, "both superblocks share block 0 at 64 KiB blocks");
+    }
+
+    #[test]
+    fn tiny_or_odd_geometries_are_refused() {
+        assert!(Layout::for_format(64 * 4096, 4096, 0, None).is_err());
+        assert!(Layout::for_format(64 << 20, 3000, 0, None).is_err());
+        assert!(Layout::for_format(64 << 20, 2048, 0, None).is_err());
+        let mut l = Layout::for_format(64 << 20, 4096, 0, None).unwrap();
+        l.data.len -= 1;
+        assert!(l.validate(0).is_err());
+    }
+}

@@ -1,0 +1,352 @@
+//! The two superblocks: encode, decode, and the order in which they are tried for adoption
+//! (FORMAT.md, "Superblock").
+//!
+//! Slot A lives at byte 0 and slot B at byte 4096. A commit to generation G writes slot
+//! `G mod 2` first and the other slot second, each behind its own barrier, so at every
+//! instant at least one slot holds a complete, durable commit. Adoption takes the valid slot
+//! with the highest generation whose image verifies; the checksum is seeded with the slot
+//! number and the volume UUID, so a superblock written to the wrong slot or copied from
+//! another volume does not verify.
+//!
+//! Decoding checks the checksum first (a torn slot must read as torn, not as "unsupported
+//! version"), then the reject rules: version, incompat bits, state, reserved fields, journal
+//! fields, member table and geometry. Unknown ro-compat bits are reported so the volume opens
+//! read-only.
+
+use crate::carrier::Carrier;
+use crate::error::{Corruption, Error, IoOp, Region, Result, Unsupported};
+use crate::format::checksum;
+use crate::format::codec::{Reader, Writer};
+use crate::format::consts::{FORMAT_VERSION, MAX_MEMBERS, SUPERBLOCK_LEN, Uuid};
+use crate::layout::{BlockRange, Layout};
+
+/// `VELLUMSB`: the first 8 bytes of both slots.
+pub const MAGIC: [u8; 8] = *b"VELLUMSB";
+
+// Field offsets, each derived from the one before (FORMAT.md's table repeats them).
+pub const VERSION_AT: usize = MAGIC.len();
+pub const STATE_AT: usize = VERSION_AT + 4;
+pub const INCOMPAT_AT: usize = STATE_AT + 4;
+pub const RO_COMPAT_AT: usize = INCOMPAT_AT + 8;
+pub const COMPAT_AT: usize = RO_COMPAT_AT + 8;
+pub const GENERATION_AT: usize = COMPAT_AT + 8;
+pub const BLOCK_SIZE_AT: usize = GENERATION_AT + 8;
+pub const LAYOUT_FLAGS_AT: usize = BLOCK_SIZE_AT + 4;
+pub const UUID_AT: usize = LAYOUT_FLAGS_AT + 4;
+pub const CARRIER_INDEX_AT: usize = UUID_AT + 16;
+pub const CARRIER_COUNT_AT: usize = CARRIER_INDEX_AT + 4;
+pub const TOTAL_BLOCKS_AT: usize = CARRIER_COUNT_AT + 4;
+pub const BITMAP_AT: usize = TOTAL_BLOCKS_AT + 8;
+pub const JOURNAL_AT: usize = BITMAP_AT + 16;
+pub const IMAGE_AT: usize = JOURNAL_AT + 16;
+pub const DATA_AT: usize = IMAGE_AT + 16;
+pub const ROOT_BLOCK_AT: usize = DATA_AT + 16;
+pub const ROOT_CHECKSUM_AT: usize = ROOT_BLOCK_AT + 8;
+pub const BITMAP_CHECKSUM_AT: usize = ROOT_CHECKSUM_AT + 4;
+pub const JOURNAL_FIELDS_AT: usize = BITMAP_CHECKSUM_AT + 4;
+pub const JOURNAL_FIELDS_LEN: usize = 32;
+pub const CREATED_AT: usize = JOURNAL_FIELDS_AT + JOURNAL_FIELDS_LEN;
+pub const MEMBERS_AT: usize = CREATED_AT + 8;
+pub const MEMBER_LEN: usize = 16 + 8;
+pub const RESERVED_AT: usize = MEMBERS_AT + MAX_MEMBERS * MEMBER_LEN;
+pub const CHECKSUM_AT: usize = SUPERBLOCK_LEN - 4;
+pub const RESERVED_LEN: usize = CHECKSUM_AT - RESERVED_AT;
+
+const _: () = assert!(UUID_AT.is_multiple_of(8) && TOTAL_BLOCKS_AT.is_multiple_of(8) && MEMBERS_AT.is_multiple_of(8));
+const _: () = assert!(RESERVED_AT == 592, "FORMAT.md places the reserved area at byte 592");
+const _: () = assert!(RESERVED_AT < CHECKSUM_AT);
+
+/// Incompatible features this build understands (none in v1: any set bit refuses).
+pub const KNOWN_INCOMPAT: u64 = 0;
+/// Read-only-compatible features this build understands (none in v1: any set bit opens
+/// read-only).
+pub const KNOWN_RO_COMPAT: u64 = 0;
+
+/// `layout_flags` bit 0: the carrier was created thin (grows as blocks are allocated).
+pub const LAYOUT_THIN: u32 = 1 << 0;
+/// `layout_flags` bit 1: the carrier was created sparse (unwritten ranges are holes).
+pub const LAYOUT_SPARSE: u32 = 1 << 1;
+const KNOWN_LAYOUT_FLAGS: u32 = LAYOUT_THIN | LAYOUT_SPARSE;
+
+/// Whether the volume was closed cleanly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum VolumeState {
+    /// Closed cleanly: the bitmap matches `bitmap_checksum` and the image.
+    Clean = 1,
+    /// Open for writing, or crashed while open: the bitmap is rebuilt from the image.
+    Dirty = 2,
+}
+
+/// A member of the volume (only member 0 exists in v1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Member {
+    pub uuid: Uuid,
+    pub capacity_blocks: u64,
+}
+
+/// Where a metadata block is and what its checksum must be (the Merkle link).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BlockRef {
+    pub block: u64,
+    pub checksum: u32,
+}
+
+/// One decoded superblock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Superblock {
+    pub version: u32,
+    pub state: VolumeState,
+    pub incompat: u64,
+    pub ro_compat: u64,
+    pub compat: u64,
+    pub generation: u64,
+    pub layout: Layout,
+    pub layout_flags: u32,
+    pub uuid: Uuid,
+    pub carrier_index: u32,
+    pub carrier_count: u32,
+    pub members: Vec<Member>,
+    pub root: BlockRef,
+    /// crc32c of the bitmap region when clean; 0 when dirty.
+    pub bitmap_checksum: u32,
+    /// Format time, nanoseconds since the Unix epoch (informational).
+    pub created_unix_ns: u64,
+}
+
+/// Byte offset of `slot` on the carrier.
+pub fn slot_offset(slot: u8) -> u64 {
+    u64::from(slot) * SUPERBLOCK_LEN as u64
+}
+
+/// The slot that commit `generation` writes first.
+pub fn first_slot(generation: u64) -> u8 {
+    (generation % 2) as u8
+}
+
+impl Superblock {
+    /// True when unknown ro-compat bits require a read-only open.
+    pub fn requires_read_only(&self) -> bool {
+        self.ro_compat & !KNOWN_RO_COMPAT != 0
+    }
+
+    /// Encodes this superblock for `slot`.
+    pub fn encode(&self, slot: u8) -> [u8; SUPERBLOCK_LEN] {
+        assert!(slot < 2, "slot {slot}");
+        assert_eq!(self.version, FORMAT_VERSION, "this build writes only v{FORMAT_VERSION}");
+        assert_eq!(self.members.len(), self.carrier_count as usize);
+        assert_eq!(self.layout_flags & !KNOWN_LAYOUT_FLAGS, 0);
+        let mut out = [0u8; SUPERBLOCK_LEN];
+        let mut w = Writer::new(&mut out);
+        w.put(&MAGIC);
+        w.assert_at(VERSION_AT);
+        w.u32_le(self.version);
+        w.u32_le(self.state as u32);
+        w.u64_le(self.incompat);
+        w.u64_le(self.ro_compat);
+        w.u64_le(self.compat);
+        w.assert_at(GENERATION_AT);
+        w.u64_le(self.generation);
+        w.u32_le(self.layout.block_size);
+        w.u32_le(self.layout_flags);
+        w.assert_at(UUID_AT);
+        w.put(&self.uuid.0);
+        w.u32_le(self.carrier_index);
+        w.u32_le(self.carrier_count);
+        w.assert_at(TOTAL_BLOCKS_AT);
+        w.u64_le(self.layout.total_blocks);
+        for r in [self.layout.bitmap, self.layout.journal, self.layout.image, self.layout.data] {
+            w.u64_le(r.start);
+            w.u64_le(r.len);
+        }
+        w.assert_at(ROOT_BLOCK_AT);
+        w.u64_le(self.root.block);
+        w.u32_le(self.root.checksum);
+        w.u32_le(self.bitmap_checksum);
+        w.assert_at(JOURNAL_FIELDS_AT);
+        w.zeros(JOURNAL_FIELDS_LEN); // v1 has no journal: head, tail, sequence, flags are zero
+        w.u64_le(self.created_unix_ns);
+        w.assert_at(MEMBERS_AT);
+        for i in 0..MAX_MEMBERS {
+            match self.members.get(i) {
+                Some(m) => {
+                    w.put(&m.uuid.0);
+                    w.u64_le(m.capacity_blocks);
+                }
+                None => w.zeros(MEMBER_LEN),
+            }
+        }
+        w.assert_at(RESERVED_AT);
+        w.zeros(RESERVED_LEN);
+        w.assert_at(CHECKSUM_AT);
+        let crc = checksum::superblock(slot, &self.uuid, &out[..CHECKSUM_AT]);
+        out[CHECKSUM_AT..].copy_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    /// Decodes the bytes of `slot`, applying every reject rule.
+    pub fn decode(bytes: &[u8], slot: u8) -> Result<Superblock> {
+        let region = Region::Superblock(slot);
+        let base = slot_offset(slot);
+        if bytes.len() != SUPERBLOCK_LEN {
+            let reason = Corruption::Truncated { needed: SUPERBLOCK_LEN as u64, available: bytes.len() as u64 };
+            return Err(Error::corrupt(region, base, reason));
+        }
+        if bytes[..MAGIC.len()] != MAGIC {
+            return Err(Error::corrupt(region, base, Corruption::BadMagic));
+        }
+        let mut uuid = Uuid::default();
+        uuid.0.copy_from_slice(&bytes[UUID_AT..UUID_AT + 16]);
+        let stored = u32::from_le_bytes([bytes[CHECKSUM_AT], bytes[CHECKSUM_AT + 1], bytes[CHECKSUM_AT + 2], bytes[CHECKSUM_AT + 3]]);
+        let computed = checksum::superblock(slot, &uuid, &bytes[..CHECKSUM_AT]);
+        if stored != computed {
+            return Err(Error::corrupt(region, base + CHECKSUM_AT as u64, Corruption::Checksum { stored, computed }));
+        }
+        let mut r = Reader::new(bytes, region, base);
+        r.bytes(MAGIC.len())?;
+        let version = r.u32_le()?;
+        if version > FORMAT_VERSION {
+            return Err(Error::Unsupported(Unsupported::Version { found: version, supported: FORMAT_VERSION }));
+        }
+        if version == 0 {
+            return Err(r.bad_value("format_version", 0));
+        }
+        let state = match r.u32_le()? {
+            1 => VolumeState::Clean,
+            2 => VolumeState::Dirty,
+            other => return Err(Error::Unsupported(Unsupported::UndefinedState(other))),
+        };
+        let incompat = r.u64_le()?;
+        if incompat & !KNOWN_INCOMPAT != 0 {
+            return Err(Error::Unsupported(Unsupported::IncompatFeatures(incompat & !KNOWN_INCOMPAT)));
+        }
+        let ro_compat = r.u64_le()?;
+        let compat = r.u64_le()?;
+        let generation = r.u64_le()?;
+        let block_size = r.u32_le()?;
+        let layout_flags = r.u32_le()?;
+        if layout_flags & !KNOWN_LAYOUT_FLAGS != 0 {
+            return Err(Error::Unsupported(Unsupported::ReservedNonZero { field: "layout_flags" }));
+        }
+        r.fixed::<16>()?; // uuid, read above for the checksum seed
+        if uuid.is_nil() {
+            return Err(r.bad_value("volume_uuid", 0));
+        }
+        let carrier_index = r.u32_le()?;
+        let carrier_count = r.u32_le()?;
+        if carrier_count == 0 || carrier_count as usize > MAX_MEMBERS || carrier_index >= carrier_count {
+            return Err(r.bad_value("carrier_count", u64::from(carrier_count)));
+        }
+        if carrier_count != 1 {
+            return Err(Error::Unsupported(Unsupported::MultiCarrier { index: carrier_index, count: carrier_count }));
+        }
+        let total_blocks = r.u64_le()?;
+        let mut ranges = [BlockRange::default(); 4];
+        for range in &mut ranges {
+            *range = BlockRange { start: r.u64_le()?, len: r.u64_le()? };
+        }
+        let [bitmap, journal, image, data] = ranges;
+        let layout = Layout { block_size, total_blocks, bitmap, journal, image, data };
+        let root = BlockRef { block: r.u64_le()?, checksum: r.u32_le()? };
+        let bitmap_checksum = r.u32_le()?;
+        if r.bytes(JOURNAL_FIELDS_LEN)?.iter().any(|&b| b != 0) {
+            return Err(Error::Unsupported(Unsupported::JournalInUse));
+        }
+        let created_unix_ns = r.u64_le()?;
+        let mut members = Vec::new();
+        for i in 0..MAX_MEMBERS {
+            if i < carrier_count as usize {
+                let uuid = Uuid(r.fixed::<16>()?);
+                members.push(Member { uuid, capacity_blocks: r.u64_le()? });
+            } else {
+                r.expect_zero(MEMBER_LEN, "member_table")?;
+            }
+        }
+        r.expect_zero(RESERVED_LEN, "reserved")?;
+        layout.validate(base + TOTAL_BLOCKS_AT as u64)?;
+        if members[0].capacity_blocks != total_blocks || members[0].uuid.is_nil() {
+            return Err(Error::corrupt(region, base + MEMBERS_AT as u64, Corruption::BadValue {
+                field: "member_capacity_blocks",
+                value: members[0].capacity_blocks,
+            }));
+        }
+        if state == VolumeState::Dirty && bitmap_checksum != 0 {
+            return Err(Error::Unsupported(Unsupported::ReservedNonZero { field: "bitmap_checksum" }));
+        }
+        if !layout.allocatable().contains(root.block) {
+            return Err(Error::corrupt(region, base + ROOT_BLOCK_AT as u64, Corruption::OutOfRange { block: root.block }));
+        }
+        Ok(Superblock {
+            version,
+            state,
+            incompat,
+            ro_compat,
+            compat,
+            generation,
+            layout,
+            layout_flags,
+            uuid,
+            carrier_index,
+            carrier_count,
+            members,
+            root,
+            bitmap_checksum,
+            created_unix_ns,
+        })
+    }
+}
+
+/// The result of reading one slot.
+#[derive(Debug)]
+pub struct SlotRead {
+    pub slot: u8,
+    pub result: Result<Superblock>,
+}
+
+/// Reads and decodes both slots. Only a failed carrier read is an `Err`.
+pub fn read_slots(carrier: &dyn Carrier) -> Result<[SlotRead; 2]> {
+    let mut bytes = crate::carrier::AlignedBuf::zeroed(2 * SUPERBLOCK_LEN, 4096);
+    let len = carrier.geometry().len_bytes;
+    if len < 2 * SUPERBLOCK_LEN as u64 {
+        return Err(Error::NotAVolume);
+    }
+    carrier.read_exact_at(bytes.as_mut_slice(), 0).map_err(|source| Error::Io {
+        op: IoOp::Read,
+        offset: 0,
+        len: 2 * SUPERBLOCK_LEN as u64,
+        source,
+    })?;
+    let b = bytes.as_slice();
+    Ok([
+        SlotRead { slot: 0, result: Superblock::decode(&b[..SUPERBLOCK_LEN], 0) },
+        SlotRead { slot: 1, result: Superblock::decode(&b[SUPERBLOCK_LEN..], 1) },
+    ])
+}
+
+/// Orders the slots for adoption, newest generation first, applying the slot-level rules:
+/// a slot that checksums but is unsupported refuses the volume (a newer build wrote it, and
+/// rolling back to the other slot would lose its commits); two bad slots refuse.
+pub fn adoption_order(slots: [SlotRead; 2]) -> Result<Vec<(u8, Superblock)>> {
+    let mut valid = Vec::new();
+    let mut errors = Vec::new();
+    for s in slots {
+        match s.result {
+            Ok(sb) => valid.push((s.slot, sb)),
+            Err(e @ Error::Unsupported(_)) => return Err(e),
+            Err(e) => errors.push(e),
+        }
+    }
+    if valid.is_empty() {
+        let bad_magic = |e: &Error| matches!(e, Error::Corrupt { reason: Corruption::BadMagic, .. });
+        if errors.iter().all(bad_magic) {
+            return Err(Error::NotAVolume);
+        }
+        // Report a damaged slot rather than a missing magic: it says more.
+        let pick = errors.iter().position(|e| !bad_magic(e)).unwrap_or(0);
+        return Err(errors.swap_remove(pick));
+    }
+    valid.sort_by_key(|(_, sb)| std::cmp::Reverse(sb.generation));
+    Ok(valid)
+}
+
+#[cfg(test)]
+mod tests;

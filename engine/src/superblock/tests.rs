@@ -1,0 +1,186 @@
+use super::*;
+
+fn sample() -> Superblock {
+    let layout = Layout::for_format(64 << 20, 4096, 0, None).unwrap();
+    let uuid = Uuid([0xAB; 16]);
+    Superblock {
+        version: FORMAT_VERSION,
+        state: VolumeState::Dirty,
+        incompat: 0,
+        ro_compat: 0,
+        compat: 0,
+        generation: 7,
+        layout,
+        layout_flags: 0,
+        uuid,
+        carrier_index: 0,
+        carrier_count: 1,
+        members: vec![Member { uuid: Uuid([0xCD; 16]), capacity_blocks: layout.total_blocks }],
+        root: BlockRef { block: layout.image.start, checksum: 0x1234 },
+        bitmap_checksum: 0,
+        created_unix_ns: 42,
+    }
+}
+
+/// Patches `bytes` at `at` and recomputes the checksum, as a newer (or buggy) writer would.
+fn patched(sb: &Superblock, slot: u8, at: usize, value: &[u8]) -> [u8; SUPERBLOCK_LEN] {
+    let mut b = sb.encode(slot);
+    b[at..at + value.len()].copy_from_slice(value);
+    let crc = checksum::superblock(slot, &sb.uuid, &b[..CHECKSUM_AT]);
+    b[CHECKSUM_AT..].copy_from_slice(&crc.to_le_bytes());
+    b
+}
+
+#[test]
+fn round_trip() {
+    let sb = sample();
+    for slot in 0..2 {
+        assert_eq!(Superblock::decode(&sb.encode(slot), slot).unwrap(), sb);
+    }
+}
+
+#[test]
+fn bad_checksum_is_refused() {
+    let mut b = sample().encode(0);
+    b[GENERATION_AT] ^= 1;
+    let e = Superblock::decode(&b, 0).unwrap_err();
+    assert!(matches!(e, Error::Corrupt { reason: Corruption::Checksum { .. }, .. }), "{e:?}");
+}
+
+#[test]
+fn superblock_in_the_wrong_slot_is_refused() {
+    let b = sample().encode(0);
+    let e = Superblock::decode(&b, 1).unwrap_err();
+    assert!(matches!(e, Error::Corrupt { reason: Corruption::Checksum { .. }, .. }), "{e:?}");
+}
+
+#[test]
+fn superblock_of_another_volume_does_not_verify_as_ours() {
+    // Same bytes, other UUID: the checksum seed differs, so a forged UUID field fails.
+    let sb = sample();
+    let mut b = sb.encode(0);
+    b[UUID_AT] ^= 0xFF;
+    assert!(Superblock::decode(&b, 0).is_err());
+}
+
+#[test]
+fn bad_magic_is_not_a_volume() {
+    let mut b = sample().encode(0);
+    b[0] = b'X';
+    let e = Superblock::decode(&b, 0).unwrap_err();
+    assert!(matches!(e, Error::Corrupt { reason: Corruption::BadMagic, .. }));
+    let slots = [
+        SlotRead { slot: 0, result: Superblock::decode(&[0; SUPERBLOCK_LEN], 0) },
+        SlotRead { slot: 1, result: Superblock::decode(&[0; SUPERBLOCK_LEN], 1) },
+    ];
+    assert!(matches!(adoption_order(slots), Err(Error::NotAVolume)));
+}
+
+#[test]
+fn version_above_supported_is_refused() {
+    let b = patched(&sample(), 0, VERSION_AT, &2u32.to_le_bytes());
+    let e = Superblock::decode(&b, 0).unwrap_err();
+    assert!(matches!(e, Error::Unsupported(Unsupported::Version { found: 2, supported: 1 })), "{e:?}");
+}
+
+#[test]
+fn unknown_incompat_bit_is_refused() {
+    let b = patched(&sample(), 1, INCOMPAT_AT, &(1u64 << 5).to_le_bytes());
+    let e = Superblock::decode(&b, 1).unwrap_err();
+    assert!(matches!(e, Error::Unsupported(Unsupported::IncompatFeatures(0x20))), "{e:?}");
+}
+
+#[test]
+fn undefined_state_is_refused() {
+    for state in [0u32, 3, u32::MAX] {
+        let b = patched(&sample(), 0, STATE_AT, &state.to_le_bytes());
+        let e = Superblock::decode(&b, 0).unwrap_err();
+        assert!(matches!(e, Error::Unsupported(Unsupported::UndefinedState(s)) if s == state), "{e:?}");
+    }
+}
+
+#[test]
+fn non_zero_reserved_is_refused() {
+    for at in [RESERVED_AT, RESERVED_AT + 1000, CHECKSUM_AT - 1] {
+        let b = patched(&sample(), 0, at, &[1]);
+        let e = Superblock::decode(&b, 0).unwrap_err();
+        assert!(matches!(e, Error::Unsupported(Unsupported::ReservedNonZero { field: "reserved" })), "{e:?}");
+    }
+    let b = patched(&sample(), 0, MEMBERS_AT + MEMBER_LEN, &[1]);
+    let e = Superblock::decode(&b, 0).unwrap_err();
+    assert!(matches!(e, Error::Unsupported(Unsupported::ReservedNonZero { field: "member_table" })), "{e:?}");
+    let b = patched(&sample(), 0, LAYOUT_FLAGS_AT, &(1u32 << 9).to_le_bytes());
+    let e = Superblock::decode(&b, 0).unwrap_err();
+    assert!(matches!(e, Error::Unsupported(Unsupported::ReservedNonZero { field: "layout_flags" })), "{e:?}");
+}
+
+#[test]
+fn journal_fields_in_use_are_refused() {
+    let b = patched(&sample(), 0, JOURNAL_FIELDS_AT + 8, &[1]);
+    let e = Superblock::decode(&b, 0).unwrap_err();
+    assert!(matches!(e, Error::Unsupported(Unsupported::JournalInUse)), "{e:?}");
+}
+
+#[test]
+fn unknown_ro_compat_bit_requires_read_only() {
+    let b = patched(&sample(), 0, RO_COMPAT_AT, &1u64.to_le_bytes());
+    let sb = Superblock::decode(&b, 0).unwrap();
+    assert!(sb.requires_read_only());
+    // Unknown compat bits are simply ignored.
+    let b = patched(&sample(), 0, COMPAT_AT, &1u64.to_le_bytes());
+    assert!(!Superblock::decode(&b, 0).unwrap().requires_read_only());
+}
+
+#[test]
+fn more_than_one_carrier_is_refused() {
+    let b = patched(&sample(), 0, CARRIER_COUNT_AT, &2u32.to_le_bytes());
+    let e = Superblock::decode(&b, 0).unwrap_err();
+    assert!(matches!(e, Error::Unsupported(Unsupported::MultiCarrier { count: 2, .. })), "{e:?}");
+}
+
+#[test]
+fn inconsistent_geometry_is_refused() {
+    let sb = sample();
+    let b = patched(&sb, 0, DATA_AT, &(sb.layout.data.start + 1).to_le_bytes());
+    assert!(matches!(Superblock::decode(&b, 0), Err(Error::Corrupt { .. })));
+}
+
+#[test]
+fn unsupported_slot_refuses_even_beside_a_good_one() {
+    let sb = sample();
+    let good = sb.encode(0);
+    let newer = patched(&sb, 1, VERSION_AT, &9u32.to_le_bytes());
+    let slots = [
+        SlotRead { slot: 0, result: Superblock::decode(&good, 0) },
+        SlotRead { slot: 1, result: Superblock::decode(&newer, 1) },
+    ];
+    assert!(matches!(adoption_order(slots), Err(Error::Unsupported(Unsupported::Version { .. }))));
+}
+
+#[test]
+fn adoption_prefers_the_highest_generation() {
+    let mut a = sample();
+    let mut b = sample();
+    a.generation = 10;
+    b.generation = 11;
+    let slots = [
+        SlotRead { slot: 0, result: Ok(a) },
+        SlotRead { slot: 1, result: Ok(b) },
+    ];
+    let order = adoption_order(slots).unwrap();
+    assert_eq!((order[0].0, order[0].1.generation), (1, 11));
+    assert_eq!((order[1].0, order[1].1.generation), (0, 10));
+}
+
+#[test]
+fn offsets_match_format_md() {
+    // FORMAT.md's superblock table lists these offsets; a change here is a format change.
+    assert_eq!(
+        [VERSION_AT, STATE_AT, INCOMPAT_AT, RO_COMPAT_AT, COMPAT_AT, GENERATION_AT, BLOCK_SIZE_AT],
+        [8, 12, 16, 24, 32, 40, 48]
+    );
+    assert_eq!([LAYOUT_FLAGS_AT, UUID_AT, CARRIER_INDEX_AT, CARRIER_COUNT_AT], [52, 56, 72, 76]);
+    assert_eq!([TOTAL_BLOCKS_AT, BITMAP_AT, JOURNAL_AT, IMAGE_AT, DATA_AT], [80, 88, 104, 120, 136]);
+    assert_eq!([ROOT_BLOCK_AT, ROOT_CHECKSUM_AT, BITMAP_CHECKSUM_AT], [152, 160, 164]);
+    assert_eq!([JOURNAL_FIELDS_AT, CREATED_AT, MEMBERS_AT, RESERVED_AT, CHECKSUM_AT], [168, 200, 208, 592, 4092]);
+}

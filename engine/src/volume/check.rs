@@ -1,0 +1,162 @@
+//! The read-only checker behind `vellum check` (exit codes like `qemu-img check`).
+//!
+//! It runs the same adoption as open, so "check passes" and "open succeeds" cannot disagree,
+//! and then compares what open would trust: both superblock slots, and for a clean volume the
+//! bitmap against the image's reachable set. It never writes.
+
+use std::fmt;
+
+use super::open::adopt;
+use crate::carrier::Carrier;
+use crate::error::Error;
+use crate::format::checksum;
+use crate::records::InodeKind;
+use crate::superblock::{self, VolumeState};
+
+/// The state of one superblock slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SlotStatus {
+    Valid { generation: u64, clean: bool },
+    /// Fails its checksum or a format rule.
+    Damaged(String),
+    /// Checksums, but uses something this build does not support.
+    Unsupported(String),
+}
+
+/// How serious a finding is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum FindingKind {
+    /// Worth knowing; nothing is wrong.
+    Note,
+    /// Blocks marked used that nothing references (harmless; open reclaims them).
+    Leak,
+    /// Damage.
+    Corrupt,
+    /// The check could not run to the end.
+    Incomplete,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub kind: FindingKind,
+    pub message: String,
+}
+
+/// The result of checking a volume.
+#[derive(Debug, Clone, Default)]
+pub struct CheckReport {
+    pub slots: Vec<SlotStatus>,
+    /// Adopted slot and generation.
+    pub adopted: Option<(u8, u64)>,
+    pub findings: Vec<Finding>,
+    pub files: u64,
+    pub directories: u64,
+    pub metadata_blocks: u64,
+    pub used_blocks: u64,
+    pub total_blocks: u64,
+}
+
+impl CheckReport {
+    /// 0 clean, 1 could not complete, 2 corrupt, 3 leaks only.
+    pub fn exit_code(&self) -> i32 {
+        let worst = self.findings.iter().map(|f| f.kind).max();
+        match worst {
+            Some(FindingKind::Incomplete) => 1,
+            Some(FindingKind::Corrupt) => 2,
+            Some(FindingKind::Leak) => 3,
+            _ => 0,
+        }
+    }
+
+    fn add(&mut self, kind: FindingKind, message: impl Into<String>) {
+        self.findings.push(Finding { kind, message: message.into() });
+    }
+}
+
+impl fmt::Display for SlotStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SlotStatus::Valid { generation, clean } => {
+                write!(f, "valid, generation {generation}, {}", if *clean { "clean" } else { "dirty" })
+            }
+            SlotStatus::Damaged(why) => write!(f, "damaged: {why}"),
+            SlotStatus::Unsupported(why) => write!(f, "unsupported: {why}"),
+        }
+    }
+}
+
+/// Checks the volume on `carrier` without writing to it.
+pub fn check(carrier: &dyn Carrier) -> CheckReport {
+    let mut report = CheckReport::default();
+    let slots = match superblock::read_slots(carrier) {
+        Ok(s) => s,
+        Err(e) => {
+            report.add(FindingKind::Incomplete, e.to_string());
+            return report;
+        }
+    };
+    for s in &slots {
+        report.slots.push(match &s.result {
+            Ok(sb) => SlotStatus::Valid { generation: sb.generation, clean: sb.state == VolumeState::Clean },
+            Err(e @ Error::Unsupported(_)) => SlotStatus::Unsupported(e.to_string()),
+            Err(e) => SlotStatus::Damaged(e.to_string()),
+        });
+    }
+    let adopted = match adopt(carrier) {
+        Ok(a) => a,
+        Err(e @ Error::Corrupt { .. }) => {
+            report.add(FindingKind::Corrupt, e.to_string());
+            return report;
+        }
+        Err(e) => {
+            report.add(FindingKind::Incomplete, e.to_string());
+            return report;
+        }
+    };
+    let sb = &adopted.sb;
+    let layout = sb.layout;
+    report.adopted = Some((adopted.slot, sb.generation));
+    report.total_blocks = layout.total_blocks;
+    report.metadata_blocks = adopted.image.metadata_blocks;
+    report.used_blocks = adopted.image.reachable.count_ones();
+    for inode in adopted.image.namespace.inodes.values() {
+        match inode.kind {
+            InodeKind::File => report.files += 1,
+            InodeKind::Directory => report.directories += 1,
+        }
+    }
+    if let Some(g) = adopted.fell_back_from {
+        report.add(FindingKind::Note, format!("the interrupted commit of generation {g} was passed over"));
+    }
+    let clean = sb.state == VolumeState::Clean;
+    for (slot, status) in report.slots.clone().iter().enumerate() {
+        if let SlotStatus::Damaged(why) = status {
+            let kind = if clean { FindingKind::Corrupt } else { FindingKind::Note };
+            report.add(kind, format!("superblock {} is damaged ({why}); the next commit rewrites it", ["A", "B"][slot]));
+        }
+    }
+    if !clean {
+        report.add(FindingKind::Note, "the volume was not closed cleanly; open rebuilds its bitmap from the image");
+        return report;
+    }
+    let bs = layout.block_size as usize;
+    let mut bytes = crate::carrier::AlignedBuf::zeroed(layout.bitmap.len as usize * bs, 4096);
+    if let Err(e) = carrier.read_exact_at(bytes.as_mut_slice(), layout.offset_of(layout.bitmap.start)) {
+        report.add(FindingKind::Incomplete, format!("reading the bitmap failed: {e}"));
+        return report;
+    }
+    if checksum::plain(bytes.as_slice()) != sb.bitmap_checksum {
+        report.add(FindingKind::Corrupt, "the bitmap of the clean volume fails its checksum");
+        return report;
+    }
+    let on_disk = crate::bitmap::Bitmap::decode(bytes.as_slice(), layout.total_blocks);
+    let missing = adopted.image.reachable.difference(&on_disk);
+    if let Some(first) = missing.first() {
+        report.add(FindingKind::Corrupt, format!("{} used blocks are marked free (first: {first})", missing.len()));
+    }
+    let leaked = on_disk.difference(&adopted.image.reachable);
+    if let Some(first) = leaked.first() {
+        report.add(FindingKind::Leak, format!("{} blocks are marked used but unreferenced (first: {first})", leaked.len()));
+    }
+    report
+}

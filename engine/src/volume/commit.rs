@@ -1,0 +1,143 @@
+//! The commit protocol (FORMAT.md, "Commit protocol").
+//!
+//! 1. Data is already on the carrier: every data write returned before its extent was
+//!    attached, and only attached extents are in the image.
+//! 2. The dirty metadata goes copy-on-write into new blocks (record blocks, spines, root).
+//! 3. The changed bitmap blocks are written in place (the bitmap is authoritative only for a
+//!    clean volume whose checksum matches, so a torn bitmap write costs nothing).
+//! 4. The superblock of generation G+1 goes to slot `(G+1) mod 2`. **Barrier.** Everything of
+//!    G+1 is now durable, and that slot may be adopted.
+//! 5. The same superblock goes to the other slot. **Barrier.**
+//!
+//! Two barriers per commit, whatever it changed. A crash before the first barrier completes
+//! leaves the other slot at G (its image untouched: freed blocks are reused only after the
+//! commit that freed them completed); adoption passes over a first-written slot whose image
+//! did not land. A crash between the barriers leaves one slot at G+1, durable.
+
+use std::sync::atomic::Ordering;
+
+use super::{CommitMutation, Inner, Meta};
+use crate::carrier::AlignedBuf;
+use crate::error::{Error, IoOp, Result};
+use crate::format::checksum;
+use crate::image::writer;
+use crate::superblock::{self, VolumeState};
+
+fn io_error(op: IoOp, offset: u64, len: usize) -> impl FnOnce(std::io::Error) -> Error {
+    move |source| Error::Io { op, offset, len: len as u64, source }
+}
+
+pub(crate) fn write(inner: &Inner, buf: &[u8], offset: u64) -> Result<()> {
+    assert!(offset + buf.len() as u64 <= inner.layout.capacity_bytes(), "write past the volume end at {offset}");
+    inner.carrier.write_all_at(buf, offset).map_err(io_error(IoOp::Write, offset, buf.len()))
+}
+
+pub(crate) fn barrier(inner: &Inner) -> Result<()> {
+    inner.carrier.barrier().map_err(io_error(IoOp::Barrier, 0, 0))
+}
+
+/// A barrier if buffered data writes are outstanding (nothing otherwise).
+pub(crate) fn flush_data(inner: &Inner) -> Result<()> {
+    if inner.unflushed.swap(false, Ordering::AcqRel) {
+        barrier(inner).inspect_err(|e| inner.poison(e))?;
+    }
+    Ok(())
+}
+
+/// Grows a thin carrier so that every block below `end_block` exists.
+pub(crate) fn ensure_carrier_len(inner: &Inner, meta: &mut Meta, end_block: u64) -> Result<()> {
+    let layout = &inner.layout;
+    let need = end_block * u64::from(layout.block_size);
+    if need <= meta.carrier_len {
+        return Ok(());
+    }
+    // Grow by doubling (at least 1 MiB), capped at the capacity: few grows, bounded waste.
+    let target = need.max(meta.carrier_len.saturating_mul(2)).max(1 << 20).min(layout.capacity_bytes());
+    let sparse = meta.sb.layout_flags & superblock::LAYOUT_SPARSE != 0;
+    inner
+        .carrier
+        .grow(target, sparse)
+        .map_err(io_error(IoOp::Grow, meta.carrier_len, (target - meta.carrier_len) as usize))?;
+    meta.carrier_len = target;
+    Ok(())
+}
+
+/// Writes sealed blocks, one carrier call per run of consecutive addresses.
+fn write_blocks(inner: &Inner, blocks: &[(u64, Vec<u8>)]) -> Result<()> {
+    let bs = inner.layout.block_size as usize;
+    let mut i = 0;
+    while i < blocks.len() {
+        let mut n = 1;
+        while i + n < blocks.len() && blocks[i + n].0 == blocks[i].0 + n as u64 {
+            n += 1;
+        }
+        let mut buf = AlignedBuf::zeroed(n * bs, 4096);
+        for (k, (_, bytes)) in blocks[i..i + n].iter().enumerate() {
+            buf.as_mut_slice()[k * bs..(k + 1) * bs].copy_from_slice(bytes);
+        }
+        write(inner, buf.as_slice(), inner.layout.offset_of(blocks[i].0))?;
+        i += n;
+    }
+    Ok(())
+}
+
+/// Commits the in-memory state as generation G+1 with `state`. Any carrier failure poisons.
+pub(crate) fn commit(inner: &Inner, meta: &mut Meta, state: VolumeState) -> Result<()> {
+    inner.writable()?;
+    commit_inner(inner, meta, state).inspect_err(|e| {
+        if e.is_poisoning() {
+            inner.poison(e);
+        }
+    })
+}
+
+fn commit_inner(inner: &Inner, meta: &mut Meta, state: VolumeState) -> Result<()> {
+    let layout = inner.layout;
+    let generation = meta.sb.generation + 1;
+    let old_root = (meta.sb.generation > 0).then_some(meta.sb.root);
+    let uuid = meta.sb.uuid;
+    let image = writer::write(&mut meta.ns, &mut meta.alloc, generation, &uuid, old_root).inspect_err(|e| {
+        if !matches!(e, Error::NoSpace) {
+            inner.poison(e);
+        }
+    })?;
+    if let Some(&(last, _)) = image.blocks.last() {
+        ensure_carrier_len(inner, meta, last + 1)?;
+    }
+    let bs = layout.block_size as usize;
+    let dirty_bitmap = meta.alloc.take_dirty_bitmap_blocks();
+    let bitmap_checksum = if state == VolumeState::Clean {
+        checksum::plain(&meta.alloc.live().encode((layout.bitmap.len as usize) * bs))
+    } else {
+        0
+    };
+    let mut sb = meta.sb.clone();
+    sb.generation = generation;
+    sb.root = image.root;
+    sb.state = state;
+    sb.bitmap_checksum = bitmap_checksum;
+    let first = superblock::first_slot(generation);
+    let mutation = inner.options.mutation;
+    if mutation == Some(CommitMutation::SuperblockBeforeImage) {
+        write(inner, &sb.encode(first), superblock::slot_offset(first))?;
+    }
+    write_blocks(inner, &image.blocks)?;
+    for block in dirty_bitmap {
+        let words = bs / 8;
+        let bytes = meta.alloc.live().encode_words(block as usize * words, words);
+        write(inner, &bytes, layout.offset_of(layout.bitmap.start + block))?;
+    }
+    if mutation != Some(CommitMutation::SuperblockBeforeImage) {
+        write(inner, &sb.encode(first), superblock::slot_offset(first))?;
+    }
+    // Data writes that return from here on are covered by a later barrier, not this one.
+    inner.unflushed.store(false, Ordering::Release);
+    if mutation != Some(CommitMutation::SkipFirstBarrier) {
+        barrier(inner)?;
+    }
+    write(inner, &sb.encode(1 - first), superblock::slot_offset(1 - first))?;
+    barrier(inner)?;
+    meta.sb = sb;
+    meta.alloc.commit_completed();
+    Ok(())
+}

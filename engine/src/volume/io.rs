@@ -1,0 +1,348 @@
+//! The data path: reads, writes, size changes and preallocation of one file.
+//!
+//! A write into blocks the file already maps goes in place, and with write-through it is
+//! durable when it returns; that is how the raft log appends into its preallocated segments
+//! with one carrier write and no commit. A write that needs new blocks fills them first
+//! (whole blocks: zeros around the data, so holes and tails read as zeros) and attaches them
+//! to the file only after the carrier write returned: data reaches the carrier before any
+//! metadata references it, and a commit running in between never sees a half-filled block.
+//!
+//! Bytes past the end of a file are unspecified on the carrier; every extension zeroes the
+//! gap between the old end and the new data, so they never become visible.
+
+use std::sync::MutexGuard;
+use std::sync::atomic::Ordering;
+
+use super::{Inner, InodeIo, Meta, WriteConcurrency, commit, lock, now_ns};
+use crate::carrier::AlignedBuf;
+use crate::error::{Error, Invalid, IoOp, Result};
+use crate::format::consts::MAX_FILE_SIZE;
+use crate::layout::BlockRange;
+
+/// Zero-fill chunk for preallocation.
+const ZERO_CHUNK: usize = 1 << 20;
+
+/// Where a write starts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum At {
+    Offset(u64),
+    /// At the end of the file, decided atomically with the write (append).
+    End,
+}
+
+/// One piece of a carrier write: bytes of the caller's buffer, or zeros.
+#[derive(Debug, Clone)]
+enum Piece {
+    Data(std::ops::Range<usize>),
+    Zeros(usize),
+}
+
+impl Piece {
+    fn len(&self) -> usize {
+        match self {
+            Piece::Data(r) => r.len(),
+            Piece::Zeros(n) => *n,
+        }
+    }
+}
+
+/// A physically contiguous carrier write.
+#[derive(Debug)]
+struct Segment {
+    offset: u64,
+    pieces: Vec<Piece>,
+}
+
+#[derive(Debug, Default)]
+struct Plan {
+    segments: Vec<Segment>,
+    /// Blocks allocated (held) for this write: logical start, physical run.
+    new_runs: Vec<(u64, BlockRange)>,
+}
+
+impl Plan {
+    fn push(&mut self, offset: u64, piece: Piece) {
+        if piece.len() == 0 {
+            return;
+        }
+        if let Some(last) = self.segments.last_mut() {
+            let end = last.offset + last.pieces.iter().map(|p| p.len() as u64).sum::<u64>();
+            if end == offset {
+                last.pieces.push(piece);
+                return;
+            }
+        }
+        self.segments.push(Segment { offset, pieces: vec![piece] });
+    }
+}
+
+enum Gate<'a> {
+    Volume(#[allow(dead_code)] MutexGuard<'a, ()>),
+    File(#[allow(dead_code)] MutexGuard<'a, ()>),
+}
+
+fn gate<'a>(inner: &'a Inner, io: &'a InodeIo) -> Gate<'a> {
+    match inner.options.concurrency {
+        WriteConcurrency::Serial => Gate::Volume(lock(&inner.gate)),
+        WriteConcurrency::ParallelSegments => Gate::File(lock(&io.write)),
+    }
+}
+
+fn read_lock(io: &InodeIo) -> std::sync::RwLockReadGuard<'_, ()> {
+    io.rw.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn check_end(offset: u64, len: usize) -> Result<u64> {
+    match offset.checked_add(len as u64) {
+        Some(end) if end <= MAX_FILE_SIZE => Ok(end),
+        _ => Err(Error::Invalid(Invalid::FileTooLarge { bytes: offset.saturating_add(len as u64) })),
+    }
+}
+
+/// Reads up to `buf.len()` bytes at `offset`; returns how many (short at end of file).
+pub(crate) fn read_at(inner: &Inner, ino: u64, io: &InodeIo, offset: u64, buf: &mut [u8]) -> Result<usize> {
+    inner.usable()?;
+    let _rw = read_lock(io);
+    let bs = u64::from(inner.layout.block_size);
+    let (n, runs) = {
+        let meta = inner.meta();
+        let inode = meta.ns.get(ino).ok_or(Error::Closed)?;
+        if offset >= inode.size || buf.is_empty() {
+            return Ok(0);
+        }
+        let n = (buf.len() as u64).min(inode.size - offset) as usize;
+        let end = offset + n as u64;
+        (n, inode.mapped_runs(offset / bs, end.div_ceil(bs)))
+    };
+    let end = offset + n as u64;
+    let mut filled = offset;
+    for (lb, pb, len) in runs {
+        let lo = (lb * bs).max(offset);
+        let hi = ((lb + len) * bs).min(end);
+        buf[(filled - offset) as usize..(lo - offset) as usize].fill(0);
+        let at = pb * bs + (lo - lb * bs);
+        let dst = &mut buf[(lo - offset) as usize..(hi - offset) as usize];
+        inner
+            .carrier
+            .read_exact_at(dst, at)
+            .map_err(|source| Error::Io { op: IoOp::Read, offset: at, len: hi - lo, source })?;
+        filled = hi;
+    }
+    buf[(filled - offset) as usize..n].fill(0);
+    Ok(n)
+}
+
+/// Allocates the unmapped blocks of logical `[first, last]`, held until attached.
+fn allocate_gaps(inner: &Inner, meta: &mut Meta, ino: u64, first: u64, last: u64) -> Result<Vec<(u64, BlockRange)>> {
+    let mut out = Vec::new();
+    let mut lb = first;
+    while lb <= last {
+        let inode = meta.ns.get(ino).ok_or(Error::Closed)?;
+        if inode.physical_of(lb).is_some() {
+            lb += 1;
+            continue;
+        }
+        let gap_start = lb;
+        while lb <= last && inode.physical_of(lb).is_none() {
+            lb += 1;
+        }
+        let after = gap_start.checked_sub(1).and_then(|p| inode.physical_of(p)).map(|p| p + 1);
+        let mut logical = gap_start;
+        let runs = meta.alloc.alloc_data(lb - gap_start, after)?;
+        if let Some(end) = runs.iter().map(BlockRange::end).max() {
+            commit::ensure_carrier_len(inner, meta, end)?;
+        }
+        for run in runs {
+            out.push((logical, run));
+            logical += run.len;
+        }
+    }
+    Ok(out)
+}
+
+/// The zeroing an extension from `size` to beyond needs in the file's last partial block.
+fn tail_zeroing(meta: &Meta, ino: u64, size: u64, new_end: u64, bs: u64) -> Option<(u64, usize)> {
+    if size.is_multiple_of(bs) || new_end <= size {
+        return None;
+    }
+    let lb = size / bs;
+    let pb = meta.ns.get(ino)?.physical_of(lb)?;
+    let len = new_end.min((lb + 1) * bs) - size;
+    Some((pb * bs + (size - lb * bs), len as usize))
+}
+
+fn plan_write(inner: &Inner, meta: &mut Meta, ino: u64, offset: u64, len: usize) -> Result<Plan> {
+    let bs = u64::from(inner.layout.block_size);
+    let end = offset + len as u64;
+    let size = meta.ns.get(ino).ok_or(Error::Closed)?.size;
+    let (first, last) = (offset / bs, (end - 1) / bs);
+    let mut plan = Plan::default();
+    // The gap between the old end and the write, inside the old last block.
+    if let Some((at, n)) = tail_zeroing(meta, ino, size, offset, bs) {
+        plan.push(at, Piece::Zeros(n));
+    }
+    plan.new_runs = allocate_gaps(inner, meta, ino, first, last)?;
+    let inode = meta.ns.get(ino).ok_or(Error::Closed)?;
+    for lb in first..=last {
+        let block_lo = lb * bs;
+        let lo = offset.max(block_lo);
+        let hi = end.min(block_lo + bs);
+        let data = Piece::Data((lo - offset) as usize..(hi - offset) as usize);
+        if let Some(pb) = inode.physical_of(lb) {
+            plan.push(pb * bs + (lo - block_lo), data);
+        } else {
+            let (start, run) = plan
+                .new_runs
+                .iter()
+                .find(|(s, r)| lb >= *s && lb < s + r.len)
+                .copied()
+                .expect("every unmapped block was just allocated");
+            let pb = run.start + (lb - start);
+            plan.push(pb * bs, Piece::Zeros((lo - block_lo) as usize));
+            plan.push(pb * bs + (lo - block_lo), data);
+            plan.push(pb * bs + (hi - block_lo), Piece::Zeros((block_lo + bs - hi) as usize));
+        }
+    }
+    Ok(plan)
+}
+
+fn execute(inner: &Inner, plan: &Plan, data: &[u8]) -> Result<()> {
+    let durable = inner.carrier.options().write_through;
+    for seg in &plan.segments {
+        let total: usize = seg.pieces.iter().map(Piece::len).sum();
+        let assembled;
+        let bytes: &[u8] = match seg.pieces.as_slice() {
+            [Piece::Data(r)] => &data[r.clone()],
+            pieces => {
+                let mut buf = AlignedBuf::zeroed(total, 4096);
+                let mut at = 0;
+                for p in pieces {
+                    if let Piece::Data(r) = p {
+                        buf.as_mut_slice()[at..at + r.len()].copy_from_slice(&data[r.clone()]);
+                    }
+                    at += p.len();
+                }
+                assembled = buf;
+                assembled.as_slice()
+            }
+        };
+        assert!(seg.offset + total as u64 <= inner.layout.capacity_bytes(), "data write past the volume end");
+        let result = if durable {
+            inner.carrier.write_durable_at(bytes, seg.offset)
+        } else {
+            inner.unflushed.store(true, Ordering::Release);
+            inner.carrier.write_all_at(bytes, seg.offset)
+        };
+        result.map_err(|source| {
+            let op = if durable { IoOp::DurableWrite } else { IoOp::Write };
+            Error::Io { op, offset: seg.offset, len: total as u64, source }
+        })?;
+    }
+    Ok(())
+}
+
+/// Writes `data` at `at`; returns the offset written at.
+pub(crate) fn write_at(inner: &Inner, ino: u64, io: &InodeIo, at: At, data: &[u8]) -> Result<u64> {
+    inner.writable()?;
+    let _rw = read_lock(io);
+    let _gate = gate(inner, io);
+    let (offset, plan) = {
+        let mut meta = inner.meta();
+        let size = meta.ns.get(ino).ok_or(Error::Closed)?.size;
+        let offset = match at {
+            At::Offset(o) => o,
+            At::End => size,
+        };
+        check_end(offset, data.len())?;
+        if data.is_empty() {
+            return Ok(offset);
+        }
+        (offset, plan_write(inner, &mut meta, ino, offset, data.len())?)
+    };
+    execute(inner, &plan, data).inspect_err(|e| inner.poison(e))?;
+    let mut meta = inner.meta();
+    let m = &mut *meta;
+    for &(logical, run) in &plan.new_runs {
+        m.ns.attach_extent(ino, logical, run, &mut m.alloc);
+    }
+    // An in-place overwrite changes no metadata: the modification time moves only with the
+    // size or the mapping, so a write-through overwrite leaves nothing for a commit to do.
+    let end = offset + data.len() as u64;
+    let size = m.ns.get(ino).map_or(0, |i| i.size);
+    if end > size || !plan.new_runs.is_empty() {
+        m.ns.set_size(ino, size.max(end), now_ns());
+    }
+    Ok(offset)
+}
+
+/// Truncates or extends the file to `len` bytes (an extension is a hole).
+pub(crate) fn set_len(inner: &Inner, ino: u64, io: &InodeIo, len: u64) -> Result<()> {
+    inner.writable()?;
+    check_end(len, 0)?;
+    let _rw = io.rw.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+    let bs = u64::from(inner.layout.block_size);
+    let mut meta = inner.meta();
+    let size = meta.ns.get(ino).ok_or(Error::Closed)?.size;
+    if len < size {
+        let m = &mut *meta;
+        m.ns.truncate_blocks(ino, len.div_ceil(bs), &mut m.alloc);
+    } else if let Some((at, n)) = tail_zeroing(&meta, ino, size, len, bs) {
+        let mut plan = Plan::default();
+        plan.push(at, Piece::Zeros(n));
+        execute(inner, &plan, &[]).inspect_err(|e| inner.poison(e))?;
+    }
+    meta.ns.set_size(ino, len, now_ns());
+    Ok(())
+}
+
+/// Allocates and zero-fills every unmapped block of `[offset, offset + len)`, and extends the
+/// file to cover it: the blocks are written and non-sparse, so later writes into them are
+/// pure overwrites (no allocation, no commit).
+pub(crate) fn preallocate(inner: &Inner, ino: u64, io: &InodeIo, offset: u64, len: u64) -> Result<()> {
+    inner.writable()?;
+    let end = check_end(offset, len as usize)?;
+    if len == 0 {
+        return Ok(());
+    }
+    let _rw = read_lock(io);
+    let _gate = gate(inner, io);
+    let bs = u64::from(inner.layout.block_size);
+    let (mut plan, size) = {
+        let mut meta = inner.meta();
+        let size = meta.ns.get(ino).ok_or(Error::Closed)?.size;
+        let mut plan = Plan::default();
+        if let Some((at, n)) = tail_zeroing(&meta, ino, size, end, bs) {
+            plan.push(at, Piece::Zeros(n));
+        }
+        plan.new_runs = allocate_gaps(inner, &mut meta, ino, offset / bs, (end - 1) / bs)?;
+        (plan, size)
+    };
+    for &(_, run) in &plan.new_runs.clone() {
+        let mut at = run.start * bs;
+        let run_end = run.end() * bs;
+        while at < run_end {
+            let n = (run_end - at).min(ZERO_CHUNK as u64) as usize;
+            plan.push(at, Piece::Zeros(n));
+            at += n as u64;
+        }
+    }
+    // Preallocation is metadata: its zeros need only be durable by the commit that publishes
+    // the new extents, whose first barrier covers them.
+    let zero = AlignedBuf::zeroed(ZERO_CHUNK, 4096);
+    for seg in &plan.segments {
+        let mut at = seg.offset;
+        for p in &seg.pieces {
+            let n = p.len();
+            inner.unflushed.store(true, Ordering::Release);
+            commit::write(inner, &zero.as_slice()[..n.min(ZERO_CHUNK)], at).inspect_err(|e| inner.poison(e))?;
+            at += n as u64;
+        }
+    }
+    let mut meta = inner.meta();
+    let m = &mut *meta;
+    for &(logical, run) in &plan.new_runs {
+        m.ns.attach_extent(ino, logical, run, &mut m.alloc);
+    }
+    m.ns.set_size(ino, size.max(end), now_ns());
+    Ok(())
+}

@@ -1,0 +1,427 @@
+//! The volume: one carrier, its superblocks, bitmap and image, and the namespace on top.
+//!
+//! Locking, outermost first: a file's IO lock (shared for reads and writes, exclusive for
+//! `set_len`), then the data-write gate (the whole volume in serial mode, the file in parallel
+//! mode), then the metadata mutex. The metadata mutex is never held across a data write, so
+//! reads and write-through appends of one file do not wait for metadata work on another; it
+//! is held across a commit, so metadata changes are serialized with the commit protocol.
+//!
+//! Submodules: `open` (format; lock -> adopt -> reconcile -> writable), `commit` (the
+//! two-barrier protocol), `io` (the data path), `check` (the read-only checker).
+
+mod check;
+mod commit;
+pub(crate) mod io;
+mod open;
+mod options;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+pub use check::{CheckReport, Finding, FindingKind, SlotStatus, check};
+pub use open::OpenReport;
+pub use options::{CommitMutation, FormatOptions, VolumeOptions, WriteConcurrency};
+
+use crate::bitmap::Allocator;
+use crate::carrier::{Carrier, CarrierOptions, Medium, StatsSnapshot};
+use crate::error::{Error, Result};
+use crate::file::File;
+use crate::layout::Layout;
+use crate::namespace::Namespace;
+use crate::records::InodeKind;
+use crate::superblock::{LAYOUT_SPARSE, LAYOUT_THIN, Superblock, VolumeState};
+
+/// Per-open-inode IO locks.
+#[derive(Debug, Default)]
+pub(crate) struct InodeIo {
+    /// Shared by reads and writes; exclusive for size changes that free blocks.
+    pub(crate) rw: RwLock<()>,
+    /// Serializes the data writes of this file (parallel mode).
+    pub(crate) write: Mutex<()>,
+}
+
+#[derive(Debug)]
+pub(crate) struct OpenInode {
+    pub(crate) handles: usize,
+    pub(crate) io: Arc<InodeIo>,
+}
+
+/// Everything the metadata mutex protects.
+#[derive(Debug)]
+pub(crate) struct Meta {
+    pub(crate) ns: Namespace,
+    pub(crate) alloc: Allocator,
+    /// The last durable commit.
+    pub(crate) sb: Superblock,
+    pub(crate) open: HashMap<u64, OpenInode>,
+    /// Bytes of the carrier that exist (a thin carrier grows toward the capacity).
+    pub(crate) carrier_len: u64,
+}
+
+impl Meta {
+    /// True when the next commit has something to write.
+    pub(crate) fn is_dirty(&self) -> bool {
+        self.ns.tables.iter().any(crate::chain::Table::is_dirty) || self.alloc.has_dirty_bitmap()
+    }
+}
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub(crate) carrier: Box<dyn Carrier>,
+    pub(crate) layout: Layout,
+    pub(crate) options: VolumeOptions,
+    pub(crate) read_only: bool,
+    pub(crate) meta: Mutex<Meta>,
+    /// The data-write gate of serial mode.
+    pub(crate) gate: Mutex<()>,
+    pub(crate) poisoned: AtomicBool,
+    pub(crate) closed: AtomicBool,
+    /// Non-durable data writes were issued since the last barrier.
+    pub(crate) unflushed: AtomicBool,
+    pub(crate) report: OpenReport,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock is a bug that already failed loudly; the state it
+    // protects is checked by assertions, so keep serving rather than cascade.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+pub(crate) fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+impl Inner {
+    /// Refuses use after close or after a failed write.
+    pub(crate) fn usable(&self) -> Result<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(Error::Poisoned);
+        }
+        Ok(())
+    }
+
+    pub(crate) fn writable(&self) -> Result<()> {
+        self.usable()?;
+        if self.read_only { Err(Error::ReadOnly) } else { Ok(()) }
+    }
+
+    /// Marks the volume poisoned; every later call fails with `Poisoned` until reopen. A
+    /// failed write or barrier may have left the kernel's view and the medium apart
+    /// (fsyncgate): nothing is retried and counted as success.
+    pub(crate) fn poison(&self, error: &Error) {
+        if !self.poisoned.swap(true, Ordering::AcqRel) {
+            tracing::error!(%error, "volume poisoned by a failed carrier operation");
+        }
+    }
+
+    pub(crate) fn meta(&self) -> MutexGuard<'_, Meta> {
+        lock(&self.meta)
+    }
+}
+
+/// Whether a path names a file or a directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileKind {
+    File,
+    Directory,
+}
+
+impl From<InodeKind> for FileKind {
+    fn from(k: InodeKind) -> FileKind {
+        match k {
+            InodeKind::File => FileKind::File,
+            InodeKind::Directory => FileKind::Directory,
+        }
+    }
+}
+
+/// One entry of a directory listing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    pub name: Vec<u8>,
+    pub ino: u64,
+    pub kind: FileKind,
+    pub size: u64,
+}
+
+/// What `stat` reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Metadata {
+    pub ino: u64,
+    pub kind: FileKind,
+    pub size: u64,
+    /// Blocks mapped by extents (a sparse file maps fewer than its size).
+    pub allocated_blocks: u64,
+    pub extents: usize,
+    pub attributes: usize,
+    pub created_unix_ns: u64,
+    pub modified_unix_ns: u64,
+}
+
+/// One extent of a file: logical block, physical block, length in blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ExtentInfo {
+    pub logical_block: u64,
+    pub physical_block: u64,
+    pub blocks: u64,
+}
+
+/// A summary of an open volume.
+#[derive(Debug, Clone)]
+pub struct VolumeInfo {
+    pub uuid: crate::format::consts::Uuid,
+    pub generation: u64,
+    pub layout: Layout,
+    pub medium: Medium,
+    pub carrier: CarrierOptions,
+    pub thin: bool,
+    pub sparse: bool,
+    pub read_only: bool,
+    pub free_blocks: u64,
+    pub inodes: usize,
+}
+
+/// An open volume. Cheap to clone; all clones and all [`File`]s share one open volume.
+#[derive(Debug, Clone)]
+pub struct Volume {
+    pub(crate) inner: Arc<Inner>,
+}
+
+impl Volume {
+    /// Formats `carrier` and returns the volume open for writing.
+    pub fn format(carrier: Box<dyn Carrier>, format: &FormatOptions<'_>, options: VolumeOptions) -> Result<Volume> {
+        open::format(carrier, format, options)
+    }
+
+    /// Opens the volume on `carrier`: adopt a superblock, load its image, reconcile the
+    /// bitmap, and (unless read-only) mark the volume dirty with one commit.
+    pub fn open(carrier: Box<dyn Carrier>, options: VolumeOptions) -> Result<Volume> {
+        open::open(carrier, options)
+    }
+
+    /// Creates a carrier at `path` (a new file, or a block device) and formats it.
+    pub fn create_path(path: &Path, format: &FormatOptions<'_>, carrier: CarrierOptions, options: VolumeOptions) -> Result<Volume> {
+        open::create_path(path, format, carrier, options)
+    }
+
+    /// Opens the volume on the file or block device at `path`.
+    pub fn open_path(path: &Path, carrier: CarrierOptions, options: VolumeOptions) -> Result<Volume> {
+        let read_only = carrier.read_only || options.read_only;
+        let carrier = crate::carrier::open_path(path, CarrierOptions { read_only, ..carrier })?;
+        open::open(carrier, VolumeOptions { read_only, ..options })
+    }
+
+    /// What open found (adopted slot, fallback, reclaimed blocks).
+    pub fn open_report(&self) -> &OpenReport {
+        &self.inner.report
+    }
+
+    pub fn info(&self) -> VolumeInfo {
+        let meta = self.inner.meta();
+        VolumeInfo {
+            uuid: meta.sb.uuid,
+            generation: meta.sb.generation,
+            layout: self.inner.layout,
+            medium: self.inner.carrier.medium(),
+            carrier: self.inner.carrier.options(),
+            thin: meta.sb.layout_flags & LAYOUT_THIN != 0,
+            sparse: meta.sb.layout_flags & LAYOUT_SPARSE != 0,
+            read_only: self.inner.read_only,
+            free_blocks: meta.alloc.free_blocks(),
+            inodes: meta.ns.inodes.len(),
+        }
+    }
+
+    /// Operation counts of the carrier so far.
+    pub fn carrier_stats(&self) -> StatsSnapshot {
+        self.inner.carrier.stats().snapshot()
+    }
+
+    pub fn carrier(&self) -> &dyn Carrier {
+        self.inner.carrier.as_ref()
+    }
+
+    /// Generation of the last durable commit.
+    pub fn generation(&self) -> u64 {
+        self.inner.meta().sb.generation
+    }
+
+    /// True once a failed write or barrier poisoned the volume.
+    pub fn is_poisoned(&self) -> bool {
+        self.inner.poisoned.load(Ordering::Acquire)
+    }
+
+    /// Makes every change so far durable: all metadata (one commit, two barriers) and data.
+    pub fn commit(&self) -> Result<()> {
+        self.inner.writable()?;
+        let mut meta = self.inner.meta();
+        commit::commit(&self.inner, &mut meta, VolumeState::Dirty)
+    }
+
+    /// Like `commit`, but does nothing when nothing changed, and only a barrier when only
+    /// buffered data changed.
+    pub fn sync(&self) -> Result<()> {
+        self.inner.writable()?;
+        let mut meta = self.inner.meta();
+        if meta.is_dirty() {
+            commit::commit(&self.inner, &mut meta, VolumeState::Dirty)
+        } else {
+            commit::flush_data(&self.inner)
+        }
+    }
+
+    /// Commits with the clean state and releases the volume. Open handles fail with `Closed`
+    /// afterwards. A read-only volume just closes.
+    pub fn close(self) -> Result<()> {
+        self.inner.usable()?;
+        let result = if self.inner.read_only {
+            Ok(())
+        } else {
+            let mut meta = self.inner.meta();
+            let orphans: Vec<u64> = meta.ns.orphans.keys().copied().collect();
+            for ino in orphans {
+                let m = &mut *meta;
+                m.ns.release_orphan(ino, &mut m.alloc);
+            }
+            commit::commit(&self.inner, &mut meta, VolumeState::Clean)
+        };
+        self.inner.closed.store(true, Ordering::Release);
+        result
+    }
+
+    fn create(&self, path: &[u8], kind: InodeKind) -> Result<u64> {
+        self.inner.writable()?;
+        let mut meta = self.inner.meta();
+        let (parent, name) = meta.ns.resolve_parent(path)?;
+        meta.ns.create(parent, name, kind, now_ns(), path)
+    }
+
+    /// Creates a new, empty file and opens it.
+    pub fn create_file(&self, path: impl AsRef<[u8]>) -> Result<File> {
+        let ino = self.create(path.as_ref(), InodeKind::File)?;
+        Ok(File::new(self.clone(), ino))
+    }
+
+    /// Creates a directory.
+    pub fn create_dir(&self, path: impl AsRef<[u8]>) -> Result<()> {
+        self.create(path.as_ref(), InodeKind::Directory).map(|_| ())
+    }
+
+    /// Creates every missing directory of `path`.
+    pub fn create_dir_all(&self, path: impl AsRef<[u8]>) -> Result<()> {
+        let path = path.as_ref();
+        let names = crate::namespace::split_path(path)?;
+        let mut at = Vec::new();
+        for name in names {
+            at.push(b'/');
+            at.extend_from_slice(name);
+            match self.create(&at, InodeKind::Directory) {
+                Ok(_) => {}
+                Err(Error::AlreadyExists { .. }) if self.stat(&at)?.kind == FileKind::Directory => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Opens an existing file.
+    pub fn open_file(&self, path: impl AsRef<[u8]>) -> Result<File> {
+        let path = path.as_ref();
+        self.inner.usable()?;
+        let ino = {
+            let meta = self.inner.meta();
+            let ino = meta.ns.resolve(path)?;
+            if meta.ns.inodes[&ino].kind == InodeKind::Directory {
+                return Err(Error::IsADirectory { path: path.to_vec() });
+            }
+            ino
+        };
+        Ok(File::new(self.clone(), ino))
+    }
+
+    /// Removes a file or an empty directory. Open handles of a removed file keep working;
+    /// its blocks return to free space after the last one closes.
+    pub fn remove(&self, path: impl AsRef<[u8]>) -> Result<()> {
+        self.inner.writable()?;
+        let mut meta = self.inner.meta();
+        let m = &mut *meta;
+        let open = &m.open;
+        m.ns.remove(path.as_ref(), |ino| open.contains_key(&ino), &mut m.alloc, now_ns())
+    }
+
+    /// Renames `from` to `to` atomically, replacing a file or an empty directory at `to`.
+    pub fn rename(&self, from: impl AsRef<[u8]>, to: impl AsRef<[u8]>) -> Result<()> {
+        self.inner.writable()?;
+        let mut meta = self.inner.meta();
+        let m = &mut *meta;
+        let open = &m.open;
+        m.ns.rename(from.as_ref(), to.as_ref(), |ino| open.contains_key(&ino), &mut m.alloc, now_ns())
+    }
+
+    /// Lists a directory, sorted by name (byte order).
+    pub fn list(&self, path: impl AsRef<[u8]>) -> Result<Vec<DirEntry>> {
+        let path = path.as_ref();
+        self.inner.usable()?;
+        let meta = self.inner.meta();
+        let ino = meta.ns.resolve(path)?;
+        let dir = &meta.ns.inodes[&ino];
+        if dir.kind != InodeKind::Directory {
+            return Err(Error::NotADirectory { path: path.to_vec() });
+        }
+        Ok(dir
+            .children
+            .iter()
+            .map(|(name, c)| {
+                let child = &meta.ns.inodes[&c.ino];
+                DirEntry { name: name.clone(), ino: c.ino, kind: child.kind.into(), size: child.size }
+            })
+            .collect())
+    }
+
+    /// Metadata of the file or directory at `path`.
+    pub fn stat(&self, path: impl AsRef<[u8]>) -> Result<Metadata> {
+        self.inner.usable()?;
+        let meta = self.inner.meta();
+        let ino = meta.ns.resolve(path.as_ref())?;
+        Ok(stat_of(&meta.ns, ino))
+    }
+
+    /// True when `path` names something.
+    pub fn exists(&self, path: impl AsRef<[u8]>) -> Result<bool> {
+        match self.stat(path) {
+            Ok(_) => Ok(true),
+            Err(Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Checks the in-memory invariants (tests and fuzzers call this after operations).
+    #[doc(hidden)]
+    pub fn check_invariants(&self) {
+        let meta = self.inner.meta();
+        meta.ns.check_invariants();
+        meta.alloc.check_invariants();
+    }
+}
+
+pub(crate) fn stat_of(ns: &Namespace, ino: u64) -> Metadata {
+    let i = ns.get(ino).expect("stat of a live inode");
+    Metadata {
+        ino,
+        kind: i.kind.into(),
+        size: i.size,
+        allocated_blocks: i.allocated_blocks(),
+        extents: i.extents.len(),
+        attributes: i.attrs.len(),
+        created_unix_ns: i.created_ns,
+        modified_unix_ns: i.modified_ns,
+    }
+}

@@ -1,0 +1,268 @@
+//! Format and open (FORMAT.md, "Open").
+//!
+//! Open: the carrier is already locked -> read both superblocks -> adopt the newest one whose
+//! image verifies (falling back one generation only when the newer slot is the first write of
+//! an interrupted commit) -> reconcile the bitmap with the reachable set -> one commit that
+//! marks the volume dirty -> writable. There is no repair tool and no heuristic scan: a crashed
+//! volume opens exactly at its last durable commit.
+
+use std::path::Path;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+
+use super::{FormatOptions, Inner, Meta, Volume, VolumeOptions, commit, now_ns};
+use crate::bitmap::{Allocator, Bitmap};
+use crate::carrier::{AlignedBuf, Carrier, CarrierOptions, CreateOptions, DeviceCarrier, FileCarrier, Medium};
+use crate::error::{Corruption, Error, Invalid, IoOp, Region, Result};
+use crate::format::checksum;
+use crate::format::consts::{FORMAT_VERSION, SUPERBLOCKS_LEN, Uuid};
+use crate::image::reader::{self, LoadedImage};
+use crate::layout::Layout;
+use crate::namespace::Namespace;
+use crate::superblock::{self, BlockRef, LAYOUT_SPARSE, LAYOUT_THIN, Member, Superblock, VolumeState};
+
+/// What open found and did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenReport {
+    /// Slot of the adopted superblock (0 = A, 1 = B).
+    pub adopted_slot: u8,
+    /// Generation adopted.
+    pub generation: u64,
+    /// Set when the newest slot's image did not verify and the previous commit was adopted:
+    /// the generation of the interrupted commit.
+    pub fell_back_from: Option<u64>,
+    /// The volume was not closed cleanly (a crash, or an open that never closed).
+    pub was_dirty: bool,
+    /// The bitmap was rebuilt from the image's reachable set.
+    pub bitmap_rebuilt: bool,
+    /// Blocks marked used on disk that nothing reaches (returned to free space).
+    pub leaked_blocks: u64,
+    /// The volume is open read-only because of unknown ro-compat features.
+    pub ro_compat_read_only: bool,
+}
+
+/// A superblock and its verified image.
+pub(crate) struct Adopted {
+    pub(crate) slot: u8,
+    pub(crate) sb: Superblock,
+    pub(crate) image: LoadedImage,
+    pub(crate) fell_back_from: Option<u64>,
+}
+
+/// Adoption: the newest valid superblock whose image verifies. A newer slot may be passed
+/// over only when it is the first-written slot of an interrupted commit (exactly one
+/// generation ahead) or belongs to another volume; anything else is real damage and refuses.
+pub(crate) fn adopt(carrier: &dyn Carrier) -> Result<Adopted> {
+    let order = superblock::adoption_order(superblock::read_slots(carrier)?)?;
+    let mut first_error = None;
+    for (i, (slot, sb)) in order.iter().enumerate() {
+        match reader::load(carrier, sb) {
+            Ok(image) => {
+                let fell_back_from = (i > 0).then(|| order[0].1.generation);
+                return Ok(Adopted { slot: *slot, sb: sb.clone(), image, fell_back_from });
+            }
+            Err(e @ (Error::Io { .. } | Error::Unsupported(_))) => return Err(e),
+            Err(e) => {
+                let may_fall_back = order
+                    .get(i + 1)
+                    .is_some_and(|(_, next)| next.uuid != sb.uuid || next.generation + 1 == sb.generation);
+                let first = first_error.take().unwrap_or(e);
+                if !may_fall_back {
+                    return Err(first);
+                }
+                first_error = Some(first);
+            }
+        }
+    }
+    Err(first_error.unwrap_or(Error::NotAVolume))
+}
+
+fn check_alignment(carrier: &dyn Carrier, block_size: u32) -> Result<()> {
+    let g = carrier.geometry();
+    if !block_size.is_multiple_of(g.offset_align.max(1)) || g.mem_align > 4096 {
+        return Err(Error::Invalid(Invalid::BlockSize { bytes: block_size }));
+    }
+    Ok(())
+}
+
+fn read_bitmap(carrier: &dyn Carrier, layout: &Layout) -> Result<(Vec<u8>, Bitmap)> {
+    let len = (layout.bitmap.len * u64::from(layout.block_size)) as usize;
+    let mut buf = AlignedBuf::zeroed(len, 4096);
+    let offset = layout.offset_of(layout.bitmap.start);
+    carrier
+        .read_exact_at(buf.as_mut_slice(), offset)
+        .map_err(|source| Error::Io { op: IoOp::Read, offset, len: len as u64, source })?;
+    let bitmap = Bitmap::decode(buf.as_slice(), layout.total_blocks);
+    Ok((buf.as_slice().to_vec(), bitmap))
+}
+
+/// The allocator for an adopted image, and what reconciling the on-disk bitmap found.
+fn reconcile(carrier: &dyn Carrier, adopted: &Adopted, report: &mut OpenReport) -> Result<Allocator> {
+    let layout = adopted.sb.layout;
+    let reachable = adopted.image.reachable.clone();
+    let mut trusted = false;
+    if adopted.sb.state == VolumeState::Clean {
+        let (bytes, on_disk) = read_bitmap(carrier, &layout)?;
+        if checksum::plain(&bytes) == adopted.sb.bitmap_checksum {
+            trusted = true;
+            if let Some(&block) = reachable.difference(&on_disk).first() {
+                let offset = layout.offset_of(layout.bitmap.start) + block / 8;
+                return Err(Error::corrupt(Region::Bitmap, offset, Corruption::BitmapMissesBlock { block }));
+            }
+            report.leaked_blocks = on_disk.difference(&reachable).len() as u64;
+        }
+    }
+    let mut alloc = Allocator::new(layout, reachable);
+    if !trusted || report.leaked_blocks > 0 {
+        report.bitmap_rebuilt = true;
+        alloc.mark_all_bitmap_dirty();
+    }
+    Ok(alloc)
+}
+
+fn build(carrier: Box<dyn Carrier>, sb: &Superblock, ns: Namespace, alloc: Allocator, options: VolumeOptions, read_only: bool, report: OpenReport) -> Volume {
+    let carrier_len = carrier.geometry().len_bytes;
+    let meta = Meta { ns, alloc, sb: sb.clone(), open: std::collections::HashMap::new(), carrier_len };
+    let inner = Inner {
+        carrier,
+        layout: sb.layout,
+        options,
+        read_only,
+        meta: Mutex::new(meta),
+        gate: Mutex::new(()),
+        poisoned: AtomicBool::new(false),
+        closed: AtomicBool::new(false),
+        unflushed: AtomicBool::new(false),
+        report,
+    };
+    Volume { inner: Arc::new(inner) }
+}
+
+/// Opens the volume on `carrier`.
+pub(crate) fn open(carrier: Box<dyn Carrier>, options: VolumeOptions) -> Result<Volume> {
+    let adopted = adopt(carrier.as_ref())?;
+    let sb = &adopted.sb;
+    let layout = sb.layout;
+    check_alignment(carrier.as_ref(), layout.block_size)?;
+    let carrier_len = carrier.geometry().len_bytes;
+    if sb.layout_flags & LAYOUT_THIN == 0 && carrier_len < layout.capacity_bytes() {
+        return Err(Error::Invalid(Invalid::CarrierTooSmall { carrier_bytes: carrier_len, volume_bytes: layout.capacity_bytes() }));
+    }
+    let mut report = OpenReport {
+        adopted_slot: adopted.slot,
+        generation: sb.generation,
+        fell_back_from: adopted.fell_back_from,
+        was_dirty: sb.state == VolumeState::Dirty,
+        ro_compat_read_only: sb.requires_read_only(),
+        ..OpenReport::default()
+    };
+    let alloc = reconcile(carrier.as_ref(), &adopted, &mut report)?;
+    let read_only = options.read_only || carrier.options().read_only || sb.requires_read_only();
+    if report.fell_back_from.is_some() || report.leaked_blocks > 0 {
+        tracing::info!(?report, "volume recovered at open");
+    }
+    let Adopted { sb, image, .. } = adopted;
+    let volume = build(carrier, &sb, image.namespace, alloc, options, read_only, report);
+    if !read_only {
+        let inner = &volume.inner;
+        let mut meta = inner.meta();
+        commit::commit(inner, &mut meta, VolumeState::Dirty)?;
+    }
+    Ok(volume)
+}
+
+/// Formats `carrier` with `format`.
+pub(crate) fn format(carrier: Box<dyn Carrier>, format: &FormatOptions<'_>, options: VolumeOptions) -> Result<Volume> {
+    if carrier.options().read_only || options.read_only {
+        return Err(Error::ReadOnly);
+    }
+    let medium = carrier.medium();
+    let carrier_len = carrier.geometry().len_bytes;
+    let capacity = match format.capacity_bytes {
+        Some(c) => c,
+        None if carrier_len > 0 => carrier_len,
+        None => return Err(Error::Invalid(Invalid::Capacity { bytes: 0 })),
+    };
+    let layout = Layout::for_format(capacity, format.block_size, format.journal_bytes, format.image_blocks)?;
+    check_alignment(carrier.as_ref(), layout.block_size)?;
+    // Thin and sparse describe a file carrier; devices and memory are inherently
+    // preallocated and fully backed.
+    let thin = medium == Medium::File && !format.preallocate;
+    let sparse = medium == Medium::File && format.sparse;
+    if !thin && carrier_len < layout.capacity_bytes() {
+        return Err(Error::Invalid(Invalid::CarrierTooSmall { carrier_bytes: carrier_len, volume_bytes: layout.capacity_bytes() }));
+    }
+    let grow_to = layout.offset_of(layout.image.start);
+    carrier.grow(grow_to, sparse).map_err(|source| Error::Io { op: IoOp::Grow, offset: 0, len: grow_to, source })?;
+    // Wipe both slots first: a format that crashes half-way never looks like the carrier's
+    // previous volume.
+    let zeros = AlignedBuf::zeroed(SUPERBLOCKS_LEN as usize, 4096);
+    carrier
+        .write_all_at(zeros.as_slice(), 0)
+        .and_then(|()| carrier.barrier())
+        .map_err(|source| Error::Io { op: IoOp::Write, offset: 0, len: SUPERBLOCKS_LEN, source })?;
+    let uuid_error = |source| Error::Open { path: "/dev/urandom".into(), source };
+    let uuid = Uuid::random().map_err(uuid_error)?;
+    let member = Uuid::random().map_err(uuid_error)?;
+    let mut layout_flags = 0;
+    if thin {
+        layout_flags |= LAYOUT_THIN;
+    }
+    if sparse {
+        layout_flags |= LAYOUT_SPARSE;
+    }
+    let now = now_ns();
+    // Generation 0 is "nothing committed yet"; the first commit below writes generation 1.
+    let sb = Superblock {
+        version: FORMAT_VERSION,
+        state: VolumeState::Dirty,
+        incompat: 0,
+        ro_compat: 0,
+        compat: 0,
+        generation: 0,
+        layout,
+        layout_flags,
+        uuid,
+        carrier_index: 0,
+        carrier_count: 1,
+        members: vec![Member { uuid: member, capacity_blocks: layout.total_blocks }],
+        root: BlockRef::default(),
+        bitmap_checksum: 0,
+        created_unix_ns: now,
+    };
+    let ns = Namespace::new(layout.block_size, now);
+    let mut alloc = Allocator::new(layout, Allocator::fixed_regions(&layout));
+    alloc.mark_all_bitmap_dirty();
+    let volume = build(carrier, &sb, ns, alloc, options, false, OpenReport::default());
+    {
+        let inner = &volume.inner;
+        let mut meta = inner.meta();
+        commit::commit(inner, &mut meta, VolumeState::Dirty)?;
+    }
+    Ok(volume)
+}
+
+/// Creates the carrier at `path` and formats it.
+pub(crate) fn create_path(path: &Path, fmt: &FormatOptions<'_>, options: CarrierOptions, vopts: VolumeOptions) -> Result<Volume> {
+    if crate::carrier::is_block_device(path) {
+        let device = DeviceCarrier::open(path, options)?;
+        if !fmt.force && !device.looks_empty()? {
+            return Err(Error::NotEmpty { path: path.to_owned() });
+        }
+        return format(Box::new(device), fmt, vopts);
+    }
+    let Some(capacity_bytes) = fmt.capacity_bytes else {
+        return Err(Error::Invalid(Invalid::Capacity { bytes: 0 }));
+    };
+    let create = CreateOptions {
+        capacity_bytes,
+        preallocate: fmt.preallocate,
+        sparse: fmt.sparse,
+        force: fmt.force,
+        progress: fmt.progress,
+    };
+    // Refuse a bad geometry before creating (and zero-filling) anything.
+    Layout::for_format(capacity_bytes, fmt.block_size, fmt.journal_bytes, fmt.image_blocks)?;
+    let carrier = FileCarrier::create(path, &create, options)?;
+    format(Box::new(carrier), fmt, vopts)
+}

@@ -1,0 +1,87 @@
+//! Format-time and open-time options of a volume.
+
+/// How data writes of different files share the carrier.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum WriteConcurrency {
+    /// One data write through the volume at a time (the default; measured faster on fast
+    /// carriers, where writers mostly contend for the same queue).
+    #[default]
+    Serial,
+    /// Data writes of different files proceed concurrently; writes of one file, and all
+    /// metadata changes, stay serialized.
+    ParallelSegments,
+}
+
+/// Deliberate protocol breakages that the crash tests must catch (mutation testing of the
+/// checker). Never set outside tests.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CommitMutation {
+    /// Skip the barrier between the first superblock and the second.
+    SkipFirstBarrier,
+    /// Write the first superblock before the image blocks it points to, with no barrier
+    /// between them.
+    SuperblockBeforeImage,
+}
+
+/// Open-time options of the volume layer (the carrier's own knobs are `CarrierOptions`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct VolumeOptions {
+    pub concurrency: WriteConcurrency,
+    /// Open without writing anything (also implied by a read-only carrier or unknown
+    /// ro-compat features).
+    pub read_only: bool,
+    #[doc(hidden)]
+    pub mutation: Option<CommitMutation>,
+}
+
+/// What `format` lays out.
+#[derive(Clone, Copy)]
+pub struct FormatOptions<'a> {
+    /// Volume capacity in bytes; `None` takes the whole carrier.
+    pub capacity_bytes: Option<u64>,
+    /// Block size: a power of two from 4096 to 65536.
+    pub block_size: u32,
+    /// Bytes reserved for the journal region (may be 0; v1 writes no journal).
+    pub journal_bytes: u64,
+    /// Blocks of the image region; `None` takes 1/64 of the volume (16 to 65,536 blocks).
+    pub image_blocks: Option<u64>,
+    /// Reserve all space at creation (false: thin, the carrier file grows as used).
+    pub preallocate: bool,
+    /// Leave unwritten carrier ranges as holes (false: every byte is written at creation).
+    pub sparse: bool,
+    /// Overwrite a carrier that does not look empty.
+    pub force: bool,
+    /// Called with `(bytes done, bytes total)` while zero-filling.
+    pub progress: Option<&'a (dyn Fn(u64, u64) + Sync)>,
+}
+
+impl Default for FormatOptions<'_> {
+    /// Production layout: preallocated, non-sparse, 4 KiB blocks, no journal.
+    fn default() -> Self {
+        FormatOptions {
+            capacity_bytes: None,
+            block_size: 4096,
+            journal_bytes: 0,
+            image_blocks: None,
+            preallocate: true,
+            sparse: false,
+            force: false,
+            progress: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for FormatOptions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FormatOptions")
+            .field("capacity_bytes", &self.capacity_bytes)
+            .field("block_size", &self.block_size)
+            .field("journal_bytes", &self.journal_bytes)
+            .field("image_blocks", &self.image_blocks)
+            .field("preallocate", &self.preallocate)
+            .field("sparse", &self.sparse)
+            .field("force", &self.force)
+            .finish_non_exhaustive()
+    }
+}
