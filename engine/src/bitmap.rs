@@ -217,7 +217,13 @@ impl Allocator {
     }
 
     /// First fit of a run of `want` blocks, starting at `cursor` and wrapping once.
-    fn first_fit(&self, region: BlockRange, cursor: u64, want: u64, whole: bool) -> Option<BlockRange> {
+    fn first_fit(
+        &self,
+        region: BlockRange,
+        cursor: u64,
+        want: u64,
+        whole: bool,
+    ) -> Option<BlockRange> {
         for (from, until) in [(cursor, region.end()), (region.start, cursor)] {
             let mut at = from;
             while let Some(run) = self.run_from(region, at, want) {
@@ -269,8 +275,10 @@ impl Allocator {
         }
         let mut runs = Vec::new();
         let mut left = want;
-        if let Some(next) = after.filter(|&n| n < self.layout.total_blocks && n >= self.layout.image.start)
-            && let Some(run) = self.run_from(self.layout.allocatable(), next, left).filter(|r| r.start == next)
+        if let Some(next) =
+            after.filter(|&n| n < self.layout.total_blocks && n >= self.layout.image.start)
+            && let Some(run) =
+                self.run_from(self.layout.allocatable(), next, left).filter(|r| r.start == next)
         {
             self.take(run, true);
             left -= run.len;
@@ -279,7 +287,8 @@ impl Allocator {
         for region in [self.layout.data, self.layout.image] {
             for whole in [true, false] {
                 while left > 0 {
-                    let cursor = if region == self.layout.data { self.data_cursor } else { region.start };
+                    let cursor =
+                        if region == self.layout.data { self.data_cursor } else { region.start };
                     let Some(run) = self.first_fit(region, cursor, left, whole) else { break };
                     self.take(run, true);
                     if region == self.layout.data {
@@ -394,7 +403,9 @@ mod tests {
         }
         assert_eq!(a.free_blocks(), before, "freed blocks are not reusable before the commit");
         let again = a.alloc_data(10, None).unwrap();
-        assert!(again.iter().all(|r| runs.iter().all(|o| r.end() <= o.start || r.start >= o.end())));
+        assert!(
+            again.iter().all(|r| runs.iter().all(|o| r.end() <= o.start || r.start >= o.end()))
+        );
         a.commit_completed();
         assert_eq!(a.free_blocks(), before);
         a.check_invariants();

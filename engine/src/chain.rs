@@ -58,7 +58,8 @@ pub enum TableId {
 }
 
 impl TableId {
-    pub const ALL: [TableId; 4] = [TableId::Inodes, TableId::Dirents, TableId::Extents, TableId::Attributes];
+    pub const ALL: [TableId; 4] =
+        [TableId::Inodes, TableId::Dirents, TableId::Extents, TableId::Attributes];
 
     /// Bytes of one record of this table.
     pub fn record_len(self) -> usize {
@@ -131,8 +132,14 @@ pub fn seal(block: &mut [u8], address: u64, uuid: &Uuid, header: &BlockHeader) -
 }
 
 /// Verifies a metadata block read from `expected.block` and decodes its header.
-pub fn open_block(bytes: &[u8], expected: BlockRef, uuid: &Uuid, byte_offset: u64) -> Result<BlockHeader> {
-    let corrupt = |at: usize, reason| Error::corrupt(Region::Image, byte_offset + at as u64, reason);
+pub fn open_block(
+    bytes: &[u8],
+    expected: BlockRef,
+    uuid: &Uuid,
+    byte_offset: u64,
+) -> Result<BlockHeader> {
+    let corrupt =
+        |at: usize, reason| Error::corrupt(Region::Image, byte_offset + at as u64, reason);
     let len = bytes.len();
     let mut stored = [0u8; 4];
     stored.copy_from_slice(&bytes[len - TRAILER_LEN..]);
@@ -144,7 +151,10 @@ pub fn open_block(bytes: &[u8], expected: BlockRef, uuid: &Uuid, byte_offset: u6
     if stored != expected.checksum {
         // The block verifies by itself but is not the version its parent committed to:
         // a lost write or a stale copy.
-        return Err(corrupt(len - TRAILER_LEN, Corruption::Checksum { stored: expected.checksum, computed }));
+        return Err(corrupt(
+            len - TRAILER_LEN,
+            Corruption::Checksum { stored: expected.checksum, computed },
+        ));
     }
     let mut r = Reader::new(&bytes[..PAYLOAD_AT], Region::Image, byte_offset);
     if r.fixed::<4>()? != BLOCK_MAGIC {
@@ -154,7 +164,12 @@ pub fn open_block(bytes: &[u8], expected: BlockRef, uuid: &Uuid, byte_offset: u6
         1 => BlockKind::Root,
         2 => BlockKind::Spine,
         3 => BlockKind::Records,
-        other => return Err(Error::Unsupported(Unsupported::RecordKind { table: "block", tag: u64::from(other) })),
+        other => {
+            return Err(Error::Unsupported(Unsupported::RecordKind {
+                table: "block",
+                tag: u64::from(other),
+            }));
+        }
     };
     let table = r.u16_le()?;
     let generation = r.u64_le()?;
@@ -281,7 +296,11 @@ impl Table {
     /// Frees `slot`: its bytes become zero (a free slot is all zeros on disk).
     pub fn release(&mut self, slot: u64) {
         let at = slot as usize * self.record_len;
-        assert!(self.bytes[at..at + 2] != [0, 0], "releasing free slot {slot} of {}", self.id.name());
+        assert!(
+            self.bytes[at..at + 2] != [0, 0],
+            "releasing free slot {slot} of {}",
+            self.id.name()
+        );
         self.bytes[at..at + self.record_len].fill(0);
         let b = self.block_of(slot);
         self.blocks[b].live -= 1;
@@ -339,7 +358,9 @@ mod tests {
         assert!(open_block(&block, BlockRef { block: 101, ..at }, &uuid, 0).is_err());
         assert!(open_block(&block, at, &Uuid([4; 16]), 0).is_err());
         // A valid block that is not the version the parent points at: refused.
-        assert!(open_block(&block, BlockRef { checksum: at.checksum ^ 1, ..at }, &uuid, 0).is_err());
+        assert!(
+            open_block(&block, BlockRef { checksum: at.checksum ^ 1, ..at }, &uuid, 0).is_err()
+        );
     }
 
     #[test]

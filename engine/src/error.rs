@@ -219,7 +219,9 @@ impl fmt::Display for Invalid {
             Invalid::Capacity { bytes } => write!(f, "capacity of {bytes} bytes"),
             Invalid::BlockSize { bytes } => write!(f, "block size of {bytes} bytes"),
             Invalid::FileTooLarge { bytes } => write!(f, "file offset {bytes} is too large"),
-            Invalid::Rename => f.write_str("a directory cannot move into itself or onto a non-empty one"),
+            Invalid::Rename => {
+                f.write_str("a directory cannot move into itself or onto a non-empty one")
+            }
             Invalid::CarrierTooSmall { carrier_bytes, volume_bytes } => write!(
                 f,
                 "the carrier holds {carrier_bytes} bytes but the volume needs {volume_bytes}"

@@ -22,7 +22,10 @@ impl File {
     pub(crate) fn new(volume: Volume, ino: u64) -> File {
         let io = {
             let mut meta = volume.inner.meta();
-            let entry = meta.open.entry(ino).or_insert_with(|| OpenInode { handles: 0, io: Arc::default() });
+            let entry = meta
+                .open
+                .entry(ino)
+                .or_insert_with(|| OpenInode { handles: 0, io: Arc::default() });
             entry.handles += 1;
             Arc::clone(&entry.io)
         };
@@ -103,7 +106,11 @@ impl File {
         Ok(inode
             .extents
             .iter()
-            .map(|(&l, e)| ExtentInfo { logical_block: l, physical_block: e.physical, blocks: e.len })
+            .map(|(&l, e)| ExtentInfo {
+                logical_block: l,
+                physical_block: e.physical,
+                blocks: e.len,
+            })
             .collect())
     }
 

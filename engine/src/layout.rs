@@ -103,7 +103,11 @@ impl Layout {
             return Err(Error::Unsupported(Unsupported::BlockSize(self.block_size)));
         }
         let bad = |field: &'static str, value: u64| {
-            Err(Error::corrupt(Region::Superblock(0), offset, Corruption::BadValue { field, value }))
+            Err(Error::corrupt(
+                Region::Superblock(0),
+                offset,
+                Corruption::BadValue { field, value },
+            ))
         };
         if self.total_blocks == 0 || !self.total_blocks.is_multiple_of(MEMBER_ALIGN_BLOCKS) {
             return bad("total_blocks", self.total_blocks);
@@ -137,7 +141,11 @@ impl Layout {
 
     /// Byte offset of `block` on the carrier.
     pub fn offset_of(&self, block: u64) -> u64 {
-        assert!(block < self.total_blocks, "block {block} past the member's {} blocks", self.total_blocks);
+        assert!(
+            block < self.total_blocks,
+            "block {block} past the member's {} blocks",
+            self.total_blocks
+        );
         block * u64::from(self.block_size)
     }
 

@@ -49,6 +49,7 @@ mod volume;
 pub use error::{Error, Result};
 pub use file::File;
 pub use volume::{
-    CheckReport, CommitMutation, DirEntry, ExtentInfo, FileKind, Finding, FindingKind, FormatOptions, Metadata,
-    OpenReport, SlotStatus, Volume, VolumeInfo, VolumeOptions, WriteConcurrency, check,
+    CheckReport, CommitMutation, DirEntry, ExtentInfo, FileKind, Finding, FindingKind,
+    FormatOptions, Metadata, OpenReport, SlotStatus, Volume, VolumeInfo, VolumeOptions,
+    WriteConcurrency, check,
 };

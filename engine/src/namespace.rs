@@ -103,7 +103,8 @@ pub fn split_path(path: &[u8]) -> Result<Vec<&[u8]>> {
     if path.first() != Some(&b'/') {
         return Err(Error::Invalid(Invalid::Path));
     }
-    let trimmed = if path.len() > 1 && path.ends_with(b"/") { &path[1..path.len() - 1] } else { &path[1..] };
+    let trimmed =
+        if path.len() > 1 && path.ends_with(b"/") { &path[1..path.len() - 1] } else { &path[1..] };
     if trimmed.is_empty() {
         return Ok(Vec::new());
     }
@@ -116,7 +117,8 @@ pub fn split_path(path: &[u8]) -> Result<Vec<&[u8]>> {
 
 /// Checks one name.
 pub fn check_name(name: &[u8]) -> Result<()> {
-    if name.is_empty() || name == b"." || name == b".." || name.iter().any(|&b| b == b'/' || b == 0) {
+    if name.is_empty() || name == b"." || name == b".." || name.iter().any(|&b| b == b'/' || b == 0)
+    {
         return Err(Error::Invalid(Invalid::Name));
     }
     if name.len() > MAX_NAME_LEN {
@@ -213,7 +215,8 @@ impl Namespace {
             if dir.kind != InodeKind::Directory {
                 return Err(Error::NotADirectory { path: path.to_vec() });
             }
-            ino = dir.children.get(name).ok_or_else(|| Error::NotFound { path: path.to_vec() })?.ino;
+            ino =
+                dir.children.get(name).ok_or_else(|| Error::NotFound { path: path.to_vec() })?.ino;
         }
         Ok(ino)
     }
@@ -239,7 +242,14 @@ impl Namespace {
     }
 
     /// Creates a file or directory named `name` in directory `parent`.
-    pub fn create(&mut self, parent: u64, name: &[u8], kind: InodeKind, now_ns: u64, path: &[u8]) -> Result<u64> {
+    pub fn create(
+        &mut self,
+        parent: u64,
+        name: &[u8],
+        kind: InodeKind,
+        now_ns: u64,
+        path: &[u8],
+    ) -> Result<u64> {
         check_name(name)?;
         if self.inodes[&parent].children.contains_key(name) {
             return Err(Error::AlreadyExists { path: path.to_vec() });
@@ -305,7 +315,10 @@ impl Namespace {
         self.table(TableId::Inodes).release(inode.slot);
         for e in inode.extents.values() {
             self.table(TableId::Extents).release(e.slot);
-            alloc.free(BlockRange { start: e.physical, len: e.len }, if open { Hold::Pinned } else { Hold::UntilCommit });
+            alloc.free(
+                BlockRange { start: e.physical, len: e.len },
+                if open { Hold::Pinned } else { Hold::UntilCommit },
+            );
         }
         for a in inode.attrs.values() {
             for &s in &a.slots {
@@ -327,9 +340,19 @@ impl Namespace {
     }
 
     /// Removes the file or empty directory at `path`.
-    pub fn remove(&mut self, path: &[u8], is_open: impl Fn(u64) -> bool, alloc: &mut Allocator, now_ns: u64) -> Result<()> {
+    pub fn remove(
+        &mut self,
+        path: &[u8],
+        is_open: impl Fn(u64) -> bool,
+        alloc: &mut Allocator,
+        now_ns: u64,
+    ) -> Result<()> {
         let (parent, name) = self.resolve_parent(path)?;
-        let ino = self.inodes[&parent].children.get(name).ok_or_else(|| Error::NotFound { path: path.to_vec() })?.ino;
+        let ino = self.inodes[&parent]
+            .children
+            .get(name)
+            .ok_or_else(|| Error::NotFound { path: path.to_vec() })?
+            .ino;
         let inode = &self.inodes[&ino];
         if inode.kind == InodeKind::Directory && !inode.children.is_empty() {
             return Err(Error::DirectoryNotEmpty { path: path.to_vec() });
@@ -341,9 +364,20 @@ impl Namespace {
     }
 
     /// Atomically renames `from` to `to`, replacing a file, or an empty directory, at `to`.
-    pub fn rename(&mut self, from: &[u8], to: &[u8], is_open: impl Fn(u64) -> bool, alloc: &mut Allocator, now_ns: u64) -> Result<()> {
+    pub fn rename(
+        &mut self,
+        from: &[u8],
+        to: &[u8],
+        is_open: impl Fn(u64) -> bool,
+        alloc: &mut Allocator,
+        now_ns: u64,
+    ) -> Result<()> {
         let (src_parent, src_name) = self.resolve_parent(from)?;
-        let src = self.inodes[&src_parent].children.get(src_name).ok_or_else(|| Error::NotFound { path: from.to_vec() })?.ino;
+        let src = self.inodes[&src_parent]
+            .children
+            .get(src_name)
+            .ok_or_else(|| Error::NotFound { path: from.to_vec() })?
+            .ino;
         let (dst_parent, dst_name) = self.resolve_parent(to)?;
         check_name(dst_name)?;
         // A directory may not move into its own subtree.
@@ -361,8 +395,12 @@ impl Namespace {
             }
             let (src_kind, dst_inode) = (self.inodes[&src].kind, &self.inodes[&dst]);
             match (src_kind, dst_inode.kind) {
-                (InodeKind::File, InodeKind::Directory) => return Err(Error::IsADirectory { path: to.to_vec() }),
-                (InodeKind::Directory, InodeKind::File) => return Err(Error::NotADirectory { path: to.to_vec() }),
+                (InodeKind::File, InodeKind::Directory) => {
+                    return Err(Error::IsADirectory { path: to.to_vec() });
+                }
+                (InodeKind::Directory, InodeKind::File) => {
+                    return Err(Error::NotADirectory { path: to.to_vec() });
+                }
                 (InodeKind::Directory, InodeKind::Directory) if !dst_inode.children.is_empty() => {
                     return Err(Error::DirectoryNotEmpty { path: to.to_vec() });
                 }
@@ -391,11 +429,20 @@ impl Namespace {
 
     /// Maps logical blocks `[logical, logical + run.len)` of `ino` to `run` (held blocks that
     /// the caller just filled), merging with a physically contiguous predecessor.
-    pub fn attach_extent(&mut self, ino: u64, logical: u64, run: BlockRange, alloc: &mut Allocator) {
+    pub fn attach_extent(
+        &mut self,
+        ino: u64,
+        logical: u64,
+        run: BlockRange,
+        alloc: &mut Allocator,
+    ) {
         alloc.attach(run);
         let in_image = self.inodes.contains_key(&ino);
         let inode = self.get_mut(ino).expect("attaching to a live inode");
-        debug_assert!((logical..logical + run.len).all(|lb| inode.physical_of(lb).is_none()), "remapping a mapped block");
+        debug_assert!(
+            (logical..logical + run.len).all(|lb| inode.physical_of(lb).is_none()),
+            "remapping a mapped block"
+        );
         let prev = inode.extents.range(..logical).next_back().map(|(&s, e)| (s, *e));
         if let Some((start, mut e)) = prev
             && start + e.len == logical
@@ -412,7 +459,9 @@ impl Namespace {
             return;
         }
         if !in_image {
-            inode.extents.insert(logical, Extent { physical: run.start, len: run.len, slot: u64::MAX });
+            inode
+                .extents
+                .insert(logical, Extent { physical: run.start, len: run.len, slot: u64::MAX });
             return;
         }
         let slot = self.table(TableId::Extents).alloc_slot();
@@ -426,7 +475,12 @@ impl Namespace {
         let in_image = self.inodes.contains_key(&ino);
         let inode = self.get_mut(ino).expect("truncating a live inode");
         let hold = if in_image { Hold::UntilCommit } else { Hold::Pinned };
-        let affected: Vec<(u64, Extent)> = inode.extents.range(..).filter(|(s, e)| *s + e.len > keep).map(|(s, e)| (*s, *e)).collect();
+        let affected: Vec<(u64, Extent)> = inode
+            .extents
+            .range(..)
+            .filter(|(s, e)| *s + e.len > keep)
+            .map(|(s, e)| (*s, *e))
+            .collect();
         let mut records = Vec::new();
         for (start, e) in affected {
             let inode = self.get_mut(ino).expect("inode");
@@ -456,7 +510,10 @@ impl Namespace {
     /// Sets attribute `key` of `ino` to `value`.
     pub fn set_attr(&mut self, ino: u64, key: &[u8], value: &[u8]) -> Result<()> {
         if key.is_empty() || key.len() > MAX_ATTR_KEY_LEN {
-            return Err(Error::Invalid(Invalid::AttributeKey { len: key.len(), max: MAX_ATTR_KEY_LEN }));
+            return Err(Error::Invalid(Invalid::AttributeKey {
+                len: key.len(),
+                max: MAX_ATTR_KEY_LEN,
+            }));
         }
         if u32::try_from(value.len()).is_err() {
             return Err(Error::Invalid(Invalid::FileTooLarge { bytes: value.len() as u64 }));
@@ -512,7 +569,12 @@ impl Namespace {
                 assert!(s >= end, "overlapping extents in inode {}", inode.ino);
                 end = s + e.len;
             }
-            assert!(end <= blocks, "inode {} maps block {end} past its size {}", inode.ino, inode.size);
+            assert!(
+                end <= blocks,
+                "inode {} maps block {end} past its size {}",
+                inode.ino,
+                inode.size
+            );
         }
     }
 }

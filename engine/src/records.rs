@@ -4,9 +4,9 @@
 //! any non-zero byte refuses the image. Unknown tags and flag bits refuse (unknown means
 //! refuse, never misread). Decoders return `Err` on every input they do not accept.
 
+use crate::error::Region;
 use crate::error::{Error, Result, Unsupported};
 use crate::format::codec::{Reader, Writer};
-use crate::error::Region;
 use crate::format::consts::{MAX_ATTR_KEY_LEN, MAX_FILE_SIZE, MAX_NAME_LEN};
 
 /// Bytes of payload in one attribute record.
@@ -104,7 +104,11 @@ pub struct DirentRecord {
 
 impl DirentRecord {
     pub fn encode_into(&self, out: &mut [u8]) {
-        assert!(!self.name.is_empty() && self.name.len() <= MAX_NAME_LEN, "name of {} bytes", self.name.len());
+        assert!(
+            !self.name.is_empty() && self.name.len() <= MAX_NAME_LEN,
+            "name of {} bytes",
+            self.name.len()
+        );
         let mut w = Writer::new(out);
         w.u16_le(1);
         w.u16_le(self.name.len() as u16);
@@ -237,7 +241,9 @@ impl AttrPart {
             }
             (2, p) if p > 0 => {
                 if key_len != 0 || value_len != 0 {
-                    return Err(Error::Unsupported(Unsupported::ReservedNonZero { field: "attribute continuation" }));
+                    return Err(Error::Unsupported(Unsupported::ReservedNonZero {
+                        field: "attribute continuation",
+                    }));
                 }
             }
             (1 | 2, p) => return Err(r.bad_value("attribute part", u64::from(p))),
@@ -278,7 +284,13 @@ mod tests {
     #[test]
     fn records_round_trip() {
         let mut buf = [0u8; 288];
-        let i = InodeRecord { kind: InodeKind::File, ino: 9, size: 12345, created_ns: 1, modified_ns: 2 };
+        let i = InodeRecord {
+            kind: InodeKind::File,
+            ino: 9,
+            size: 12345,
+            created_ns: 1,
+            modified_ns: 2,
+        };
         i.encode_into(&mut buf[..128]);
         assert_eq!(InodeRecord::decode(&buf[..128], 0).unwrap(), i);
         let d = DirentRecord { parent: 1, child: 9, name: b"caf\xc3\xa9 \x01 name".to_vec() };
@@ -296,7 +308,8 @@ mod tests {
     #[test]
     fn unknown_tags_and_flags_refuse() {
         let mut buf = [0u8; 128];
-        InodeRecord { kind: InodeKind::File, ino: 9, size: 1, created_ns: 0, modified_ns: 0 }.encode_into(&mut buf);
+        InodeRecord { kind: InodeKind::File, ino: 9, size: 1, created_ns: 0, modified_ns: 0 }
+            .encode_into(&mut buf);
         buf[0] = 7;
         assert!(matches!(InodeRecord::decode(&buf, 0), Err(Error::Unsupported(_))));
         buf[0] = 1;

@@ -52,7 +52,9 @@ pub const RESERVED_AT: usize = MEMBERS_AT + MAX_MEMBERS * MEMBER_LEN;
 pub const CHECKSUM_AT: usize = SUPERBLOCK_LEN - 4;
 pub const RESERVED_LEN: usize = CHECKSUM_AT - RESERVED_AT;
 
-const _: () = assert!(UUID_AT.is_multiple_of(8) && TOTAL_BLOCKS_AT.is_multiple_of(8) && MEMBERS_AT.is_multiple_of(8));
+const _: () = assert!(
+    UUID_AT.is_multiple_of(8) && TOTAL_BLOCKS_AT.is_multiple_of(8) && MEMBERS_AT.is_multiple_of(8)
+);
 const _: () = assert!(RESERVED_AT == 592, "FORMAT.md places the reserved area at byte 592");
 const _: () = assert!(RESERVED_AT < CHECKSUM_AT);
 
@@ -188,7 +190,10 @@ impl Superblock {
         let region = Region::Superblock(slot);
         let base = slot_offset(slot);
         if bytes.len() != SUPERBLOCK_LEN {
-            let reason = Corruption::Truncated { needed: SUPERBLOCK_LEN as u64, available: bytes.len() as u64 };
+            let reason = Corruption::Truncated {
+                needed: SUPERBLOCK_LEN as u64,
+                available: bytes.len() as u64,
+            };
             return Err(Error::corrupt(region, base, reason));
         }
         if bytes[..MAGIC.len()] != MAGIC {
@@ -196,16 +201,28 @@ impl Superblock {
         }
         let mut uuid = Uuid::default();
         uuid.0.copy_from_slice(&bytes[UUID_AT..UUID_AT + 16]);
-        let stored = u32::from_le_bytes([bytes[CHECKSUM_AT], bytes[CHECKSUM_AT + 1], bytes[CHECKSUM_AT + 2], bytes[CHECKSUM_AT + 3]]);
+        let stored = u32::from_le_bytes([
+            bytes[CHECKSUM_AT],
+            bytes[CHECKSUM_AT + 1],
+            bytes[CHECKSUM_AT + 2],
+            bytes[CHECKSUM_AT + 3],
+        ]);
         let computed = checksum::superblock(slot, &uuid, &bytes[..CHECKSUM_AT]);
         if stored != computed {
-            return Err(Error::corrupt(region, base + CHECKSUM_AT as u64, Corruption::Checksum { stored, computed }));
+            return Err(Error::corrupt(
+                region,
+                base + CHECKSUM_AT as u64,
+                Corruption::Checksum { stored, computed },
+            ));
         }
         let mut r = Reader::new(bytes, region, base);
         r.bytes(MAGIC.len())?;
         let version = r.u32_le()?;
         if version > FORMAT_VERSION {
-            return Err(Error::Unsupported(Unsupported::Version { found: version, supported: FORMAT_VERSION }));
+            return Err(Error::Unsupported(Unsupported::Version {
+                found: version,
+                supported: FORMAT_VERSION,
+            }));
         }
         if version == 0 {
             return Err(r.bad_value("format_version", 0));
@@ -217,7 +234,9 @@ impl Superblock {
         };
         let incompat = r.u64_le()?;
         if incompat & !KNOWN_INCOMPAT != 0 {
-            return Err(Error::Unsupported(Unsupported::IncompatFeatures(incompat & !KNOWN_INCOMPAT)));
+            return Err(Error::Unsupported(Unsupported::IncompatFeatures(
+                incompat & !KNOWN_INCOMPAT,
+            )));
         }
         let ro_compat = r.u64_le()?;
         let compat = r.u64_le()?;
@@ -233,11 +252,17 @@ impl Superblock {
         }
         let carrier_index = r.u32_le()?;
         let carrier_count = r.u32_le()?;
-        if carrier_count == 0 || carrier_count as usize > MAX_MEMBERS || carrier_index >= carrier_count {
+        if carrier_count == 0
+            || carrier_count as usize > MAX_MEMBERS
+            || carrier_index >= carrier_count
+        {
             return Err(r.bad_value("carrier_count", u64::from(carrier_count)));
         }
         if carrier_count != 1 {
-            return Err(Error::Unsupported(Unsupported::MultiCarrier { index: carrier_index, count: carrier_count }));
+            return Err(Error::Unsupported(Unsupported::MultiCarrier {
+                index: carrier_index,
+                count: carrier_count,
+            }));
         }
         let total_blocks = r.u64_le()?;
         let mut ranges = [BlockRange::default(); 4];
@@ -264,16 +289,26 @@ impl Superblock {
         r.expect_zero(RESERVED_LEN, "reserved")?;
         layout.validate(base + TOTAL_BLOCKS_AT as u64)?;
         if members[0].capacity_blocks != total_blocks || members[0].uuid.is_nil() {
-            return Err(Error::corrupt(region, base + MEMBERS_AT as u64, Corruption::BadValue {
-                field: "member_capacity_blocks",
-                value: members[0].capacity_blocks,
-            }));
+            return Err(Error::corrupt(
+                region,
+                base + MEMBERS_AT as u64,
+                Corruption::BadValue {
+                    field: "member_capacity_blocks",
+                    value: members[0].capacity_blocks,
+                },
+            ));
         }
         if state == VolumeState::Dirty && bitmap_checksum != 0 {
-            return Err(Error::Unsupported(Unsupported::ReservedNonZero { field: "bitmap_checksum" }));
+            return Err(Error::Unsupported(Unsupported::ReservedNonZero {
+                field: "bitmap_checksum",
+            }));
         }
         if !layout.allocatable().contains(root.block) {
-            return Err(Error::corrupt(region, base + ROOT_BLOCK_AT as u64, Corruption::OutOfRange { block: root.block }));
+            return Err(Error::corrupt(
+                region,
+                base + ROOT_BLOCK_AT as u64,
+                Corruption::OutOfRange { block: root.block },
+            ));
         }
         Ok(Superblock {
             version,
@@ -336,7 +371,8 @@ pub fn adoption_order(slots: [SlotRead; 2]) -> Result<Vec<(u8, Superblock)>> {
         }
     }
     if valid.is_empty() {
-        let bad_magic = |e: &Error| matches!(e, Error::Corrupt { reason: Corruption::BadMagic, .. });
+        let bad_magic =
+            |e: &Error| matches!(e, Error::Corrupt { reason: Corruption::BadMagic, .. });
         if errors.iter().all(bad_magic) {
             return Err(Error::NotAVolume);
         }

@@ -2,14 +2,18 @@
 
 use std::sync::Arc;
 
-use vellum_engine::carrier::{Carrier, CarrierOptions, FaultyCarrier, InjectedError, MemoryCarrier};
+use vellum_engine::carrier::{CarrierOptions, FaultyCarrier, InjectedError, MemoryCarrier};
 use vellum_engine::error::{Invalid, Knob};
 use vellum_engine::{Error, FileKind, FormatOptions, Volume, VolumeOptions};
 
 fn fresh(bytes: u64) -> Volume {
     let carrier = Arc::new(MemoryCarrier::new(bytes));
-    let v = Volume::format(Box::new(Arc::clone(&carrier)), &FormatOptions::default(), VolumeOptions::default())
-        .unwrap();
+    let v = Volume::format(
+        Box::new(Arc::clone(&carrier)),
+        &FormatOptions::default(),
+        VolumeOptions::default(),
+    )
+    .unwrap();
     CARRIERS.with(|c| c.borrow_mut().push((v.info().uuid, carrier)));
     v
 }
@@ -25,7 +29,9 @@ thread_local! {
 fn closed_bytes(v: Volume) -> Vec<u8> {
     let uuid = v.info().uuid;
     v.close().unwrap();
-    CARRIERS.with(|c| c.borrow().iter().rev().find(|(u, _)| *u == uuid).map(|(_, m)| m.to_bytes())).unwrap()
+    CARRIERS
+        .with(|c| c.borrow().iter().rev().find(|(u, _)| *u == uuid).map(|(_, m)| m.to_bytes()))
+        .unwrap()
 }
 
 /// Closes `v` and reopens its bytes on a new memory carrier.
@@ -75,7 +81,10 @@ fn names_are_byte_exact_and_validated() {
         assert!(matches!(v.create_file(bad), Err(Error::Invalid(_))), "{bad:?}");
     }
     let long = format!("/{}", "x".repeat(256));
-    assert!(matches!(v.create_file(&long), Err(Error::Invalid(Invalid::Path | Invalid::NameTooLong { .. }))));
+    assert!(matches!(
+        v.create_file(&long),
+        Err(Error::Invalid(Invalid::Path | Invalid::NameTooLong { .. }))
+    ));
     assert!(matches!(v.create_file("/Case"), Err(Error::AlreadyExists { .. })));
     assert!(matches!(v.create_file("/missing/x"), Err(Error::NotFound { .. })));
     assert!(matches!(v.create_file("/Case/x"), Err(Error::NotADirectory { .. })));
@@ -143,7 +152,10 @@ fn set_len_truncates_and_extends_with_zeros() {
     f.set_len(9000).unwrap();
     let c = f.read_to_end().unwrap();
     assert_eq!(&c[..5], &[0xAA; 5]);
-    assert!(c[5..].iter().all(|&b| b == 0), "bytes past a truncation read as zeros after extension");
+    assert!(
+        c[5..].iter().all(|&b| b == 0),
+        "bytes past a truncation read as zeros after extension"
+    );
     f.set_len(4097).unwrap();
     f.write_at(b"z", 6000).unwrap();
     let c = f.read_to_end().unwrap();
@@ -165,7 +177,11 @@ fn preallocated_ranges_are_written_and_overwrites_need_no_commit() {
     let before = v.carrier_stats();
     f.write_at(&[5u8; 4096], 8192).unwrap();
     let d = v.carrier_stats() - before;
-    assert_eq!((d.writes, d.durable_writes, d.barriers), (1, 1, 0), "one write-through write, no flush");
+    assert_eq!(
+        (d.writes, d.durable_writes, d.barriers),
+        (1, 1, 0),
+        "one write-through write, no flush"
+    );
     let before = v.carrier_stats();
     v.sync().unwrap();
     assert_eq!(v.carrier_stats() - before, Default::default(), "nothing left to make durable");
@@ -231,8 +247,12 @@ fn many_files_grow_the_tables_without_a_limit() {
 
 fn faulty_volume(write_through: bool) -> (Volume, Arc<FaultyCarrier>) {
     let carrier = Arc::new(FaultyCarrier::new(16 << 20, write_through));
-    let v = Volume::format(Box::new(Arc::clone(&carrier)), &FormatOptions::default(), VolumeOptions::default())
-        .unwrap();
+    let v = Volume::format(
+        Box::new(Arc::clone(&carrier)),
+        &FormatOptions::default(),
+        VolumeOptions::default(),
+    )
+    .unwrap();
     (v, carrier)
 }
 

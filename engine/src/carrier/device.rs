@@ -73,9 +73,9 @@ impl DeviceCarrier {
 
     /// EBUSY from O_EXCL: another Vellum opener (which also holds the flock) or the kernel.
     fn busy(path: &Path) -> Error {
-        let held_by_vellum = File::open(path)
-            .ok()
-            .is_some_and(|f| sys::flock(f.as_fd(), false).is_err_and(|e| e.kind() == io::ErrorKind::WouldBlock));
+        let held_by_vellum = File::open(path).ok().is_some_and(|f| {
+            sys::flock(f.as_fd(), false).is_err_and(|e| e.kind() == io::ErrorKind::WouldBlock)
+        });
         if held_by_vellum {
             Error::Locked { path: path.to_owned() }
         } else {

@@ -120,7 +120,12 @@ impl FaultyCarrier {
             inject: None,
             crashed: false,
         };
-        FaultyCarrier { state: Mutex::new(state), len_bytes, write_through, stats: CarrierStats::default() }
+        FaultyCarrier {
+            state: Mutex::new(state),
+            len_bytes,
+            write_through,
+            stats: CarrierStats::default(),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -225,11 +230,37 @@ impl FaultyCarrier {
         state.current[at..at + buf.len()].copy_from_slice(buf);
         if durable {
             state.durable[at..at + buf.len()].copy_from_slice(buf);
+            // A durable write supersedes what older pending writes had for the same bytes: a
+            // device's cache holds the newest data of a sector, so the older bytes can no
+            // longer land over it.
+            supersede(&mut state.pending, offset, buf.len() as u64);
         } else {
             state.pending.push(Pending { offset, bytes: buf.to_vec() });
         }
         Ok(())
     }
+}
+
+/// Cuts `[offset, offset + len)` out of every pending write.
+fn supersede(pending: &mut Vec<Pending>, offset: u64, len: u64) {
+    let end = offset + len;
+    let mut kept = Vec::with_capacity(pending.len());
+    for p in pending.drain(..) {
+        let p_end = p.offset + p.bytes.len() as u64;
+        if p_end <= offset || p.offset >= end {
+            kept.push(p);
+            continue;
+        }
+        if p.offset < offset {
+            let n = (offset - p.offset) as usize;
+            kept.push(Pending { offset: p.offset, bytes: p.bytes[..n].to_vec() });
+        }
+        if p_end > end {
+            let skip = (end - p.offset) as usize;
+            kept.push(Pending { offset: end, bytes: p.bytes[skip..].to_vec() });
+        }
+    }
+    *pending = kept;
 }
 
 /// Applies a random subset of `new`'s sectors onto `old`; some torn sectors become garbage.

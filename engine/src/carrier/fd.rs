@@ -87,7 +87,8 @@ impl FdCore {
             self.pread_full(buf, offset)?;
         } else {
             let (start, end) = covering(offset, buf.len(), self.geometry.offset_align);
-            let mut bounce = AlignedBuf::zeroed((end - start) as usize, self.geometry.mem_align as usize);
+            let mut bounce =
+                AlignedBuf::zeroed((end - start) as usize, self.geometry.mem_align as usize);
             self.pread_full(bounce.as_mut_slice(), start)?;
             let at = (offset - start) as usize;
             buf.copy_from_slice(&bounce.as_slice()[at..at + buf.len()]);
@@ -113,7 +114,8 @@ impl FdCore {
         // Partial sectors: read-modify-write the covering aligned range.
         let _guard = self.rmw.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let (start, end) = covering(offset, buf.len(), self.geometry.offset_align);
-        let mut bounce = AlignedBuf::zeroed((end - start) as usize, self.geometry.mem_align as usize);
+        let mut bounce =
+            AlignedBuf::zeroed((end - start) as usize, self.geometry.mem_align as usize);
         self.pread_full(bounce.as_mut_slice(), start)?;
         let at = (offset - start) as usize;
         bounce.as_mut_slice()[at..at + buf.len()].copy_from_slice(buf);
@@ -130,7 +132,9 @@ impl FdCore {
                     return Ok(());
                 }
                 Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::ENOSYS)) => {
-                    tracing::warn!("RWF_DSYNC unsupported here; durable writes fall back to fdatasync");
+                    tracing::warn!(
+                        "RWF_DSYNC unsupported here; durable writes fall back to fdatasync"
+                    );
                     self.no_rwf_dsync.store(true, Ordering::Relaxed);
                 }
                 Err(e) => return Err(e),

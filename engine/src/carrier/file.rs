@@ -87,7 +87,9 @@ fn take_lock(path: &Path, exclusive: bool) -> Result<File> {
         .map_err(|e| open_error(&lock_file, e))?;
     match sys::flock(file.as_fd(), exclusive) {
         Ok(()) => Ok(file),
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Err(Error::Locked { path: path.to_owned() }),
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+            Err(Error::Locked { path: path.to_owned() })
+        }
         Err(e) => Err(open_error(&lock_file, e)),
     }
 }
@@ -108,7 +110,11 @@ pub(crate) fn looks_empty(file: &File, len: u64) -> io::Result<bool> {
 
 impl FileCarrier {
     /// Creates (or, with `force`, overwrites) the carrier file and opens it with `options`.
-    pub fn create(path: &Path, create: &CreateOptions<'_>, options: CarrierOptions) -> Result<FileCarrier> {
+    pub fn create(
+        path: &Path,
+        create: &CreateOptions<'_>,
+        options: CarrierOptions,
+    ) -> Result<FileCarrier> {
         let lock = take_lock(path, true)?;
         let file = OpenOptions::new()
             .read(true)
@@ -178,7 +184,11 @@ impl FileCarrier {
             mem_align,
             offset_align,
         };
-        Ok(FileCarrier { core: FdCore::new(file, options, geometry), path: path.to_owned(), _lock: lock })
+        Ok(FileCarrier {
+            core: FdCore::new(file, options, geometry),
+            path: path.to_owned(),
+            _lock: lock,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -187,7 +197,11 @@ impl FileCarrier {
 }
 
 /// Writes zeros over `[0, len)` with buffered IO, then one `fdatasync`.
-fn zero_fill(file: &File, len: u64, progress: Option<&(dyn Fn(u64, u64) + Sync)>) -> io::Result<()> {
+fn zero_fill(
+    file: &File,
+    len: u64,
+    progress: Option<&(dyn Fn(u64, u64) + Sync)>,
+) -> io::Result<()> {
     let zeros = vec![0u8; FILL_CHUNK];
     let mut at = 0;
     let mut last_report = Instant::now();

@@ -66,9 +66,7 @@ impl Medium {
             (Medium::Device, Knob::DirectIo) => Forced,
             (Medium::Device, Knob::WriteThrough) => Implemented,
             (Medium::Memory, Knob::Preallocation) => Inherent,
-            (Medium::Memory, Knob::Sparseness | Knob::DirectIo | Knob::WriteThrough) => {
-                Meaningless
-            }
+            (Medium::Memory, Knob::Sparseness | Knob::DirectIo | Knob::WriteThrough) => Meaningless,
             // The fault model honours write-through (durable on return) and barriers; it has
             // no page cache to bypass.
             (Medium::Faulty, Knob::WriteThrough) => Implemented,
@@ -130,7 +128,8 @@ impl CarrierOptions {
 
     /// Rejects knobs that are physically meaningless on `medium`.
     pub fn validate_for(&self, medium: Medium) -> Result<()> {
-        for (knob, on) in [(Knob::DirectIo, self.direct_io), (Knob::WriteThrough, self.write_through)]
+        for (knob, on) in
+            [(Knob::DirectIo, self.direct_io), (Knob::WriteThrough, self.write_through)]
         {
             if on && medium.knob_support(knob) == KnobSupport::Meaningless {
                 return Err(Error::KnobMeaningless { knob, medium: medium.name() });

@@ -33,7 +33,8 @@ pub fn pwrite_dsync(fd: BorrowedFd<'_>, buf: &[u8], offset: u64) -> io::Result<u
     loop {
         // SAFETY: `iov` points at `buf`, which stays borrowed (and unmodified) until the call
         // returns; the kernel only reads through it and keeps no pointer.
-        let ret = unsafe { libc::pwritev2(fd.as_raw_fd(), &raw const iov, 1, offset, libc::RWF_DSYNC) };
+        let ret =
+            unsafe { libc::pwritev2(fd.as_raw_fd(), &raw const iov, 1, offset, libc::RWF_DSYNC) };
         if ret >= 0 {
             return Ok(ret as usize);
         }
@@ -52,7 +53,13 @@ pub fn dio_alignment(fd: BorrowedFd<'_>) -> Option<(u32, u32)> {
     // SAFETY: the empty path with AT_EMPTY_PATH makes statx describe `fd`; `stx` is a live,
     // writable struct of the right type for the duration of the call.
     let ret = unsafe {
-        libc::statx(fd.as_raw_fd(), c"".as_ptr(), libc::AT_EMPTY_PATH, libc::STATX_DIOALIGN, &raw mut stx)
+        libc::statx(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            &raw mut stx,
+        )
     };
     if ret != 0 || stx.stx_mask & libc::STATX_DIOALIGN == 0 || stx.stx_dio_offset_align == 0 {
         return None;

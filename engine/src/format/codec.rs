@@ -86,7 +86,11 @@ impl<'a> Reader<'a> {
 
     /// The error for a field whose value the format does not allow.
     pub fn bad_value(&self, field: &'static str, value: u64) -> Error {
-        Error::corrupt(self.region, self.base + self.pos as u64, Corruption::BadValue { field, value })
+        Error::corrupt(
+            self.region,
+            self.base + self.pos as u64,
+            Corruption::BadValue { field, value },
+        )
     }
 }
 
@@ -107,7 +111,11 @@ impl<'a> Writer<'a> {
 
     pub fn put(&mut self, src: &[u8]) {
         let end = self.pos + src.len();
-        assert!(end <= self.bytes.len(), "encode overruns its buffer: {end} > {}", self.bytes.len());
+        assert!(
+            end <= self.bytes.len(),
+            "encode overruns its buffer: {end} > {}",
+            self.bytes.len()
+        );
         self.bytes[self.pos..end].copy_from_slice(src);
         self.pos = end;
     }
@@ -131,7 +139,11 @@ impl<'a> Writer<'a> {
     /// Writes `n` zero bytes (reserved space).
     pub fn zeros(&mut self, n: usize) {
         let end = self.pos + n;
-        assert!(end <= self.bytes.len(), "encode overruns its buffer: {end} > {}", self.bytes.len());
+        assert!(
+            end <= self.bytes.len(),
+            "encode overruns its buffer: {end} > {}",
+            self.bytes.len()
+        );
         self.bytes[self.pos..end].fill(0);
         self.pos = end;
     }
@@ -154,7 +166,11 @@ mod tests {
         let err = r.u32_le().unwrap_err();
         assert!(matches!(
             err,
-            Error::Corrupt { offset: 102, reason: Corruption::Truncated { needed: 4, available: 1 }, .. }
+            Error::Corrupt {
+                offset: 102,
+                reason: Corruption::Truncated { needed: 4, available: 1 },
+                ..
+            }
         ));
     }
 

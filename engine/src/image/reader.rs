@@ -61,31 +61,54 @@ impl Loader<'_> {
         let bs = self.layout.block_size as usize;
         let mut buf = AlignedBuf::zeroed(blocks * bs, 4096);
         let offset = self.layout.offset_of(first);
-        self.carrier
-            .read_exact_at(buf.as_mut_slice(), offset)
-            .map_err(|source| Error::Io { op: IoOp::Read, offset, len: (blocks * bs) as u64, source })?;
+        self.carrier.read_exact_at(buf.as_mut_slice(), offset).map_err(|source| Error::Io {
+            op: IoOp::Read,
+            offset,
+            len: (blocks * bs) as u64,
+            source,
+        })?;
         Ok(buf)
     }
 
     /// Reads, claims and verifies one metadata block of `kind` (and `table`).
-    fn metadata_block(&mut self, at: BlockRef, bytes: &[u8], kind: BlockKind, table: u16) -> Result<chain::BlockHeader> {
+    fn metadata_block(
+        &mut self,
+        at: BlockRef,
+        bytes: &[u8],
+        kind: BlockKind,
+        table: u16,
+    ) -> Result<chain::BlockHeader> {
         let offset = self.layout.offset_of(at.block);
         let header = chain::open_block(bytes, at, &self.uuid, offset)?;
         if header.kind != kind {
-            return Err(image_error(offset, Corruption::BadValue { field: "block kind", value: header.kind as u64 }));
+            return Err(image_error(
+                offset,
+                Corruption::BadValue { field: "block kind", value: header.kind as u64 },
+            ));
         }
         if header.table != table {
-            return Err(image_error(offset, Corruption::BadValue { field: "block table", value: u64::from(header.table) }));
+            return Err(image_error(
+                offset,
+                Corruption::BadValue { field: "block table", value: u64::from(header.table) },
+            ));
         }
         if header.generation == 0 || header.generation > self.generation {
-            return Err(image_error(offset, Corruption::BadValue { field: "block generation", value: header.generation }));
+            return Err(image_error(
+                offset,
+                Corruption::BadValue { field: "block generation", value: header.generation },
+            ));
         }
         self.metadata_blocks += 1;
         Ok(header)
     }
 
     /// Walks a table's spine; returns its entries and the spine blocks themselves.
-    fn spine(&mut self, table: TableId, head: BlockRef, blocks: u64) -> Result<(Vec<(BlockRef, u32)>, Vec<BlockRef>)> {
+    fn spine(
+        &mut self,
+        table: TableId,
+        head: BlockRef,
+        blocks: u64,
+    ) -> Result<(Vec<(BlockRef, u32)>, Vec<BlockRef>)> {
         let bs = self.layout.block_size as usize;
         let eps = chain::entries_per_spine(bs) as u64;
         let mut entries = Vec::new();
@@ -95,29 +118,45 @@ impl Loader<'_> {
             spine.push(next);
             if entries.len() as u64 >= blocks {
                 // More spine blocks than the root declared: a cycle or a forged chain.
-                return Err(image_error(self.layout.offset_of(next.block.min(self.layout.total_blocks - 1)), Corruption::BadValue { field: "spine length", value: blocks }));
+                return Err(image_error(
+                    self.layout.offset_of(next.block.min(self.layout.total_blocks - 1)),
+                    Corruption::BadValue { field: "spine length", value: blocks },
+                ));
             }
             self.claim(next.block)?;
             let buf = self.read(next.block, 1)?;
-            let header = self.metadata_block(next, buf.as_slice(), BlockKind::Spine, table as u16)?;
+            let header =
+                self.metadata_block(next, buf.as_slice(), BlockKind::Spine, table as u16)?;
             let count = u64::from(header.count);
             if count == 0 || count > eps || header.record_len != 0 {
-                return Err(image_error(self.layout.offset_of(next.block), Corruption::BadValue { field: "spine count", value: count }));
+                return Err(image_error(
+                    self.layout.offset_of(next.block),
+                    Corruption::BadValue { field: "spine count", value: count },
+                ));
             }
             let payload = &buf.as_slice()[chain::PAYLOAD_AT..bs - chain::TRAILER_LEN];
-            let mut r = Reader::new(payload, Region::Image, self.layout.offset_of(next.block) + chain::PAYLOAD_AT as u64);
+            let mut r = Reader::new(
+                payload,
+                Region::Image,
+                self.layout.offset_of(next.block) + chain::PAYLOAD_AT as u64,
+            );
             for _ in 0..count {
                 let r_ref = BlockRef { block: r.u64_le()?, checksum: r.u32_le()? };
                 entries.push((r_ref, r.u32_le()?));
             }
             r.expect_zero(payload.len() - count as usize * SPINE_ENTRY_LEN, "spine padding")?;
             if header.next.block == 0 && header.next.checksum != 0 {
-                return Err(Error::Unsupported(crate::error::Unsupported::ReservedNonZero { field: "spine next" }));
+                return Err(Error::Unsupported(crate::error::Unsupported::ReservedNonZero {
+                    field: "spine next",
+                }));
             }
             next = header.next;
         }
         if entries.len() as u64 != blocks {
-            return Err(image_error(self.layout.offset_of(head.block.max(1).min(self.layout.total_blocks - 1)), Corruption::BadValue { field: "table blocks", value: blocks }));
+            return Err(image_error(
+                self.layout.offset_of(head.block.max(1).min(self.layout.total_blocks - 1)),
+                Corruption::BadValue { field: "table blocks", value: blocks },
+            ));
         }
         Ok((entries, spine))
     }
@@ -127,7 +166,10 @@ impl Loader<'_> {
         let mut table = Table::new(id, bs);
         if blocks == 0 {
             if head != BlockRef::default() || records != 0 {
-                return Err(image_error(0, Corruption::BadValue { field: "empty table", value: records }));
+                return Err(image_error(
+                    0,
+                    Corruption::BadValue { field: "empty table", value: records },
+                ));
             }
             return Ok(table);
         }
@@ -140,7 +182,10 @@ impl Loader<'_> {
         let mut i = 0;
         while i < entries.len() {
             let mut n = 1;
-            while i + n < entries.len() && n < MAX_RUN_BLOCKS && entries[i + n].0.block == entries[i].0.block + n as u64 {
+            while i + n < entries.len()
+                && n < MAX_RUN_BLOCKS
+                && entries[i + n].0.block == entries[i].0.block + n as u64
+            {
                 n += 1;
             }
             let buf = self.read(entries[i].0.block, n)?;
@@ -152,16 +197,34 @@ impl Loader<'_> {
             i += n;
         }
         if table.live_records() != records {
-            return Err(image_error(self.layout.offset_of(head.block), Corruption::BadValue { field: "table records", value: records }));
+            return Err(image_error(
+                self.layout.offset_of(head.block),
+                Corruption::BadValue { field: "table records", value: records },
+            ));
         }
         Ok(table)
     }
 
-    fn record_block(&mut self, table: &mut Table, at: BlockRef, live: u32, bytes: &[u8]) -> Result<()> {
+    fn record_block(
+        &mut self,
+        table: &mut Table,
+        at: BlockRef,
+        live: u32,
+        bytes: &[u8],
+    ) -> Result<()> {
         let offset = self.layout.offset_of(at.block);
         let header = self.metadata_block(at, bytes, BlockKind::Records, table.id as u16)?;
-        if header.count as usize != table.per_block || usize::from(header.record_len) != table.record_len || header.next != BlockRef::default() {
-            return Err(image_error(offset, Corruption::BadValue { field: "record block header", value: u64::from(header.count) }));
+        if header.count as usize != table.per_block
+            || usize::from(header.record_len) != table.record_len
+            || header.next != BlockRef::default()
+        {
+            return Err(image_error(
+                offset,
+                Corruption::BadValue {
+                    field: "record block header",
+                    value: u64::from(header.count),
+                },
+            ));
         }
         let used = table.per_block * table.record_len;
         let payload = &bytes[chain::PAYLOAD_AT..chain::PAYLOAD_AT + used];
@@ -174,7 +237,10 @@ impl Loader<'_> {
             }
         }
         if count != live {
-            return Err(image_error(offset, Corruption::BadValue { field: "live records", value: u64::from(live) }));
+            return Err(image_error(
+                offset,
+                Corruption::BadValue { field: "live records", value: u64::from(live) },
+            ));
         }
         let tail = &bytes[chain::PAYLOAD_AT + used..bytes.len() - chain::TRAILER_LEN];
         records::check_free(tail, "record block padding")?;
@@ -200,9 +266,16 @@ pub fn load(carrier: &dyn Carrier, sb: &Superblock) -> Result<LoadedImage> {
     let header = loader.metadata_block(sb.root, bytes, BlockKind::Root, 0)?;
     let root_offset = layout.offset_of(sb.root.block);
     if header.count != 4 || header.record_len != 0 || header.next != BlockRef::default() {
-        return Err(image_error(root_offset, Corruption::BadValue { field: "root header", value: u64::from(header.count) }));
+        return Err(image_error(
+            root_offset,
+            Corruption::BadValue { field: "root header", value: u64::from(header.count) },
+        ));
     }
-    let mut r = Reader::new(&bytes[chain::PAYLOAD_AT..ROOT_RESERVED_AT], Region::Image, root_offset + chain::PAYLOAD_AT as u64);
+    let mut r = Reader::new(
+        &bytes[chain::PAYLOAD_AT..ROOT_RESERVED_AT],
+        Region::Image,
+        root_offset + chain::PAYLOAD_AT as u64,
+    );
     let next_ino = r.u64_le()?;
     let next_attr_id = r.u64_le()?;
     debug_assert_eq!(r.position() + chain::PAYLOAD_AT, TABLE_ROOTS_AT);
@@ -216,14 +289,24 @@ pub fn load(carrier: &dyn Carrier, sb: &Superblock) -> Result<LoadedImage> {
         }
         roots.push((id, head, r.u64_le()?, r.u64_le()?));
     }
-    records::check_free(&bytes[ROOT_RESERVED_AT..bytes.len() - chain::TRAILER_LEN], "root reserved")?;
+    records::check_free(
+        &bytes[ROOT_RESERVED_AT..bytes.len() - chain::TRAILER_LEN],
+        "root reserved",
+    )?;
     let mut tables = Vec::new();
     for (id, head, blocks, recs) in roots {
         tables.push(loader.table(id, head, blocks, recs)?);
     }
-    let tables: [Table; 4] = tables.try_into().map_err(|_| image_error(root_offset, Corruption::BadValue { field: "tables", value: 0 }))?;
-    let namespace = build_namespace(tables, next_ino, next_attr_id, layout.block_size, &mut loader)?;
-    Ok(LoadedImage { namespace, reachable: loader.reachable, metadata_blocks: loader.metadata_blocks })
+    let tables: [Table; 4] = tables.try_into().map_err(|_| {
+        image_error(root_offset, Corruption::BadValue { field: "tables", value: 0 })
+    })?;
+    let namespace =
+        build_namespace(tables, next_ino, next_attr_id, layout.block_size, &mut loader)?;
+    Ok(LoadedImage {
+        namespace,
+        reachable: loader.reachable,
+        metadata_blocks: loader.metadata_blocks,
+    })
 }
 
 fn dangling(what: &'static str, id: u64) -> Error {
@@ -235,13 +318,22 @@ fn duplicate(what: &'static str, id: u64) -> Error {
 }
 
 /// Rebuilds the namespace from decoded tables and checks that it is a tree.
-fn build_namespace(tables: [Table; 4], next_ino: u64, next_attr_id: u64, block_size: u32, loader: &mut Loader<'_>) -> Result<Namespace> {
+fn build_namespace(
+    tables: [Table; 4],
+    next_ino: u64,
+    next_attr_id: u64,
+    block_size: u32,
+    loader: &mut Loader<'_>,
+) -> Result<Namespace> {
     let [inodes_t, dirents_t, extents_t, attrs_t] = &tables;
     let mut inodes: HashMap<u64, Inode> = HashMap::new();
     for (slot, bytes) in inodes_t.records() {
         let rec = InodeRecord::decode(bytes, 0)?;
         if rec.ino >= next_ino {
-            return Err(image_error(0, Corruption::BadValue { field: "next_ino", value: next_ino }));
+            return Err(image_error(
+                0,
+                Corruption::BadValue { field: "next_ino", value: next_ino },
+            ));
         }
         let inode = Inode {
             ino: rec.ino,
@@ -275,7 +367,8 @@ fn build_namespace(tables: [Table; 4], next_ino: u64, next_attr_id: u64, block_s
         }
         child.parent = d.parent;
         child.name.clone_from(&d.name);
-        let parent = inodes.get_mut(&d.parent).ok_or_else(|| dangling("dirent parent", d.parent))?;
+        let parent =
+            inodes.get_mut(&d.parent).ok_or_else(|| dangling("dirent parent", d.parent))?;
         if parent.kind != InodeKind::Directory {
             return Err(image_error(0, Corruption::NotATree { ino: d.parent }));
         }
@@ -292,7 +385,10 @@ fn build_namespace(tables: [Table; 4], next_ino: u64, next_attr_id: u64, block_s
         }
         let len = u64::from(e.len);
         if e.logical + len > inode.size.div_ceil(u64::from(block_size)) {
-            return Err(image_error(0, Corruption::BadValue { field: "extent past end of file", value: e.ino }));
+            return Err(image_error(
+                0,
+                Corruption::BadValue { field: "extent past end of file", value: e.ino },
+            ));
         }
         for b in e.physical..e.physical.saturating_add(len) {
             loader.claim(b)?;
@@ -311,7 +407,14 @@ fn build_namespace(tables: [Table; 4], next_ino: u64, next_attr_id: u64, block_s
         }
     }
     load_attrs(attrs_t, &mut inodes, next_attr_id)?;
-    Ok(Namespace { inodes, orphans: HashMap::new(), next_ino, next_attr_id, tables, block_size: u64::from(block_size) })
+    Ok(Namespace {
+        inodes,
+        orphans: HashMap::new(),
+        next_ino,
+        next_attr_id,
+        tables,
+        block_size: u64::from(block_size),
+    })
 }
 
 /// Every inode but the root has a parent, and following parents always reaches the root.
@@ -344,7 +447,10 @@ fn load_attrs(table: &Table, inodes: &mut HashMap<u64, Inode>, next_attr_id: u64
     for (slot, bytes) in table.records() {
         let p = AttrPart::decode(bytes, 0)?;
         if p.attr_id >= next_attr_id {
-            return Err(image_error(0, Corruption::BadValue { field: "next_attr_id", value: next_attr_id }));
+            return Err(image_error(
+                0,
+                Corruption::BadValue { field: "next_attr_id", value: next_attr_id },
+            ));
         }
         let part = p.part;
         if parts.entry((p.ino, p.attr_id)).or_default().insert(part, (slot, p)).is_some() {
@@ -357,7 +463,9 @@ fn load_attrs(table: &Table, inodes: &mut HashMap<u64, Inode>, next_attr_id: u64
         let (key_len, value_len) = (usize::from(first.key_len), first.value_len as usize);
         let total = key_len + value_len;
         let expected_parts = total.div_ceil(records::ATTR_CHUNK_LEN);
-        if chunks.len() != expected_parts || chunks.keys().last().copied() != Some(expected_parts as u32 - 1) {
+        if chunks.len() != expected_parts
+            || chunks.keys().last().copied() != Some(expected_parts as u32 - 1)
+        {
             return Err(dangling("attribute part", id));
         }
         let mut stream = Vec::with_capacity(total);
@@ -365,7 +473,10 @@ fn load_attrs(table: &Table, inodes: &mut HashMap<u64, Inode>, next_attr_id: u64
         for (i, (slot, p)) in std::mem::take(&mut chunks).into_values().enumerate() {
             let want = (total - i * records::ATTR_CHUNK_LEN).min(records::ATTR_CHUNK_LEN);
             if p.chunk.len() != want {
-                return Err(image_error(0, Corruption::BadValue { field: "attribute chunk", value: p.chunk.len() as u64 }));
+                return Err(image_error(
+                    0,
+                    Corruption::BadValue { field: "attribute chunk", value: p.chunk.len() as u64 },
+                ));
             }
             stream.extend_from_slice(&p.chunk);
             slots.push(slot);

@@ -40,7 +40,12 @@ fn free_ref(alloc: &mut Allocator, r: BlockRef) {
     alloc.free(BlockRange { start: r.block, len: 1 }, Hold::UntilCommit);
 }
 
-fn write_records(t: &mut Table, alloc: &mut Allocator, ctx: &Ctx<'_>, out: &mut Vec<(u64, Vec<u8>)>) -> Result<()> {
+fn write_records(
+    t: &mut Table,
+    alloc: &mut Allocator,
+    ctx: &Ctx<'_>,
+    out: &mut Vec<(u64, Vec<u8>)>,
+) -> Result<()> {
     for freed in t.trim() {
         free_ref(alloc, freed);
     }
@@ -71,7 +76,12 @@ fn write_records(t: &mut Table, alloc: &mut Allocator, ctx: &Ctx<'_>, out: &mut 
     Ok(())
 }
 
-fn write_spine(t: &mut Table, alloc: &mut Allocator, ctx: &Ctx<'_>, out: &mut Vec<(u64, Vec<u8>)>) -> Result<()> {
+fn write_spine(
+    t: &mut Table,
+    alloc: &mut Allocator,
+    ctx: &Ctx<'_>,
+    out: &mut Vec<(u64, Vec<u8>)>,
+) -> Result<()> {
     if !t.spine_dirty {
         return Ok(());
     }
@@ -83,14 +93,17 @@ fn write_spine(t: &mut Table, alloc: &mut Allocator, ctx: &Ctx<'_>, out: &mut Ve
         .iter()
         .map(|b| (b.committed.expect("every record block was just written"), b.live))
         .collect();
-    let chunks: Vec<&[(BlockRef, u32)]> = entries.chunks(chain::entries_per_spine(ctx.block_size)).collect();
+    let chunks: Vec<&[(BlockRef, u32)]> =
+        entries.chunks(chain::entries_per_spine(ctx.block_size)).collect();
     let addrs = (0..chunks.len()).map(|_| alloc.alloc_meta()).collect::<Result<Vec<u64>>>()?;
     // Seal from the tail: each spine block carries its successor's checksum.
     let mut next = BlockRef::default();
     let mut spine = Vec::with_capacity(chunks.len());
     for (chunk, &addr) in chunks.iter().zip(&addrs).rev() {
         let mut block = vec![0u8; ctx.block_size];
-        let mut w = Writer::new(&mut block[chain::PAYLOAD_AT..chain::PAYLOAD_AT + chunk.len() * SPINE_ENTRY_LEN]);
+        let mut w = Writer::new(
+            &mut block[chain::PAYLOAD_AT..chain::PAYLOAD_AT + chunk.len() * SPINE_ENTRY_LEN],
+        );
         for (r, live) in *chunk {
             w.u64_le(r.block);
             w.u32_le(r.checksum);
@@ -155,7 +168,14 @@ pub fn write(
             w.u64_le(t.live_records());
         }
     }
-    let header = BlockHeader { kind: BlockKind::Root, table: 0, generation, count: 4, record_len: 0, next: BlockRef::default() };
+    let header = BlockHeader {
+        kind: BlockKind::Root,
+        table: 0,
+        generation,
+        count: 4,
+        record_len: 0,
+        next: BlockRef::default(),
+    };
     let root = chain::seal(&mut block, addr, uuid, &header);
     if let Some(old) = old_root {
         free_ref(alloc, old);

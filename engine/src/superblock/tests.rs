@@ -80,7 +80,10 @@ fn bad_magic_is_not_a_volume() {
 fn version_above_supported_is_refused() {
     let b = patched(&sample(), 0, VERSION_AT, &2u32.to_le_bytes());
     let e = Superblock::decode(&b, 0).unwrap_err();
-    assert!(matches!(e, Error::Unsupported(Unsupported::Version { found: 2, supported: 1 })), "{e:?}");
+    assert!(
+        matches!(e, Error::Unsupported(Unsupported::Version { found: 2, supported: 1 })),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -95,7 +98,10 @@ fn undefined_state_is_refused() {
     for state in [0u32, 3, u32::MAX] {
         let b = patched(&sample(), 0, STATE_AT, &state.to_le_bytes());
         let e = Superblock::decode(&b, 0).unwrap_err();
-        assert!(matches!(e, Error::Unsupported(Unsupported::UndefinedState(s)) if s == state), "{e:?}");
+        assert!(
+            matches!(e, Error::Unsupported(Unsupported::UndefinedState(s)) if s == state),
+            "{e:?}"
+        );
     }
 }
 
@@ -104,14 +110,23 @@ fn non_zero_reserved_is_refused() {
     for at in [RESERVED_AT, RESERVED_AT + 1000, CHECKSUM_AT - 1] {
         let b = patched(&sample(), 0, at, &[1]);
         let e = Superblock::decode(&b, 0).unwrap_err();
-        assert!(matches!(e, Error::Unsupported(Unsupported::ReservedNonZero { field: "reserved" })), "{e:?}");
+        assert!(
+            matches!(e, Error::Unsupported(Unsupported::ReservedNonZero { field: "reserved" })),
+            "{e:?}"
+        );
     }
     let b = patched(&sample(), 0, MEMBERS_AT + MEMBER_LEN, &[1]);
     let e = Superblock::decode(&b, 0).unwrap_err();
-    assert!(matches!(e, Error::Unsupported(Unsupported::ReservedNonZero { field: "member_table" })), "{e:?}");
+    assert!(
+        matches!(e, Error::Unsupported(Unsupported::ReservedNonZero { field: "member_table" })),
+        "{e:?}"
+    );
     let b = patched(&sample(), 0, LAYOUT_FLAGS_AT, &(1u32 << 9).to_le_bytes());
     let e = Superblock::decode(&b, 0).unwrap_err();
-    assert!(matches!(e, Error::Unsupported(Unsupported::ReservedNonZero { field: "layout_flags" })), "{e:?}");
+    assert!(
+        matches!(e, Error::Unsupported(Unsupported::ReservedNonZero { field: "layout_flags" })),
+        "{e:?}"
+    );
 }
 
 #[test]
@@ -163,10 +178,7 @@ fn adoption_prefers_the_highest_generation() {
     let mut b = sample();
     a.generation = 10;
     b.generation = 11;
-    let slots = [
-        SlotRead { slot: 0, result: Ok(a) },
-        SlotRead { slot: 1, result: Ok(b) },
-    ];
+    let slots = [SlotRead { slot: 0, result: Ok(a) }, SlotRead { slot: 1, result: Ok(b) }];
     let order = adoption_order(slots).unwrap();
     assert_eq!((order[0].0, order[0].1.generation), (1, 11));
     assert_eq!((order[1].0, order[1].1.generation), (0, 10));
@@ -180,7 +192,13 @@ fn offsets_match_format_md() {
         [8, 12, 16, 24, 32, 40, 48]
     );
     assert_eq!([LAYOUT_FLAGS_AT, UUID_AT, CARRIER_INDEX_AT, CARRIER_COUNT_AT], [52, 56, 72, 76]);
-    assert_eq!([TOTAL_BLOCKS_AT, BITMAP_AT, JOURNAL_AT, IMAGE_AT, DATA_AT], [80, 88, 104, 120, 136]);
+    assert_eq!(
+        [TOTAL_BLOCKS_AT, BITMAP_AT, JOURNAL_AT, IMAGE_AT, DATA_AT],
+        [80, 88, 104, 120, 136]
+    );
     assert_eq!([ROOT_BLOCK_AT, ROOT_CHECKSUM_AT, BITMAP_CHECKSUM_AT], [152, 160, 164]);
-    assert_eq!([JOURNAL_FIELDS_AT, CREATED_AT, MEMBERS_AT, RESERVED_AT, CHECKSUM_AT], [168, 200, 208, 592, 4092]);
+    assert_eq!(
+        [JOURNAL_FIELDS_AT, CREATED_AT, MEMBERS_AT, RESERVED_AT, CHECKSUM_AT],
+        [168, 200, 208, 592, 4092]
+    );
 }

@@ -16,7 +16,10 @@ use crate::superblock::{self, VolumeState};
 /// The state of one superblock slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SlotStatus {
-    Valid { generation: u64, clean: bool },
+    Valid {
+        generation: u64,
+        clean: bool,
+    },
     /// Fails its checksum or a format rule.
     Damaged(String),
     /// Checksums, but uses something this build does not support.
@@ -77,7 +80,11 @@ impl fmt::Display for SlotStatus {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             SlotStatus::Valid { generation, clean } => {
-                write!(f, "valid, generation {generation}, {}", if *clean { "clean" } else { "dirty" })
+                write!(
+                    f,
+                    "valid, generation {generation}, {}",
+                    if *clean { "clean" } else { "dirty" }
+                )
             }
             SlotStatus::Damaged(why) => write!(f, "damaged: {why}"),
             SlotStatus::Unsupported(why) => write!(f, "unsupported: {why}"),
@@ -97,7 +104,10 @@ pub fn check(carrier: &dyn Carrier) -> CheckReport {
     };
     for s in &slots {
         report.slots.push(match &s.result {
-            Ok(sb) => SlotStatus::Valid { generation: sb.generation, clean: sb.state == VolumeState::Clean },
+            Ok(sb) => SlotStatus::Valid {
+                generation: sb.generation,
+                clean: sb.state == VolumeState::Clean,
+            },
             Err(e @ Error::Unsupported(_)) => SlotStatus::Unsupported(e.to_string()),
             Err(e) => SlotStatus::Damaged(e.to_string()),
         });
@@ -126,22 +136,36 @@ pub fn check(carrier: &dyn Carrier) -> CheckReport {
         }
     }
     if let Some(g) = adopted.fell_back_from {
-        report.add(FindingKind::Note, format!("the interrupted commit of generation {g} was passed over"));
+        report.add(
+            FindingKind::Note,
+            format!("the interrupted commit of generation {g} was passed over"),
+        );
     }
     let clean = sb.state == VolumeState::Clean;
     for (slot, status) in report.slots.clone().iter().enumerate() {
         if let SlotStatus::Damaged(why) = status {
             let kind = if clean { FindingKind::Corrupt } else { FindingKind::Note };
-            report.add(kind, format!("superblock {} is damaged ({why}); the next commit rewrites it", ["A", "B"][slot]));
+            report.add(
+                kind,
+                format!(
+                    "superblock {} is damaged ({why}); the next commit rewrites it",
+                    ["A", "B"][slot]
+                ),
+            );
         }
     }
     if !clean {
-        report.add(FindingKind::Note, "the volume was not closed cleanly; open rebuilds its bitmap from the image");
+        report.add(
+            FindingKind::Note,
+            "the volume was not closed cleanly; open rebuilds its bitmap from the image",
+        );
         return report;
     }
     let bs = layout.block_size as usize;
     let mut bytes = crate::carrier::AlignedBuf::zeroed(layout.bitmap.len as usize * bs, 4096);
-    if let Err(e) = carrier.read_exact_at(bytes.as_mut_slice(), layout.offset_of(layout.bitmap.start)) {
+    if let Err(e) =
+        carrier.read_exact_at(bytes.as_mut_slice(), layout.offset_of(layout.bitmap.start))
+    {
         report.add(FindingKind::Incomplete, format!("reading the bitmap failed: {e}"));
         return report;
     }
@@ -152,11 +176,17 @@ pub fn check(carrier: &dyn Carrier) -> CheckReport {
     let on_disk = crate::bitmap::Bitmap::decode(bytes.as_slice(), layout.total_blocks);
     let missing = adopted.image.reachable.difference(&on_disk);
     if let Some(first) = missing.first() {
-        report.add(FindingKind::Corrupt, format!("{} used blocks are marked free (first: {first})", missing.len()));
+        report.add(
+            FindingKind::Corrupt,
+            format!("{} used blocks are marked free (first: {first})", missing.len()),
+        );
     }
     let leaked = on_disk.difference(&adopted.image.reachable);
     if let Some(first) = leaked.first() {
-        report.add(FindingKind::Leak, format!("{} blocks are marked used but unreferenced (first: {first})", leaked.len()));
+        report.add(
+            FindingKind::Leak,
+            format!("{} blocks are marked used but unreferenced (first: {first})", leaked.len()),
+        );
     }
     report
 }

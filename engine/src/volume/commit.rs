@@ -28,12 +28,15 @@ fn io_error(op: IoOp, offset: u64, len: usize) -> impl FnOnce(std::io::Error) ->
 }
 
 pub(crate) fn write(inner: &Inner, buf: &[u8], offset: u64) -> Result<()> {
-    assert!(offset + buf.len() as u64 <= inner.layout.capacity_bytes(), "write past the volume end at {offset}");
-    inner.carrier.write_all_at(buf, offset).map_err(io_error(IoOp::Write, offset, buf.len()))
+    assert!(
+        offset + buf.len() as u64 <= inner.layout.capacity_bytes(),
+        "write past the volume end at {offset}"
+    );
+    inner.carrier()?.write_all_at(buf, offset).map_err(io_error(IoOp::Write, offset, buf.len()))
 }
 
 pub(crate) fn barrier(inner: &Inner) -> Result<()> {
-    inner.carrier.barrier().map_err(io_error(IoOp::Barrier, 0, 0))
+    inner.carrier()?.barrier().map_err(io_error(IoOp::Barrier, 0, 0))
 }
 
 /// A barrier if buffered data writes are outstanding (nothing otherwise).
@@ -52,12 +55,14 @@ pub(crate) fn ensure_carrier_len(inner: &Inner, meta: &mut Meta, end_block: u64)
         return Ok(());
     }
     // Grow by doubling (at least 1 MiB), capped at the capacity: few grows, bounded waste.
-    let target = need.max(meta.carrier_len.saturating_mul(2)).max(1 << 20).min(layout.capacity_bytes());
+    let target =
+        need.max(meta.carrier_len.saturating_mul(2)).max(1 << 20).min(layout.capacity_bytes());
     let sparse = meta.sb.layout_flags & superblock::LAYOUT_SPARSE != 0;
-    inner
-        .carrier
-        .grow(target, sparse)
-        .map_err(io_error(IoOp::Grow, meta.carrier_len, (target - meta.carrier_len) as usize))?;
+    inner.carrier()?.grow(target, sparse).map_err(io_error(
+        IoOp::Grow,
+        meta.carrier_len,
+        (target - meta.carrier_len) as usize,
+    ))?;
     meta.carrier_len = target;
     Ok(())
 }
@@ -96,11 +101,16 @@ fn commit_inner(inner: &Inner, meta: &mut Meta, state: VolumeState) -> Result<()
     let generation = meta.sb.generation + 1;
     let old_root = (meta.sb.generation > 0).then_some(meta.sb.root);
     let uuid = meta.sb.uuid;
-    let image = writer::write(&mut meta.ns, &mut meta.alloc, generation, &uuid, old_root).inspect_err(|e| {
-        if !matches!(e, Error::NoSpace) {
-            inner.poison(e);
-        }
-    })?;
+    let mutation = inner.options.mutation;
+    if mutation == Some(CommitMutation::ReuseFreedBlocksEarly) {
+        meta.alloc.commit_completed();
+    }
+    let image = writer::write(&mut meta.ns, &mut meta.alloc, generation, &uuid, old_root)
+        .inspect_err(|e| {
+            if !matches!(e, Error::NoSpace) {
+                inner.poison(e);
+            }
+        })?;
     if let Some(&(last, _)) = image.blocks.last() {
         ensure_carrier_len(inner, meta, last + 1)?;
     }
@@ -117,19 +127,13 @@ fn commit_inner(inner: &Inner, meta: &mut Meta, state: VolumeState) -> Result<()
     sb.state = state;
     sb.bitmap_checksum = bitmap_checksum;
     let first = superblock::first_slot(generation);
-    let mutation = inner.options.mutation;
-    if mutation == Some(CommitMutation::SuperblockBeforeImage) {
-        write(inner, &sb.encode(first), superblock::slot_offset(first))?;
-    }
     write_blocks(inner, &image.blocks)?;
     for block in dirty_bitmap {
         let words = bs / 8;
         let bytes = meta.alloc.live().encode_words(block as usize * words, words);
         write(inner, &bytes, layout.offset_of(layout.bitmap.start + block))?;
     }
-    if mutation != Some(CommitMutation::SuperblockBeforeImage) {
-        write(inner, &sb.encode(first), superblock::slot_offset(first))?;
-    }
+    write(inner, &sb.encode(first), superblock::slot_offset(first))?;
     // Data writes that return from here on are covered by a later barrier, not this one.
     inner.unflushed.store(false, Ordering::Release);
     if mutation != Some(CommitMutation::SkipFirstBarrier) {

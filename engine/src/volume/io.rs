@@ -95,12 +95,20 @@ fn read_lock(io: &InodeIo) -> std::sync::RwLockReadGuard<'_, ()> {
 fn check_end(offset: u64, len: usize) -> Result<u64> {
     match offset.checked_add(len as u64) {
         Some(end) if end <= MAX_FILE_SIZE => Ok(end),
-        _ => Err(Error::Invalid(Invalid::FileTooLarge { bytes: offset.saturating_add(len as u64) })),
+        _ => {
+            Err(Error::Invalid(Invalid::FileTooLarge { bytes: offset.saturating_add(len as u64) }))
+        }
     }
 }
 
 /// Reads up to `buf.len()` bytes at `offset`; returns how many (short at end of file).
-pub(crate) fn read_at(inner: &Inner, ino: u64, io: &InodeIo, offset: u64, buf: &mut [u8]) -> Result<usize> {
+pub(crate) fn read_at(
+    inner: &Inner,
+    ino: u64,
+    io: &InodeIo,
+    offset: u64,
+    buf: &mut [u8],
+) -> Result<usize> {
     inner.usable()?;
     let _rw = read_lock(io);
     let bs = u64::from(inner.layout.block_size);
@@ -115,6 +123,7 @@ pub(crate) fn read_at(inner: &Inner, ino: u64, io: &InodeIo, offset: u64, buf: &
         (n, inode.mapped_runs(offset / bs, end.div_ceil(bs)))
     };
     let end = offset + n as u64;
+    let carrier = inner.carrier()?;
     let mut filled = offset;
     for (lb, pb, len) in runs {
         let lo = (lb * bs).max(offset);
@@ -122,10 +131,12 @@ pub(crate) fn read_at(inner: &Inner, ino: u64, io: &InodeIo, offset: u64, buf: &
         buf[(filled - offset) as usize..(lo - offset) as usize].fill(0);
         let at = pb * bs + (lo - lb * bs);
         let dst = &mut buf[(lo - offset) as usize..(hi - offset) as usize];
-        inner
-            .carrier
-            .read_exact_at(dst, at)
-            .map_err(|source| Error::Io { op: IoOp::Read, offset: at, len: hi - lo, source })?;
+        carrier.read_exact_at(dst, at).map_err(|source| Error::Io {
+            op: IoOp::Read,
+            offset: at,
+            len: hi - lo,
+            source,
+        })?;
         filled = hi;
     }
     buf[(filled - offset) as usize..n].fill(0);
@@ -133,7 +144,13 @@ pub(crate) fn read_at(inner: &Inner, ino: u64, io: &InodeIo, offset: u64, buf: &
 }
 
 /// Allocates the unmapped blocks of logical `[first, last]`, held until attached.
-fn allocate_gaps(inner: &Inner, meta: &mut Meta, ino: u64, first: u64, last: u64) -> Result<Vec<(u64, BlockRange)>> {
+fn allocate_gaps(
+    inner: &Inner,
+    meta: &mut Meta,
+    ino: u64,
+    first: u64,
+    last: u64,
+) -> Result<Vec<(u64, BlockRange)>> {
     let mut out = Vec::new();
     let mut lb = first;
     while lb <= last {
@@ -207,7 +224,8 @@ fn plan_write(inner: &Inner, meta: &mut Meta, ino: u64, offset: u64, len: usize)
 }
 
 fn execute(inner: &Inner, plan: &Plan, data: &[u8]) -> Result<()> {
-    let durable = inner.carrier.options().write_through;
+    let carrier = inner.carrier()?;
+    let durable = inner.carrier_options.write_through;
     for seg in &plan.segments {
         let total: usize = seg.pieces.iter().map(Piece::len).sum();
         let assembled;
@@ -226,12 +244,15 @@ fn execute(inner: &Inner, plan: &Plan, data: &[u8]) -> Result<()> {
                 assembled.as_slice()
             }
         };
-        assert!(seg.offset + total as u64 <= inner.layout.capacity_bytes(), "data write past the volume end");
+        assert!(
+            seg.offset + total as u64 <= inner.layout.capacity_bytes(),
+            "data write past the volume end"
+        );
         let result = if durable {
-            inner.carrier.write_durable_at(bytes, seg.offset)
+            carrier.write_durable_at(bytes, seg.offset)
         } else {
             inner.unflushed.store(true, Ordering::Release);
-            inner.carrier.write_all_at(bytes, seg.offset)
+            carrier.write_all_at(bytes, seg.offset)
         };
         result.map_err(|source| {
             let op = if durable { IoOp::DurableWrite } else { IoOp::Write };
@@ -298,7 +319,13 @@ pub(crate) fn set_len(inner: &Inner, ino: u64, io: &InodeIo, len: u64) -> Result
 /// Allocates and zero-fills every unmapped block of `[offset, offset + len)`, and extends the
 /// file to cover it: the blocks are written and non-sparse, so later writes into them are
 /// pure overwrites (no allocation, no commit).
-pub(crate) fn preallocate(inner: &Inner, ino: u64, io: &InodeIo, offset: u64, len: u64) -> Result<()> {
+pub(crate) fn preallocate(
+    inner: &Inner,
+    ino: u64,
+    io: &InodeIo,
+    offset: u64,
+    len: u64,
+) -> Result<()> {
     inner.writable()?;
     let end = check_end(offset, len as usize)?;
     if len == 0 {
@@ -334,7 +361,8 @@ pub(crate) fn preallocate(inner: &Inner, ino: u64, io: &InodeIo, offset: u64, le
         for p in &seg.pieces {
             let n = p.len();
             inner.unflushed.store(true, Ordering::Release);
-            commit::write(inner, &zero.as_slice()[..n.min(ZERO_CHUNK)], at).inspect_err(|e| inner.poison(e))?;
+            commit::write(inner, &zero.as_slice()[..n.min(ZERO_CHUNK)], at)
+                .inspect_err(|e| inner.poison(e))?;
             at += n as u64;
         }
     }

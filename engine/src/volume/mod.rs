@@ -69,7 +69,14 @@ impl Meta {
 
 #[derive(Debug)]
 pub(crate) struct Inner {
-    pub(crate) carrier: Box<dyn Carrier>,
+    /// The carrier; `None` once closed. Data IO holds the read lock for the duration of its
+    /// carrier calls, so `close` (which takes the write lock) waits for IO in flight and no
+    /// write can reach the carrier after the lock on it was released.
+    pub(crate) carrier: RwLock<Option<Box<dyn Carrier>>>,
+    pub(crate) medium: Medium,
+    pub(crate) carrier_options: CarrierOptions,
+    /// Carrier counts at close, for `carrier_stats` afterwards.
+    pub(crate) final_stats: Mutex<StatsSnapshot>,
     pub(crate) layout: Layout,
     pub(crate) options: VolumeOptions,
     pub(crate) read_only: bool,
@@ -95,7 +102,26 @@ pub(crate) fn now_ns() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
+/// A borrowed carrier of an open volume.
+pub(crate) struct CarrierRef<'a>(std::sync::RwLockReadGuard<'a, Option<Box<dyn Carrier>>>);
+
+impl std::ops::Deref for CarrierRef<'_> {
+    type Target = dyn Carrier;
+    fn deref(&self) -> &(dyn Carrier + 'static) {
+        self.0.as_deref().expect("CarrierRef is only made for an open carrier")
+    }
+}
+
 impl Inner {
+    /// The carrier, or `Closed`.
+    pub(crate) fn carrier(&self) -> Result<CarrierRef<'_>> {
+        let guard = self.carrier.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if guard.is_none() {
+            return Err(Error::Closed);
+        }
+        Ok(CarrierRef(guard))
+    }
+
     /// Refuses use after close or after a failed write.
     pub(crate) fn usable(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
@@ -197,7 +223,11 @@ pub struct Volume {
 
 impl Volume {
     /// Formats `carrier` and returns the volume open for writing.
-    pub fn format(carrier: Box<dyn Carrier>, format: &FormatOptions<'_>, options: VolumeOptions) -> Result<Volume> {
+    pub fn format(
+        carrier: Box<dyn Carrier>,
+        format: &FormatOptions<'_>,
+        options: VolumeOptions,
+    ) -> Result<Volume> {
         open::format(carrier, format, options)
     }
 
@@ -208,12 +238,21 @@ impl Volume {
     }
 
     /// Creates a carrier at `path` (a new file, or a block device) and formats it.
-    pub fn create_path(path: &Path, format: &FormatOptions<'_>, carrier: CarrierOptions, options: VolumeOptions) -> Result<Volume> {
+    pub fn create_path(
+        path: &Path,
+        format: &FormatOptions<'_>,
+        carrier: CarrierOptions,
+        options: VolumeOptions,
+    ) -> Result<Volume> {
         open::create_path(path, format, carrier, options)
     }
 
     /// Opens the volume on the file or block device at `path`.
-    pub fn open_path(path: &Path, carrier: CarrierOptions, options: VolumeOptions) -> Result<Volume> {
+    pub fn open_path(
+        path: &Path,
+        carrier: CarrierOptions,
+        options: VolumeOptions,
+    ) -> Result<Volume> {
         let read_only = carrier.read_only || options.read_only;
         let carrier = crate::carrier::open_path(path, CarrierOptions { read_only, ..carrier })?;
         open::open(carrier, VolumeOptions { read_only, ..options })
@@ -230,8 +269,8 @@ impl Volume {
             uuid: meta.sb.uuid,
             generation: meta.sb.generation,
             layout: self.inner.layout,
-            medium: self.inner.carrier.medium(),
-            carrier: self.inner.carrier.options(),
+            medium: self.inner.medium,
+            carrier: self.inner.carrier_options,
             thin: meta.sb.layout_flags & LAYOUT_THIN != 0,
             sparse: meta.sb.layout_flags & LAYOUT_SPARSE != 0,
             read_only: self.inner.read_only,
@@ -242,11 +281,10 @@ impl Volume {
 
     /// Operation counts of the carrier so far.
     pub fn carrier_stats(&self) -> StatsSnapshot {
-        self.inner.carrier.stats().snapshot()
-    }
-
-    pub fn carrier(&self) -> &dyn Carrier {
-        self.inner.carrier.as_ref()
+        match self.inner.carrier() {
+            Ok(c) => c.stats().snapshot(),
+            Err(_) => *lock(&self.inner.final_stats),
+        }
     }
 
     /// Generation of the last durable commit.
@@ -278,22 +316,33 @@ impl Volume {
         }
     }
 
-    /// Commits with the clean state and releases the volume. Open handles fail with `Closed`
-    /// afterwards. A read-only volume just closes.
+    /// Commits with the clean state and releases the carrier and its lock, also when `File`s
+    /// or clones are still around: they fail with `Closed` afterwards. A read-only volume
+    /// just closes. A poisoned volume releases its carrier without writing.
     pub fn close(self) -> Result<()> {
-        self.inner.usable()?;
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(Error::Closed);
+        }
+        let mut meta = self.inner.meta();
         let result = if self.inner.read_only {
             Ok(())
         } else {
-            let mut meta = self.inner.meta();
-            let orphans: Vec<u64> = meta.ns.orphans.keys().copied().collect();
-            for ino in orphans {
-                let m = &mut *meta;
-                m.ns.release_orphan(ino, &mut m.alloc);
-            }
-            commit::commit(&self.inner, &mut meta, VolumeState::Clean)
+            self.inner.usable().and_then(|()| {
+                let orphans: Vec<u64> = meta.ns.orphans.keys().copied().collect();
+                for ino in orphans {
+                    let m = &mut *meta;
+                    m.ns.release_orphan(ino, &mut m.alloc);
+                }
+                commit::commit(&self.inner, &mut meta, VolumeState::Clean)
+            })
         };
         self.inner.closed.store(true, Ordering::Release);
+        let mut carrier =
+            self.inner.carrier.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(c) = carrier.take() {
+            *lock(&self.inner.final_stats) = c.stats().snapshot();
+        }
+        drop(meta);
         result
     }
 
@@ -325,7 +374,8 @@ impl Volume {
             at.extend_from_slice(name);
             match self.create(&at, InodeKind::Directory) {
                 Ok(_) => {}
-                Err(Error::AlreadyExists { .. }) if self.stat(&at)?.kind == FileKind::Directory => {}
+                Err(Error::AlreadyExists { .. }) if self.stat(&at)?.kind == FileKind::Directory => {
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -363,7 +413,13 @@ impl Volume {
         let mut meta = self.inner.meta();
         let m = &mut *meta;
         let open = &m.open;
-        m.ns.rename(from.as_ref(), to.as_ref(), |ino| open.contains_key(&ino), &mut m.alloc, now_ns())
+        m.ns.rename(
+            from.as_ref(),
+            to.as_ref(),
+            |ino| open.contains_key(&ino),
+            &mut m.alloc,
+            now_ns(),
+        )
     }
 
     /// Lists a directory, sorted by name (byte order).
@@ -381,7 +437,12 @@ impl Volume {
             .iter()
             .map(|(name, c)| {
                 let child = &meta.ns.inodes[&c.ino];
-                DirEntry { name: name.clone(), ino: c.ino, kind: child.kind.into(), size: child.size }
+                DirEntry {
+                    name: name.clone(),
+                    ino: c.ino,
+                    kind: child.kind.into(),
+                    size: child.size,
+                }
             })
             .collect())
     }

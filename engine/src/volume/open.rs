@@ -12,14 +12,18 @@ use std::sync::{Arc, Mutex};
 
 use super::{FormatOptions, Inner, Meta, Volume, VolumeOptions, commit, now_ns};
 use crate::bitmap::{Allocator, Bitmap};
-use crate::carrier::{AlignedBuf, Carrier, CarrierOptions, CreateOptions, DeviceCarrier, FileCarrier, Medium};
+use crate::carrier::{
+    AlignedBuf, Carrier, CarrierOptions, CreateOptions, DeviceCarrier, FileCarrier, Medium,
+};
 use crate::error::{Corruption, Error, Invalid, IoOp, Region, Result};
 use crate::format::checksum;
 use crate::format::consts::{FORMAT_VERSION, SUPERBLOCKS_LEN, Uuid};
 use crate::image::reader::{self, LoadedImage};
 use crate::layout::Layout;
 use crate::namespace::Namespace;
-use crate::superblock::{self, BlockRef, LAYOUT_SPARSE, LAYOUT_THIN, Member, Superblock, VolumeState};
+use crate::superblock::{
+    self, BlockRef, LAYOUT_SPARSE, LAYOUT_THIN, Member, Superblock, VolumeState,
+};
 
 /// What open found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -63,9 +67,9 @@ pub(crate) fn adopt(carrier: &dyn Carrier) -> Result<Adopted> {
             }
             Err(e @ (Error::Io { .. } | Error::Unsupported(_))) => return Err(e),
             Err(e) => {
-                let may_fall_back = order
-                    .get(i + 1)
-                    .is_some_and(|(_, next)| next.uuid != sb.uuid || next.generation + 1 == sb.generation);
+                let may_fall_back = order.get(i + 1).is_some_and(|(_, next)| {
+                    next.uuid != sb.uuid || next.generation + 1 == sb.generation
+                });
                 let first = first_error.take().unwrap_or(e);
                 if !may_fall_back {
                     return Err(first);
@@ -89,15 +93,22 @@ fn read_bitmap(carrier: &dyn Carrier, layout: &Layout) -> Result<(Vec<u8>, Bitma
     let len = (layout.bitmap.len * u64::from(layout.block_size)) as usize;
     let mut buf = AlignedBuf::zeroed(len, 4096);
     let offset = layout.offset_of(layout.bitmap.start);
-    carrier
-        .read_exact_at(buf.as_mut_slice(), offset)
-        .map_err(|source| Error::Io { op: IoOp::Read, offset, len: len as u64, source })?;
+    carrier.read_exact_at(buf.as_mut_slice(), offset).map_err(|source| Error::Io {
+        op: IoOp::Read,
+        offset,
+        len: len as u64,
+        source,
+    })?;
     let bitmap = Bitmap::decode(buf.as_slice(), layout.total_blocks);
     Ok((buf.as_slice().to_vec(), bitmap))
 }
 
 /// The allocator for an adopted image, and what reconciling the on-disk bitmap found.
-fn reconcile(carrier: &dyn Carrier, adopted: &Adopted, report: &mut OpenReport) -> Result<Allocator> {
+fn reconcile(
+    carrier: &dyn Carrier,
+    adopted: &Adopted,
+    report: &mut OpenReport,
+) -> Result<Allocator> {
     let layout = adopted.sb.layout;
     let reachable = adopted.image.reachable.clone();
     let mut trusted = false;
@@ -107,7 +118,11 @@ fn reconcile(carrier: &dyn Carrier, adopted: &Adopted, report: &mut OpenReport) 
             trusted = true;
             if let Some(&block) = reachable.difference(&on_disk).first() {
                 let offset = layout.offset_of(layout.bitmap.start) + block / 8;
-                return Err(Error::corrupt(Region::Bitmap, offset, Corruption::BitmapMissesBlock { block }));
+                return Err(Error::corrupt(
+                    Region::Bitmap,
+                    offset,
+                    Corruption::BitmapMissesBlock { block },
+                ));
             }
             report.leaked_blocks = on_disk.difference(&reachable).len() as u64;
         }
@@ -120,11 +135,23 @@ fn reconcile(carrier: &dyn Carrier, adopted: &Adopted, report: &mut OpenReport) 
     Ok(alloc)
 }
 
-fn build(carrier: Box<dyn Carrier>, sb: &Superblock, ns: Namespace, alloc: Allocator, options: VolumeOptions, read_only: bool, report: OpenReport) -> Volume {
+fn build(
+    carrier: Box<dyn Carrier>,
+    sb: &Superblock,
+    ns: Namespace,
+    alloc: Allocator,
+    options: VolumeOptions,
+    read_only: bool,
+    report: OpenReport,
+) -> Volume {
     let carrier_len = carrier.geometry().len_bytes;
-    let meta = Meta { ns, alloc, sb: sb.clone(), open: std::collections::HashMap::new(), carrier_len };
+    let meta =
+        Meta { ns, alloc, sb: sb.clone(), open: std::collections::HashMap::new(), carrier_len };
     let inner = Inner {
-        carrier,
+        medium: carrier.medium(),
+        carrier_options: carrier.options(),
+        final_stats: Mutex::new(crate::carrier::StatsSnapshot::default()),
+        carrier: std::sync::RwLock::new(Some(carrier)),
         layout: sb.layout,
         options,
         read_only,
@@ -146,7 +173,10 @@ pub(crate) fn open(carrier: Box<dyn Carrier>, options: VolumeOptions) -> Result<
     check_alignment(carrier.as_ref(), layout.block_size)?;
     let carrier_len = carrier.geometry().len_bytes;
     if sb.layout_flags & LAYOUT_THIN == 0 && carrier_len < layout.capacity_bytes() {
-        return Err(Error::Invalid(Invalid::CarrierTooSmall { carrier_bytes: carrier_len, volume_bytes: layout.capacity_bytes() }));
+        return Err(Error::Invalid(Invalid::CarrierTooSmall {
+            carrier_bytes: carrier_len,
+            volume_bytes: layout.capacity_bytes(),
+        }));
     }
     let mut report = OpenReport {
         adopted_slot: adopted.slot,
@@ -172,7 +202,11 @@ pub(crate) fn open(carrier: Box<dyn Carrier>, options: VolumeOptions) -> Result<
 }
 
 /// Formats `carrier` with `format`.
-pub(crate) fn format(carrier: Box<dyn Carrier>, format: &FormatOptions<'_>, options: VolumeOptions) -> Result<Volume> {
+pub(crate) fn format(
+    carrier: Box<dyn Carrier>,
+    format: &FormatOptions<'_>,
+    options: VolumeOptions,
+) -> Result<Volume> {
     if carrier.options().read_only || options.read_only {
         return Err(Error::ReadOnly);
     }
@@ -183,17 +217,26 @@ pub(crate) fn format(carrier: Box<dyn Carrier>, format: &FormatOptions<'_>, opti
         None if carrier_len > 0 => carrier_len,
         None => return Err(Error::Invalid(Invalid::Capacity { bytes: 0 })),
     };
-    let layout = Layout::for_format(capacity, format.block_size, format.journal_bytes, format.image_blocks)?;
+    let layout =
+        Layout::for_format(capacity, format.block_size, format.journal_bytes, format.image_blocks)?;
     check_alignment(carrier.as_ref(), layout.block_size)?;
     // Thin and sparse describe a file carrier; devices and memory are inherently
     // preallocated and fully backed.
     let thin = medium == Medium::File && !format.preallocate;
     let sparse = medium == Medium::File && format.sparse;
     if !thin && carrier_len < layout.capacity_bytes() {
-        return Err(Error::Invalid(Invalid::CarrierTooSmall { carrier_bytes: carrier_len, volume_bytes: layout.capacity_bytes() }));
+        return Err(Error::Invalid(Invalid::CarrierTooSmall {
+            carrier_bytes: carrier_len,
+            volume_bytes: layout.capacity_bytes(),
+        }));
     }
     let grow_to = layout.offset_of(layout.image.start);
-    carrier.grow(grow_to, sparse).map_err(|source| Error::Io { op: IoOp::Grow, offset: 0, len: grow_to, source })?;
+    carrier.grow(grow_to, sparse).map_err(|source| Error::Io {
+        op: IoOp::Grow,
+        offset: 0,
+        len: grow_to,
+        source,
+    })?;
     // Wipe both slots first: a format that crashes half-way never looks like the carrier's
     // previous volume.
     let zeros = AlignedBuf::zeroed(SUPERBLOCKS_LEN as usize, 4096);
@@ -243,7 +286,12 @@ pub(crate) fn format(carrier: Box<dyn Carrier>, format: &FormatOptions<'_>, opti
 }
 
 /// Creates the carrier at `path` and formats it.
-pub(crate) fn create_path(path: &Path, fmt: &FormatOptions<'_>, options: CarrierOptions, vopts: VolumeOptions) -> Result<Volume> {
+pub(crate) fn create_path(
+    path: &Path,
+    fmt: &FormatOptions<'_>,
+    options: CarrierOptions,
+    vopts: VolumeOptions,
+) -> Result<Volume> {
     if crate::carrier::is_block_device(path) {
         let device = DeviceCarrier::open(path, options)?;
         if !fmt.force && !device.looks_empty()? {

@@ -19,9 +19,9 @@ pub enum WriteConcurrency {
 pub enum CommitMutation {
     /// Skip the barrier between the first superblock and the second.
     SkipFirstBarrier,
-    /// Write the first superblock before the image blocks it points to, with no barrier
-    /// between them.
-    SuperblockBeforeImage,
+    /// Let this commit reuse the blocks the previous commit freed, before this commit is
+    /// durable (the deferred-free rule broken).
+    ReuseFreedBlocksEarly,
 }
 
 /// Open-time options of the volume layer (the carrier's own knobs are `CarrierOptions`).

@@ -1,0 +1,277 @@
+//! The file carrier on the host file system: creation knobs, direct IO with unaligned
+//! requests, write-through counts, locking across openers and processes, thin growth.
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use vellum_engine::carrier::{Carrier, CarrierOptions, CreateOptions, FileCarrier};
+use vellum_engine::{Error, FormatOptions, Volume, VolumeOptions};
+
+fn production(size: u64) -> FormatOptions<'static> {
+    FormatOptions { capacity_bytes: Some(size), ..FormatOptions::default() }
+}
+
+fn allocated_bytes(path: &Path) -> u64 {
+    std::fs::metadata(path).unwrap().blocks() * 512
+}
+
+#[test]
+fn non_sparse_preallocation_writes_every_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v.vlm");
+    let v = Volume::create_path(
+        &path,
+        &production(32 << 20),
+        CarrierOptions::PRODUCTION,
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    v.close().unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), 32 << 20);
+    assert!(allocated_bytes(&path) >= 32 << 20, "every block is backed");
+    assert!(dir.path().join("v.vlm.lock").exists());
+}
+
+#[test]
+fn sparse_and_thin_carriers_take_little_space() {
+    let dir = tempfile::tempdir().unwrap();
+    let sparse = dir.path().join("sparse.vlm");
+    let fmt = FormatOptions { sparse: true, ..production(64 << 20) };
+    Volume::create_path(&sparse, &fmt, CarrierOptions::BUFFERED, VolumeOptions::default())
+        .unwrap()
+        .close()
+        .unwrap();
+    assert_eq!(std::fs::metadata(&sparse).unwrap().len(), 64 << 20);
+    assert!(allocated_bytes(&sparse) < 8 << 20, "holes stay holes");
+
+    let thin = dir.path().join("thin.vlm");
+    let fmt = FormatOptions { preallocate: false, sparse: true, ..production(256 << 20) };
+    let v = Volume::create_path(&thin, &fmt, CarrierOptions::BUFFERED, VolumeOptions::default())
+        .unwrap();
+    let small = std::fs::metadata(&thin).unwrap().len();
+    assert!(small < 16 << 20, "a thin carrier starts small ({small} bytes)");
+    let f = v.create_file("/grow").unwrap();
+    let chunk = vec![3u8; 1 << 20];
+    for i in 0..40 {
+        f.write_at(&chunk, i << 20).unwrap();
+    }
+    v.close().unwrap();
+    let grown = std::fs::metadata(&thin).unwrap().len();
+    assert!(grown > 40 << 20 && grown <= 256 << 20, "it grows as blocks are allocated ({grown})");
+    let v = Volume::open_path(&thin, CarrierOptions::BUFFERED, VolumeOptions::default()).unwrap();
+    let f = v.open_file("/grow").unwrap();
+    let mut buf = vec![0u8; 1 << 20];
+    f.read_exact_at(&mut buf, 39 << 20).unwrap();
+    assert_eq!(buf, chunk);
+}
+
+#[test]
+fn thin_non_sparse_growth_writes_zeros() {
+    let dir = tempfile::tempdir().unwrap();
+    let thin = dir.path().join("thin.vlm");
+    let fmt = FormatOptions { preallocate: false, sparse: false, ..production(64 << 20) };
+    let v = Volume::create_path(&thin, &fmt, CarrierOptions::PRODUCTION, VolumeOptions::default())
+        .unwrap();
+    v.create_file("/a").unwrap().write_at(&vec![1u8; 5 << 20], 0).unwrap();
+    v.close().unwrap();
+    let meta = std::fs::metadata(&thin).unwrap();
+    assert!(meta.len() < 64 << 20);
+    assert!(allocated_bytes(&thin) >= meta.len() - 4096, "grown ranges are written, not holes");
+}
+
+#[test]
+fn direct_io_absorbs_unaligned_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v.vlm");
+    let v = Volume::create_path(
+        &path,
+        &production(16 << 20),
+        CarrierOptions::PRODUCTION,
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    let f = v.create_file("/f").unwrap();
+    f.preallocate(0, 1 << 20).unwrap();
+    v.commit().unwrap();
+    // Odd offsets, odd lengths, and a buffer that starts off alignment.
+    let backing = vec![7u8; 10_001];
+    let odd = &backing[1..];
+    f.write_at(odd, 12_345).unwrap();
+    f.write_at(b"x", 4095).unwrap();
+    let mut got = vec![0u8; 10_000];
+    f.read_exact_at(&mut got, 12_345).unwrap();
+    assert_eq!(got, odd);
+    let mut one = [0u8; 3];
+    f.read_exact_at(&mut one, 4094).unwrap();
+    assert_eq!(one, [0, b'x', 0]);
+    v.close().unwrap();
+    let v = Volume::open_path(&path, CarrierOptions::PRODUCTION, VolumeOptions::default()).unwrap();
+    let mut got = vec![0u8; 10_000];
+    v.open_file("/f").unwrap().read_exact_at(&mut got, 12_345).unwrap();
+    assert_eq!(got, odd);
+}
+
+#[test]
+fn write_through_appends_take_one_write_and_no_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v.vlm");
+    let v = Volume::create_path(
+        &path,
+        &production(16 << 20),
+        CarrierOptions::PRODUCTION,
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    let f = v.create_file("/log").unwrap();
+    f.preallocate(0, 4 << 20).unwrap();
+    v.commit().unwrap();
+    let block = vellum_engine::carrier::AlignedBuf::zeroed(4096, 4096);
+    for i in 0..16u64 {
+        let before = v.carrier_stats();
+        f.write_at(block.as_slice(), i * 4096).unwrap();
+        let d = v.carrier_stats() - before;
+        assert_eq!((d.writes, d.durable_writes, d.barriers), (1, 1, 0), "append {i}");
+        assert_eq!(d.written_bytes, 4096);
+    }
+}
+
+#[test]
+fn a_second_opener_is_locked_out_here_and_in_another_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v.vlm");
+    let v = Volume::create_path(
+        &path,
+        &production(16 << 20),
+        CarrierOptions::BUFFERED,
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    let e =
+        Volume::open_path(&path, CarrierOptions::BUFFERED, VolumeOptions::default()).unwrap_err();
+    assert!(matches!(e, Error::Locked { .. }), "{e:?}");
+    let ro = CarrierOptions { read_only: true, ..CarrierOptions::BUFFERED };
+    assert!(
+        matches!(FileCarrier::open(&path, ro), Err(Error::Locked { .. })),
+        "readers wait for the writer"
+    );
+    // Another process using the same flock on the companion file is refused too.
+    let status = std::process::Command::new("flock")
+        .args(["--nonblock", "--conflict-exit-code", "99"])
+        .arg(dir.path().join("v.vlm.lock"))
+        .arg("true")
+        .status()
+        .unwrap();
+    assert_eq!(status.code(), Some(99), "the lock is visible to other processes");
+    v.close().unwrap();
+    let again =
+        Volume::open_path(&path, CarrierOptions::BUFFERED, VolumeOptions::default()).unwrap();
+    again.close().unwrap();
+}
+
+#[test]
+fn readers_share_the_lock() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v.vlm");
+    Volume::create_path(
+        &path,
+        &production(16 << 20),
+        CarrierOptions::BUFFERED,
+        VolumeOptions::default(),
+    )
+    .unwrap()
+    .close()
+    .unwrap();
+    let ro = CarrierOptions { read_only: true, ..CarrierOptions::BUFFERED };
+    let a = Volume::open_path(&path, ro, VolumeOptions::default()).unwrap();
+    let b = Volume::open_path(&path, ro, VolumeOptions::default()).unwrap();
+    assert!(a.info().read_only && b.info().read_only);
+    assert!(matches!(
+        Volume::open_path(&path, CarrierOptions::BUFFERED, VolumeOptions::default()),
+        Err(Error::Locked { .. })
+    ));
+}
+
+#[test]
+fn refuses_to_format_over_a_file_with_data_without_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data.bin");
+    std::fs::write(&path, b"precious").unwrap();
+    let e = Volume::create_path(
+        &path,
+        &production(16 << 20),
+        CarrierOptions::BUFFERED,
+        VolumeOptions::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::NotEmpty { .. }), "{e:?}");
+    assert_eq!(std::fs::read(&path).unwrap(), b"precious");
+    let forced = FormatOptions { force: true, ..production(16 << 20) };
+    Volume::create_path(&path, &forced, CarrierOptions::BUFFERED, VolumeOptions::default())
+        .unwrap()
+        .close()
+        .unwrap();
+}
+
+#[test]
+fn missing_and_foreign_files_get_named_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let e = Volume::open_path(
+        &dir.path().join("nope"),
+        CarrierOptions::BUFFERED,
+        VolumeOptions::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(e, Error::Open { .. }), "{e:?}");
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, vec![0x5Au8; 1 << 20]).unwrap();
+    let e =
+        Volume::open_path(&junk, CarrierOptions::BUFFERED, VolumeOptions::default()).unwrap_err();
+    assert!(matches!(e, Error::NotAVolume), "{e:?}");
+    let tiny = dir.path().join("tiny");
+    std::fs::write(&tiny, b"abc").unwrap();
+    let e =
+        Volume::open_path(&tiny, CarrierOptions::BUFFERED, VolumeOptions::default()).unwrap_err();
+    assert!(matches!(e, Error::NotAVolume), "{e:?}");
+}
+
+#[test]
+fn a_truncated_carrier_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v.vlm");
+    Volume::create_path(
+        &path,
+        &production(16 << 20),
+        CarrierOptions::BUFFERED,
+        VolumeOptions::default(),
+    )
+    .unwrap()
+    .close()
+    .unwrap();
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.set_len(8 << 20).unwrap();
+    let e =
+        Volume::open_path(&path, CarrierOptions::BUFFERED, VolumeOptions::default()).unwrap_err();
+    assert!(
+        matches!(e, Error::Invalid(vellum_engine::error::Invalid::CarrierTooSmall { .. })),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn zero_fill_reports_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let seen = std::sync::Mutex::new(Vec::new());
+    let report = |done: u64, total: u64| seen.lock().unwrap().push((done, total));
+    let create = CreateOptions {
+        capacity_bytes: 24 << 20,
+        preallocate: true,
+        sparse: false,
+        force: false,
+        progress: Some(&report),
+    };
+    let c =
+        FileCarrier::create(&dir.path().join("p.vlm"), &create, CarrierOptions::BUFFERED).unwrap();
+    assert_eq!(c.geometry().len_bytes, 24 << 20);
+    let seen = seen.into_inner().unwrap();
+    assert_eq!(seen.last(), Some(&(24 << 20, 24 << 20)));
+}
