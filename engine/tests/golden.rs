@@ -1,0 +1,139 @@
+//! Golden volumes: a small v1 volume committed under `tests/golden/v1/`, which this and every
+//! later build must open and read identically. Regenerate only for a new format version, into
+//! a new directory: `VELLUM_BLESS_GOLDEN=1 cargo test -p vellum-engine --test golden`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use vellum_engine::carrier::MemoryCarrier;
+use vellum_engine::{FileKind, FormatOptions, Volume, VolumeOptions, check};
+
+fn golden_path() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/v1/volume.vlm")
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
+}
+
+/// What the golden volume holds: (path, kind, content, attributes).
+fn expected() -> Vec<(&'static str, FileKind, Vec<u8>, Vec<(&'static [u8], Vec<u8>)>)> {
+    let mut sparse = vec![0u8; 40_000];
+    sparse.extend_from_slice(b"after the hole");
+    vec![
+        ("/docs", FileKind::Directory, vec![], vec![]),
+        (
+            "/docs/readme",
+            FileKind::File,
+            b"Vellum golden volume, format v1.\n".to_vec(),
+            vec![(b"mime", b"text/plain".to_vec())],
+        ),
+        ("/docs/nested", FileKind::Directory, vec![], vec![]),
+        ("/docs/nested/blob", FileKind::File, pattern(3, 50_000), vec![(b"big", pattern(9, 400))]),
+        ("/log", FileKind::Directory, vec![], vec![]),
+        (
+            "/log/segment-0001",
+            FileKind::File,
+            {
+                let mut s = vec![0u8; 32_768];
+                s[..11].copy_from_slice(b"entry-00001");
+                s
+            },
+            vec![],
+        ),
+        ("/renamed", FileKind::File, pattern(5, 5000), vec![]),
+        ("/sparse", FileKind::File, sparse, vec![]),
+        ("/truncated", FileKind::File, pattern(7, 1234), vec![]),
+        ("/\u{e9}t\u{e9} \u{1}x", FileKind::File, b"byte-exact name".to_vec(), vec![]),
+    ]
+}
+
+fn build(v: &Volume) {
+    v.create_dir_all("/docs/nested").unwrap();
+    let f = v.create_file("/docs/readme").unwrap();
+    f.write_at(b"Vellum golden volume, format v1.\n", 0).unwrap();
+    f.set_attr(b"mime", b"text/plain").unwrap();
+    let f = v.create_file("/docs/nested/blob").unwrap();
+    f.write_at(&pattern(3, 50_000), 0).unwrap();
+    f.set_attr(b"big", &pattern(9, 400)).unwrap();
+    v.create_dir("/log").unwrap();
+    let seg = v.create_file("/log/segment-0001").unwrap();
+    seg.preallocate(0, 32_768).unwrap();
+    v.commit().unwrap();
+    seg.write_at(b"entry-00001", 0).unwrap();
+    v.create_file("/to-rename").unwrap().write_at(&pattern(5, 5000), 0).unwrap();
+    v.rename("/to-rename", "/renamed").unwrap();
+    v.create_file("/sparse").unwrap().write_at(b"after the hole", 40_000).unwrap();
+    let t = v.create_file("/truncated").unwrap();
+    t.write_at(&pattern(7, 9000), 0).unwrap();
+    t.set_len(1234).unwrap();
+    v.create_file("/removed").unwrap().write_at(b"gone", 0).unwrap();
+    v.commit().unwrap();
+    v.remove("/removed").unwrap();
+    v.create_file("/\u{e9}t\u{e9} \u{1}x").unwrap().write_at(b"byte-exact name", 0).unwrap();
+}
+
+fn verify(v: &Volume) {
+    let mut seen = 0;
+    for (path, kind, content, attrs) in expected() {
+        let st = v.stat(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+        assert_eq!(st.kind, kind, "{path}");
+        if kind == FileKind::File {
+            let f = v.open_file(path).unwrap();
+            assert_eq!(f.read_to_end().unwrap(), content, "{path}");
+            for (k, val) in attrs {
+                assert_eq!(f.attr(k).unwrap().as_deref(), Some(val.as_slice()), "{path}");
+            }
+        }
+        seen += 1;
+    }
+    let total: usize =
+        ["/", "/docs", "/docs/nested", "/log"].iter().map(|d| v.list(d).unwrap().len()).sum();
+    assert_eq!(total, seen, "nothing more, nothing less");
+}
+
+#[test]
+fn golden_v1_opens_and_reads_identically() {
+    if std::env::var_os("VELLUM_BLESS_GOLDEN").is_some() {
+        let _ = std::fs::remove_file(golden_path());
+        let _ = std::fs::remove_file(golden_path().with_extension("vlm.lock"));
+        let fmt = FormatOptions {
+            capacity_bytes: Some(512 << 10),
+            journal_bytes: 16 << 10,
+            image_blocks: Some(16),
+            ..FormatOptions::default()
+        };
+        let carrier = Arc::new(MemoryCarrier::new(512 << 10));
+        let v =
+            Volume::format(Box::new(Arc::clone(&carrier)), &fmt, VolumeOptions::default()).unwrap();
+        build(&v);
+        v.close().unwrap();
+        std::fs::write(golden_path(), carrier.to_bytes()).unwrap();
+    }
+    let bytes = std::fs::read(golden_path()).expect("the golden volume is committed");
+    assert_eq!(bytes.len(), 512 << 10);
+    let report = check(&MemoryCarrier::from_bytes(&bytes));
+    assert_eq!(report.exit_code(), 0, "{:?}", report.findings);
+    let ro = VolumeOptions { read_only: true, ..VolumeOptions::default() };
+    let v = Volume::open(Box::new(MemoryCarrier::from_bytes(&bytes)), ro).unwrap();
+    assert_eq!(v.info().layout.journal.len, 4, "the reserved journal region survives");
+    verify(&v);
+    // Writable too: open, change, close, reopen.
+    let carrier = Arc::new(MemoryCarrier::from_bytes(&bytes));
+    let v = Volume::open(Box::new(Arc::clone(&carrier)), VolumeOptions::default()).unwrap();
+    verify(&v);
+    v.create_file("/new").unwrap().write_at(b"new", 0).unwrap();
+    v.close().unwrap();
+    let v = Volume::open(
+        Box::new(MemoryCarrier::from_bytes(&carrier.to_bytes())),
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    verify_with_new(&v);
+}
+
+fn verify_with_new(v: &Volume) {
+    assert_eq!(v.open_file("/new").unwrap().read_to_end().unwrap(), b"new");
+    v.remove("/new").unwrap();
+    verify(v);
+}
