@@ -1,0 +1,148 @@
+//! The `vellum` command line: argument definitions and the one-line error report.
+
+pub mod demo;
+pub mod size;
+pub mod volume;
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+/// Why a command failed, as one line for the user.
+#[derive(Debug)]
+pub enum CliError {
+    Engine(vellum_engine::Error),
+    Io(std::io::Error, String),
+    Usage(String),
+}
+
+impl From<vellum_engine::Error> for CliError {
+    fn from(e: vellum_engine::Error) -> Self {
+        CliError::Engine(e)
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CliError::Engine(e) => write!(f, "{e}"),
+            CliError::Io(e, what) => write!(f, "{what}: {e}"),
+            CliError::Usage(msg) => f.write_str(msg),
+        }
+    }
+}
+
+fn size_arg(s: &str) -> Result<u64, String> {
+    size::parse_size(s)
+}
+
+fn block_size_arg(s: &str) -> Result<u32, String> {
+    let n = size::parse_size(s)?;
+    u32::try_from(n)
+        .ok()
+        .filter(|b| b.is_power_of_two() && (4096..=65536).contains(b))
+        .ok_or_else(|| format!("block size {s} must be a power of two from 4096 to 65536"))
+}
+
+/// Vellum: a Raft log-storage engine on its own virtual volume.
+#[derive(Parser, Debug)]
+#[command(name = "vellum", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Create a volume on a file (or a block device).
+    Format {
+        /// A file path or a block device path.
+        carrier: PathBuf,
+        /// Capacity: 64MiB, 1G, ... (required for files; a device defaults to its whole size).
+        #[arg(long, value_parser = size_arg)]
+        size: Option<u64>,
+        /// Block size in bytes (4096 to 65536, a power of two).
+        #[arg(long, default_value = "4096", value_parser = block_size_arg)]
+        block_size: u32,
+        /// Grow the carrier file as blocks are used, instead of reserving it now.
+        #[arg(long)]
+        thin: bool,
+        /// Leave unwritten ranges as holes instead of writing zeros.
+        #[arg(long)]
+        sparse: bool,
+        /// Reserve a journal region of this size (v1 writes no journal; the region waits).
+        #[arg(long, default_value = "0", value_parser = size_arg)]
+        journal: u64,
+        /// Overwrite a carrier that does not look empty.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Show both superblocks, the geometry and the knobs of a volume.
+    Info {
+        carrier: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Check a volume read-only: exit 0 clean, 1 could not complete, 2 corrupt, 3 leaks only.
+    Check { carrier: PathBuf },
+    /// List a directory of the volume.
+    Ls {
+        carrier: PathBuf,
+        #[arg(default_value = "/")]
+        path: OsString,
+    },
+    /// Show a file's or directory's metadata, extents and attributes.
+    Stat { carrier: PathBuf, path: OsString },
+    /// Write a file of the volume to stdout.
+    Cat { carrier: PathBuf, path: OsString },
+    /// Copy a file; either side may be CARRIER:/path (a host source may be - for stdin).
+    Cp { src: OsString, dst: OsString },
+    /// Remove a file or an empty directory.
+    Rm { carrier: PathBuf, path: OsString },
+    /// Create a directory.
+    Mkdir {
+        carrier: PathBuf,
+        path: OsString,
+        /// Create missing parents too.
+        #[arg(short, long)]
+        parents: bool,
+    },
+    /// Rename (atomically replacing a file or an empty directory at the target).
+    Mv { carrier: PathBuf, from: OsString, to: OsString },
+    /// A short tour of a volume in ./vellum-data/: format, files, durable appends, counts.
+    Demo {
+        /// Where the demo volume lives.
+        #[arg(long, default_value = "vellum-data")]
+        dir: PathBuf,
+    },
+}
+
+/// Runs a command; returns the process exit code.
+pub fn run(cli: Cli) -> Result<i32, CliError> {
+    match cli.command {
+        Command::Format { carrier, size, block_size, thin, sparse, journal, force } => {
+            volume::format(&volume::FormatArgs {
+                carrier,
+                size,
+                block_size,
+                thin,
+                sparse,
+                journal,
+                force,
+            })?;
+        }
+        Command::Info { carrier, json } => volume::info(&carrier, json)?,
+        Command::Check { carrier } => return volume::check(&carrier),
+        Command::Ls { carrier, path } => volume::ls(&carrier, &path)?,
+        Command::Stat { carrier, path } => volume::stat(&carrier, &path)?,
+        Command::Cat { carrier, path } => volume::cat(&carrier, &path)?,
+        Command::Cp { src, dst } => volume::cp(&src, &dst)?,
+        Command::Rm { carrier, path } => volume::rm(&carrier, &path)?,
+        Command::Mkdir { carrier, path, parents } => volume::mkdir(&carrier, &path, parents)?,
+        Command::Mv { carrier, from, to } => volume::mv(&carrier, &from, &to)?,
+        Command::Demo { dir } => demo::run(&dir)?,
+    }
+    Ok(0)
+}

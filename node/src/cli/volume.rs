@@ -1,0 +1,456 @@
+//! The volume subcommands: `format`, `info`, `check`, `ls`, `stat`, `cat`, `cp`, `rm`,
+//! `mkdir`, `mv`. Each opens the volume, does one thing, and closes it cleanly; a failure is
+//! one line on stderr and a non-zero exit, never a panic.
+
+use std::ffi::{OsStr, OsString};
+use std::io::{Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use vellum_engine::carrier::{self, Carrier, CarrierOptions};
+use vellum_engine::superblock::{self, LAYOUT_SPARSE, LAYOUT_THIN, VolumeState};
+use vellum_engine::{Error, FileKind, FindingKind, FormatOptions, Volume, VolumeOptions};
+
+use super::CliError;
+use super::size::human;
+
+/// Bytes moved per read or write by `cat` and `cp`.
+const CHUNK: usize = 1 << 20;
+
+/// Opens with production knobs, or buffered where the host file system refuses O_DIRECT.
+pub fn open(path: &Path, read_only: bool) -> Result<Volume, CliError> {
+    if !path.exists() {
+        return Err(CliError::Usage(format!("{}: no such file or device", path.display())));
+    }
+    let opts = VolumeOptions { read_only, ..VolumeOptions::default() };
+    let prod = CarrierOptions { read_only, ..CarrierOptions::PRODUCTION };
+    match Volume::open_path(path, prod, opts) {
+        Err(Error::Open { source, .. })
+            if source.kind() == std::io::ErrorKind::InvalidInput
+                && !carrier::is_block_device(path) =>
+        {
+            let buffered = CarrierOptions { direct_io: false, ..prod };
+            Ok(Volume::open_path(path, buffered, opts)?)
+        }
+        other => Ok(other?),
+    }
+}
+
+fn open_carrier(path: &Path) -> Result<Box<dyn Carrier>, CliError> {
+    if !path.exists() {
+        return Err(CliError::Usage(format!("{}: no such file or device", path.display())));
+    }
+    let ro = CarrierOptions {
+        direct_io: carrier::is_block_device(path),
+        write_through: false,
+        read_only: true,
+    };
+    Ok(carrier::open_path(path, ro)?)
+}
+
+/// The arguments of `vellum format`.
+pub struct FormatArgs {
+    pub carrier: PathBuf,
+    pub size: Option<u64>,
+    pub block_size: u32,
+    pub thin: bool,
+    pub sparse: bool,
+    pub journal: u64,
+    pub force: bool,
+}
+
+pub fn format(a: &FormatArgs) -> Result<(), CliError> {
+    let is_device = carrier::is_block_device(&a.carrier);
+    if !is_device && a.size.is_none() {
+        return Err(CliError::Usage(
+            "--size is required for a file carrier (e.g. --size 64MiB)".into(),
+        ));
+    }
+    let bar = indicatif::ProgressBar::new(a.size.unwrap_or(0));
+    bar.set_style(
+        indicatif::ProgressStyle::with_template(
+            "zero-filling {bar:40} {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
+        )
+        .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let progress = |done: u64, total: u64| {
+        bar.set_length(total);
+        bar.set_position(done);
+    };
+    let fmt = FormatOptions {
+        capacity_bytes: a.size,
+        block_size: a.block_size,
+        journal_bytes: a.journal,
+        image_blocks: None,
+        preallocate: !a.thin,
+        sparse: a.sparse,
+        force: a.force,
+        progress: Some(&progress),
+    };
+    let mut knobs = CarrierOptions::PRODUCTION;
+    let result = match Volume::create_path(&a.carrier, &fmt, knobs, VolumeOptions::default()) {
+        Err(Error::Open { source, .. })
+            if source.kind() == std::io::ErrorKind::InvalidInput && !is_device =>
+        {
+            knobs.direct_io = false;
+            let again = FormatOptions { force: true, ..fmt };
+            Volume::create_path(&a.carrier, &again, knobs, VolumeOptions::default())
+        }
+        other => other,
+    };
+    bar.finish_and_clear();
+    let v = result?;
+    let info = v.info();
+    v.close()?;
+    println!(
+        "formatted {}: {} in {} blocks of {} bytes, {}, {}, volume {}",
+        a.carrier.display(),
+        human(info.layout.capacity_bytes()),
+        info.layout.total_blocks,
+        info.layout.block_size,
+        if info.thin { "thin" } else { "preallocated" },
+        if info.sparse { "sparse" } else { "non-sparse" },
+        info.uuid
+    );
+    Ok(())
+}
+
+pub fn info(path: &Path, json: bool) -> Result<(), CliError> {
+    let carrier = open_carrier(path)?;
+    let slots = superblock::read_slots(carrier.as_ref())?;
+    let report = vellum_engine::check(carrier.as_ref());
+    let adopted = report.adopted;
+    let mut slot_json = Vec::new();
+    let mut chosen = None;
+    for s in &slots {
+        let (status, generation, state) = match &s.result {
+            Ok(sb) => ("valid".to_string(), Some(sb.generation), Some(sb.state)),
+            Err(e) => (e.to_string(), None, None),
+        };
+        let is_adopted = adopted.is_some_and(|(slot, _)| slot == s.slot);
+        if is_adopted {
+            chosen = s.result.as_ref().ok().cloned();
+        }
+        slot_json.push(serde_json::json!({
+            "slot": slot_name(s.slot),
+            "checksum_ok": s.result.is_ok() || matches!(s.result, Err(Error::Unsupported(_))),
+            "status": status,
+            "generation": generation,
+            "state": state.map(|st| if st == VolumeState::Clean { "clean" } else { "dirty" }),
+            "adopted": is_adopted,
+        }));
+    }
+    let Some(sb) = chosen else {
+        let why = report
+            .findings
+            .first()
+            .map_or_else(|| "no superblock can be adopted".to_string(), |f| f.message.clone());
+        if json {
+            println!(
+                "{}",
+                serde_json::json!({ "carrier": path, "slots": slot_json, "error": why })
+            );
+        } else {
+            for (s, j) in slots.iter().zip(&slot_json) {
+                println!(
+                    "superblock {}: {}",
+                    ["A", "B"][s.slot as usize],
+                    j["status"].as_str().unwrap_or("")
+                );
+            }
+        }
+        return Err(CliError::Usage(why));
+    };
+    let l = sb.layout;
+    let medium = carrier.medium();
+    let thin = sb.layout_flags & LAYOUT_THIN != 0;
+    let sparse = sb.layout_flags & LAYOUT_SPARSE != 0;
+    let region = |r: vellum_engine::layout::BlockRange| serde_json::json!({ "start_block": r.start, "blocks": r.len });
+    let doc = serde_json::json!({
+        "carrier": path,
+        "medium": medium.name(),
+        "carrier_bytes": carrier.geometry().len_bytes,
+        "format_version": sb.version,
+        "volume_uuid": sb.uuid.to_string(),
+        "state": if sb.state == VolumeState::Clean { "clean" } else { "dirty" },
+        "generation": sb.generation,
+        "slots": slot_json,
+        "geometry": {
+            "block_size": l.block_size,
+            "total_blocks": l.total_blocks,
+            "capacity_bytes": l.capacity_bytes(),
+            "bitmap": region(l.bitmap),
+            "journal": region(l.journal),
+            "image": region(l.image),
+            "data": region(l.data),
+        },
+        "knobs": {
+            "preallocation": if thin { "thin" } else { "preallocated" },
+            "sparseness": if sparse { "sparse" } else { "non-sparse" },
+            "direct_io": "chosen at open (vellum opens with direct IO where the medium allows)",
+            "write_through": "chosen at open",
+        },
+        "files": report.files,
+        "directories": report.directories,
+        "used_blocks": report.used_blocks,
+        "members": sb.members.iter().map(|m| serde_json::json!({"uuid": m.uuid.to_string(), "capacity_blocks": m.capacity_blocks})).collect::<Vec<_>>(),
+    });
+    if json {
+        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+        return Ok(());
+    }
+    println!("carrier:     {} ({medium}, {})", path.display(), human(carrier.geometry().len_bytes));
+    println!("volume:      {} (format v{})", sb.uuid, sb.version);
+    println!("state:       {}, generation {}", doc["state"].as_str().unwrap_or(""), sb.generation);
+    for (s, j) in slots.iter().zip(&slot_json) {
+        let mark = if j["adopted"].as_bool() == Some(true) { " (adopted)" } else { "" };
+        let status = match &s.result {
+            Ok(x) => format!("generation {}, checksum ok", x.generation),
+            Err(e) => e.to_string(),
+        };
+        println!("superblock {}: {status}{mark}", ["A", "B"][s.slot as usize]);
+    }
+    println!(
+        "geometry:    {} blocks of {} bytes = {}",
+        l.total_blocks,
+        l.block_size,
+        human(l.capacity_bytes())
+    );
+    for (name, r) in
+        [("bitmap", l.bitmap), ("journal", l.journal), ("image", l.image), ("data", l.data)]
+    {
+        println!(
+            "  {name:8} blocks {:>10} .. {:<10} ({})",
+            r.start,
+            r.end(),
+            human(r.len * u64::from(l.block_size))
+        );
+    }
+    println!(
+        "knobs:       {}, {}",
+        if thin { "thin" } else { "preallocated" },
+        if sparse { "sparse" } else { "non-sparse" }
+    );
+    println!(
+        "contents:    {} files, {} directories, {} of {} blocks used",
+        report.files, report.directories, report.used_blocks, l.total_blocks
+    );
+    Ok(())
+}
+
+/// `vellum check`: prints findings; the exit code is the report's (0, 1, 2, 3).
+pub fn check(path: &Path) -> Result<i32, CliError> {
+    let carrier = open_carrier(path)?;
+    let report = vellum_engine::check(carrier.as_ref());
+    for (i, s) in report.slots.iter().enumerate() {
+        println!("superblock {}: {s}", ["A", "B"][i]);
+    }
+    if let Some((slot, generation)) = report.adopted {
+        println!("adopted: superblock {}, generation {generation}", ["A", "B"][slot as usize]);
+        println!(
+            "{} files, {} directories, {} metadata blocks, {} of {} blocks used",
+            report.files,
+            report.directories,
+            report.metadata_blocks,
+            report.used_blocks,
+            report.total_blocks
+        );
+    }
+    for f in &report.findings {
+        let tag = match f.kind {
+            FindingKind::Note => "note",
+            FindingKind::Leak => "leak",
+            FindingKind::Corrupt => "CORRUPT",
+            FindingKind::Incomplete => "could not complete",
+        };
+        println!("{tag}: {}", f.message);
+    }
+    let code = report.exit_code();
+    println!(
+        "{}",
+        match code {
+            0 => "no errors",
+            2 => "the volume is damaged",
+            3 => "leaked blocks only (open reclaims them)",
+            _ => "the check could not complete",
+        }
+    );
+    Ok(code)
+}
+
+fn display_name(name: &[u8]) -> String {
+    name.escape_ascii().to_string()
+}
+
+pub fn ls(path: &Path, dir: &OsStr) -> Result<(), CliError> {
+    let v = open(path, true)?;
+    let entries = v.list(dir.as_bytes())?;
+    for e in entries {
+        match e.kind {
+            FileKind::Directory => println!("d {:>12}  {}/", "-", display_name(&e.name)),
+            FileKind::File => println!("f {:>12}  {}", e.size, display_name(&e.name)),
+        }
+    }
+    Ok(())
+}
+
+pub fn stat(path: &Path, target: &OsStr) -> Result<(), CliError> {
+    let v = open(path, true)?;
+    let p = target.as_bytes();
+    let st = v.stat(p)?;
+    println!("path:       {}", display_name(p));
+    println!("inode:      {}", st.ino);
+    println!("kind:       {}", if st.kind == FileKind::File { "file" } else { "directory" });
+    println!("size:       {} bytes", st.size);
+    println!("allocated:  {} blocks in {} extents", st.allocated_blocks, st.extents);
+    println!("created:    {} ns after the epoch", st.created_unix_ns);
+    println!("modified:   {} ns after the epoch", st.modified_unix_ns);
+    if st.kind == FileKind::File {
+        let f = v.open_file(p)?;
+        for e in f.extents()? {
+            println!(
+                "  extent    logical block {} -> block {} ({} blocks)",
+                e.logical_block, e.physical_block, e.blocks
+            );
+        }
+        for (k, val) in f.attrs()? {
+            println!("  attribute {} = {} bytes", display_name(&k), val.len());
+        }
+    }
+    Ok(())
+}
+
+pub fn cat(path: &Path, target: &OsStr) -> Result<(), CliError> {
+    let v = open(path, true)?;
+    let f = v.open_file(target.as_bytes())?;
+    let mut out = std::io::stdout().lock();
+    let mut buf = vec![0u8; CHUNK];
+    let mut at = 0u64;
+    loop {
+        let n = f.read_at(&mut buf, at)?;
+        if n == 0 {
+            break;
+        }
+        match out.write_all(&buf[..n]) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
+            other => other.map_err(|e| CliError::Io(e, "writing to stdout".into()))?,
+        }
+        at += n as u64;
+    }
+    out.flush().map_err(|e| CliError::Io(e, "writing to stdout".into()))
+}
+
+/// `CARRIER:/path` splits into (carrier, path) when CARRIER exists; anything else is a host
+/// path.
+fn split_location(arg: &OsStr) -> Option<(PathBuf, Vec<u8>)> {
+    let b = arg.as_bytes();
+    let mut from = 0;
+    while let Some(i) = b[from..].windows(2).position(|w| w == b":/").map(|i| i + from) {
+        let carrier = PathBuf::from(OsStr::from_bytes(&b[..i]));
+        if carrier.exists() {
+            return Some((carrier, b[i + 1..].to_vec()));
+        }
+        from = i + 1;
+    }
+    None
+}
+
+fn read_host(path: &OsStr) -> Result<Box<dyn Read>, CliError> {
+    if path == "-" {
+        return Ok(Box::new(std::io::stdin()));
+    }
+    let f = std::fs::File::open(path)
+        .map_err(|e| CliError::Io(e, format!("opening {}", Path::new(path).display())))?;
+    Ok(Box::new(f))
+}
+
+/// Writes `source` into the volume at `dst`, replacing an existing file atomically.
+fn copy_into(v: &Volume, dst: &[u8], mut source: impl Read) -> Result<u64, CliError> {
+    let mut tmp = dst.to_vec();
+    tmp.extend_from_slice(b".vellum-cp-tmp");
+    if v.exists(&tmp)? {
+        v.remove(&tmp)?;
+    }
+    let f = v.create_file(&tmp)?;
+    let mut buf = vec![0u8; CHUNK];
+    let mut at = 0u64;
+    loop {
+        let n = source.read(&mut buf).map_err(|e| CliError::Io(e, "reading the source".into()))?;
+        if n == 0 {
+            break;
+        }
+        f.write_at(&buf[..n], at)?;
+        at += n as u64;
+    }
+    drop(f);
+    v.rename(&tmp, dst)?;
+    Ok(at)
+}
+
+pub fn cp(src: &OsString, dst: &OsString) -> Result<(), CliError> {
+    match (split_location(src), split_location(dst)) {
+        (None, None) => Err(CliError::Usage(
+            "one side of cp must be CARRIER:/path (the carrier must exist)".into(),
+        )),
+        (None, Some((carrier, path))) => {
+            let v = open(&carrier, false)?;
+            copy_into(&v, &path, read_host(src)?)?;
+            Ok(v.close()?)
+        }
+        (Some((carrier, path)), None) => {
+            let v = open(&carrier, true)?;
+            let f = v.open_file(&path)?;
+            let mut out = std::fs::File::create(dst)
+                .map_err(|e| CliError::Io(e, format!("creating {}", Path::new(dst).display())))?;
+            let mut buf = vec![0u8; CHUNK];
+            let mut at = 0u64;
+            loop {
+                let n = f.read_at(&mut buf, at)?;
+                if n == 0 {
+                    break;
+                }
+                out.write_all(&buf[..n]).map_err(|e| CliError::Io(e, "writing the copy".into()))?;
+                at += n as u64;
+            }
+            out.sync_all().map_err(|e| CliError::Io(e, "syncing the copy".into()))
+        }
+        (Some((a, pa)), Some((b, pb))) => {
+            let same = std::fs::canonicalize(&a).ok() == std::fs::canonicalize(&b).ok();
+            let dst_volume = open(&b, false)?;
+            let content = if same {
+                dst_volume.open_file(&pa)?.read_to_end()?
+            } else {
+                let src_volume = open(&a, true)?;
+                src_volume.open_file(&pa)?.read_to_end()?
+            };
+            copy_into(&dst_volume, &pb, content.as_slice())?;
+            Ok(dst_volume.close()?)
+        }
+    }
+}
+
+pub fn rm(path: &Path, target: &OsStr) -> Result<(), CliError> {
+    let v = open(path, false)?;
+    v.remove(target.as_bytes())?;
+    Ok(v.close()?)
+}
+
+pub fn mkdir(path: &Path, target: &OsStr, parents: bool) -> Result<(), CliError> {
+    let v = open(path, false)?;
+    if parents {
+        v.create_dir_all(target.as_bytes())?;
+    } else {
+        v.create_dir(target.as_bytes())?;
+    }
+    Ok(v.close()?)
+}
+
+pub fn mv(path: &Path, from: &OsStr, to: &OsStr) -> Result<(), CliError> {
+    let v = open(path, false)?;
+    v.rename(from.as_bytes(), to.as_bytes())?;
+    Ok(v.close()?)
+}
+
+fn slot_name(slot: u8) -> &'static str {
+    if slot == 0 { "A" } else { "B" }
+}

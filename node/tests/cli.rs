@@ -1,0 +1,134 @@
+//! The volume commands of the built `vellum` binary, black-box: every path works, and bad
+//! input gets one clear line and a non-zero exit, never a panic.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn vellum(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_vellum")).args(args).output().expect("run vellum")
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = vellum(args);
+    assert!(
+        out.status.success(),
+        "vellum {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Runs a command that must fail: exit non-zero, one stderr line, no panic.
+fn refused(args: &[&str]) -> String {
+    let out = vellum(args);
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "vellum {args:?} should fail");
+    assert!(
+        !err.contains("panicked") && !err.contains("internal error") && !err.contains("backtrace"),
+        "{err}"
+    );
+    assert_eq!(err.trim_end().lines().count(), 1, "one line, got: {err}");
+    err
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn the_volume_commands_work_end_to_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let vol = dir.path().join("v.vlm");
+    let v = s(&vol);
+    ok(&["format", v, "--size", "32MiB", "--journal", "1MiB"]);
+    ok(&["mkdir", v, "/a/b", "-p"]);
+    let host = dir.path().join("host.txt");
+    std::fs::write(&host, b"hello from the host").unwrap();
+    ok(&["cp", s(&host), &format!("{v}:/a/b/file")]);
+    assert_eq!(ok(&["cat", v, "/a/b/file"]), "hello from the host");
+    assert!(ok(&["ls", v, "/a/b"]).contains("file"));
+    assert!(ok(&["stat", v, "/a/b/file"]).contains("19 bytes"));
+    ok(&["mv", v, "/a/b/file", "/a/renamed"]);
+    let back = dir.path().join("back.txt");
+    ok(&["cp", &format!("{v}:/a/renamed"), s(&back)]);
+    assert_eq!(std::fs::read(&back).unwrap(), b"hello from the host");
+    ok(&["cp", &format!("{v}:/a/renamed"), &format!("{v}:/copy")]);
+    assert_eq!(ok(&["cat", v, "/copy"]), "hello from the host");
+    ok(&["rm", v, "/a/renamed"]);
+    refused(&["cat", v, "/a/renamed"]);
+    let json = ok(&["info", v, "--json"]);
+    let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(doc["state"], "clean");
+    assert_eq!(doc["geometry"]["journal"]["blocks"], 256);
+    assert_eq!(doc["slots"][0]["checksum_ok"], true);
+    assert!(ok(&["info", v]).contains("adopted"));
+    assert!(ok(&["check", v]).contains("no errors"));
+}
+
+#[test]
+fn check_exit_codes_follow_qemu_img() {
+    let dir = tempfile::tempdir().unwrap();
+    let vol = dir.path().join("v.vlm");
+    ok(&["format", s(&vol), "--size", "16MiB"]);
+    assert_eq!(vellum(&["check", s(&vol)]).status.code(), Some(0));
+    // Damage the image: flip a byte in every block of the image region.
+    let mut bytes = std::fs::read(&vol).unwrap();
+    for b in 3..67usize {
+        bytes[b * 4096 + 100] ^= 0xFF;
+    }
+    std::fs::write(&vol, &bytes).unwrap();
+    assert_eq!(vellum(&["check", s(&vol)]).status.code(), Some(2));
+    assert_eq!(vellum(&["check", s(&dir.path().join("missing"))]).status.code(), Some(1));
+}
+
+#[test]
+fn bad_input_gets_one_clear_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let vol = dir.path().join("v.vlm");
+    let v = s(&vol);
+    assert!(refused(&["info", s(&dir.path().join("nope"))]).contains("no such file"));
+    refused(&["format", v, "--size", "12 parsecs"]);
+    refused(&["format", v, "--size", "64Q"]);
+    assert!(refused(&["format", v]).contains("--size"));
+    refused(&["format", v, "--size", "256KiB"]); // too small for a volume
+    refused(&["format", v, "--size", "64MiB", "--block-size", "3000"]);
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, vec![0x42u8; 1 << 20]).unwrap();
+    assert!(refused(&["info", s(&junk)]).contains("not a Vellum volume"));
+    assert!(refused(&["ls", s(&junk)]).contains("not a Vellum volume"));
+    assert!(refused(&["format", s(&junk), "--size", "16MiB"]).contains("force"));
+    ok(&["format", v, "--size", "16MiB"]);
+    refused(&["mkdir", v, "relative"]);
+    refused(&["mkdir", v, "/x/y"]);
+    refused(&["cp", "/etc/hostname", "/tmp/nowhere"]);
+    refused(&["stat", v, "/missing"]);
+    // A volume held by another opener.
+    let held = vellum_engine::Volume::open_path(
+        &vol,
+        vellum_engine::carrier::CarrierOptions::BUFFERED,
+        Default::default(),
+    )
+    .unwrap();
+    assert!(refused(&["ls", v]).contains("locked"));
+    assert!(refused(&["mkdir", v, "/z"]).contains("locked"));
+    held.close().unwrap();
+    ok(&["mkdir", v, "/z"]);
+}
+
+#[test]
+fn one_damaged_superblock_still_opens_two_refuse() {
+    let dir = tempfile::tempdir().unwrap();
+    let vol = dir.path().join("v.vlm");
+    let v = s(&vol);
+    ok(&["format", v, "--size", "16MiB"]);
+    ok(&["cp", "/etc/hostname", &format!("{v}:/h")]);
+    let mut bytes = std::fs::read(&vol).unwrap();
+    bytes[64..72].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef, 0xde, 0xad, 0xbe, 0xef]);
+    std::fs::write(&vol, &bytes).unwrap();
+    assert_eq!(ok(&["cat", v, "/h"]).as_bytes(), std::fs::read("/etc/hostname").unwrap());
+    let info = ok(&["info", v]);
+    assert!(info.contains("superblock A: superblock A is corrupt"), "{info}");
+    bytes[4096 + 64..4096 + 72].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef, 0xde, 0xad, 0xbe, 0xef]);
+    std::fs::write(&vol, &bytes).unwrap();
+    refused(&["cat", v, "/h"]);
+}
