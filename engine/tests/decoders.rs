@@ -3,6 +3,8 @@
 //! chain, so they reach the record decoders and the namespace checks instead of stopping at
 //! the first checksum.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::sync::Arc;
 
 use proptest::prelude::*;
@@ -25,7 +27,7 @@ fn sample_volume() -> Vec<u8> {
         let f = v.create_file(format!("/a/f{i}")).unwrap();
         f.write_at(&vec![i as u8; 100 * i], 0).unwrap();
         if i % 3 == 0 {
-            f.set_attr(b"k", &vec![1u8; 150]).unwrap();
+            f.set_attr(b"k", &[1u8; 150]).unwrap();
         }
     }
     v.create_file("/a/b/sparse").unwrap().write_at(b"end", 50_000).unwrap();

@@ -2,6 +2,8 @@
 //! for the test and detached afterwards (root only; without root the tests say why they
 //! skip). Also: the same bytes are the volume on every carrier (file -> device -> file by dd).
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -15,7 +17,6 @@ struct Loop {
 
 impl Loop {
     fn attach(file: &Path) -> Option<Loop> {
-        // SAFETY-free check: geteuid via the id command keeps this test free of unsafe.
         let uid = Command::new("id").arg("-u").output().ok()?;
         if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
             eprintln!("skipped: attaching a loop device needs root (CI runs as root)");

@@ -1,6 +1,8 @@
 //! The file carrier on the host file system: creation knobs, direct IO with unaligned
 //! requests, write-through counts, locking across openers and processes, thin growth.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 

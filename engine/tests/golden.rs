@@ -2,6 +2,8 @@
 //! later build must open and read identically. Regenerate only for a new format version, into
 //! a new directory: `VELLUM_BLESS_GOLDEN=1 cargo test -p vellum-engine --test golden`.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -16,8 +18,11 @@ fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed)).collect()
 }
 
-/// What the golden volume holds: (path, kind, content, attributes).
-fn expected() -> Vec<(&'static str, FileKind, Vec<u8>, Vec<(&'static [u8], Vec<u8>)>)> {
+/// One expected entry: (path, kind, content, attributes).
+type Expected = (&'static str, FileKind, Vec<u8>, Vec<(&'static [u8], Vec<u8>)>);
+
+/// What the golden volume holds.
+fn expected() -> Vec<Expected> {
     let mut sparse = vec![0u8; 40_000];
     sparse.extend_from_slice(b"after the hole");
     vec![

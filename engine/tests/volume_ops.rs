@@ -1,5 +1,7 @@
 //! The volume API on memory and faulty carriers: namespace, data path, attributes, counts.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::sync::Arc;
 
 use vellum_engine::carrier::{CarrierOptions, FaultyCarrier, InjectedError, MemoryCarrier};
@@ -184,7 +186,11 @@ fn preallocated_ranges_are_written_and_overwrites_need_no_commit() {
     );
     let before = v.carrier_stats();
     v.sync().unwrap();
-    assert_eq!(v.carrier_stats() - before, Default::default(), "nothing left to make durable");
+    assert_eq!(
+        v.carrier_stats() - before,
+        vellum_engine::carrier::StatsSnapshot::default(),
+        "nothing left to make durable"
+    );
 }
 
 #[test]

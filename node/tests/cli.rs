@@ -1,6 +1,8 @@
 //! The volume commands of the built `vellum` binary, black-box: every path works, and bad
 //! input gets one clear line and a non-zero exit, never a panic.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 use std::path::Path;
 use std::process::{Command, Output};
 
@@ -106,7 +108,7 @@ fn bad_input_gets_one_clear_line() {
     let held = vellum_engine::Volume::open_path(
         &vol,
         vellum_engine::carrier::CarrierOptions::BUFFERED,
-        Default::default(),
+        vellum_engine::VolumeOptions::default(),
     )
     .unwrap();
     assert!(refused(&["ls", v]).contains("locked"));

@@ -28,6 +28,9 @@ pub struct LoadedImage {
     pub metadata_blocks: u64,
 }
 
+/// A spine entry: a record block and its live record count.
+type SpineEntry = (BlockRef, u32);
+
 /// Most record blocks read in one carrier call when they are contiguous.
 const MAX_RUN_BLOCKS: usize = 256;
 
@@ -108,7 +111,7 @@ impl Loader<'_> {
         table: TableId,
         head: BlockRef,
         blocks: u64,
-    ) -> Result<(Vec<(BlockRef, u32)>, Vec<BlockRef>)> {
+    ) -> Result<(Vec<SpineEntry>, Vec<BlockRef>)> {
         let bs = self.layout.block_size as usize;
         let eps = chain::entries_per_spine(bs) as u64;
         let mut entries = Vec::new();

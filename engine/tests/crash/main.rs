@@ -10,6 +10,8 @@
 //! The campaign prints the failing seed; rerun one with `VELLUM_CRASH_SEED=<seed>`. The
 //! mutant tests break the protocol on purpose and require the checker to notice.
 
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
 mod model;
 
 use std::sync::Arc;
@@ -320,7 +322,7 @@ fn verify(
 fn crash_point(seed: u64, cfg: Config) -> Result<(), String> {
     let (dry, _, format_ops) = run(seed, cfg, None);
     let total = dry.ops();
-    let mut rng = FaultRng::new(seed ^ 0xC0FFEE);
+    let mut rng = FaultRng::new(seed ^ 0x00C0_FFEE);
     let at = format_ops + rng.below((total - format_ops).max(1));
     let (carrier, m, _) = run(seed, cfg, Some(CrashPlan::AtOp(at)));
     let image = carrier.crash_image(&mut rng);
