@@ -1,4 +1,32 @@
-//! openraft storage on a Vellum volume.
+//! # vellum-raft-store: openraft storage on a write-through Vellum volume
 //!
-//! Not built yet: this crate is a placeholder in the workspace layout. The raft-store issue
-//! fills it; until then it exports nothing.
+//! A durable append is one write-through carrier write returning: no `fsync`, no
+//! `fdatasync`, no metadata commit. The log lives in preallocated segment files inside a
+//! volume opened preallocated, non-sparse, with direct IO and write-through.
+//!
+//! - [`log`]: the openraft-agnostic log core (entries as index, term, bytes; group commit;
+//!   torn-tail recovery; vote / committed / purged records).
+//! - [`LogStore`]: openraft 0.9 `RaftLogStorage` + `RaftLogReader` on the core.
+//! - [`KvStateMachine`]: the KV state machine with snapshots written into the volume.
+//!
+//! See `raft-store/examples/embed.rs` for a one-node openraft cluster on it, and
+//! `docs/RAFT-LOG.md` for the on-disk log format and the torn-write design.
+
+mod codec;
+pub mod error;
+pub mod log;
+mod log_store;
+pub mod metrics;
+mod snapshot;
+mod state_machine;
+mod store;
+#[doc(hidden)]
+pub mod sync;
+pub mod types;
+
+pub use error::{Error, Result};
+pub use log::{LogConfig, LogCore, LogEntry};
+pub use log_store::LogStore;
+pub use state_machine::{KvReader, KvStateMachine};
+pub use store::{StoreOptions, open_store, open_volume};
+pub use types::{KvOp, KvRequest, KvResponse, TypeConfig};

@@ -29,6 +29,7 @@ pub use device::DeviceCarrier;
 pub use faulty::{CrashPlan, FaultRng, FaultyCarrier, InjectedError};
 pub use file::{CreateOptions, FileCarrier};
 pub use memory::MemoryCarrier;
+pub use stats::names as stats_names;
 pub use stats::{CarrierStats, StatsSnapshot};
 
 use crate::error::{Error, Knob, Result};

@@ -1,0 +1,74 @@
+//! The raft store's one error type, and its mapping to openraft's `StorageError`.
+
+use std::sync::Arc;
+
+/// What went wrong in the raft store. Variants say what the caller can do.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The volume refused or failed (see the engine's error for the action).
+    #[error(transparent)]
+    Volume(#[from] vellum_engine::Error),
+    /// The log is damaged where no crash can have left it (mid-log, or in a sealed segment):
+    /// the store refuses to open rather than silently drop acknowledged entries.
+    #[error("raft log file {file} is corrupt at byte {offset}: {reason}")]
+    Corrupt { file: String, offset: u64, reason: &'static str },
+    /// An earlier durable write failed; reopen the store.
+    #[error("an earlier log write failed; reopen the store: {0}")]
+    Poisoned(Arc<Error>),
+    /// The store was closed.
+    #[error("the raft store is closed")]
+    Closed,
+    /// One entry does not fit into a segment.
+    #[error("entry of {len} bytes does not fit a {max}-byte segment")]
+    EntryTooLarge { len: usize, max: u64 },
+    /// An append that would leave a hole, or an index outside the log.
+    #[error("log index {index} is outside the log ({first}..={last})")]
+    OutOfRange { index: u64, first: u64, last: u64 },
+    /// A value could not be encoded.
+    #[error("encoding failed: {0}")]
+    Encode(#[from] bincode::error::EncodeError),
+    /// Stored bytes could not be decoded.
+    #[error("decoding failed: {0}")]
+    Decode(#[from] bincode::error::DecodeError),
+    /// A configuration value is unusable.
+    #[error("invalid configuration: {0}")]
+    Config(&'static str),
+}
+
+/// `Result` with the raft store's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A shareable error (one failed write fails many queued callers).
+pub type SharedError = Arc<Error>;
+
+impl Error {
+    /// Wraps a shared error for one more caller.
+    pub fn shared(e: &SharedError) -> Error {
+        match &**e {
+            Error::Poisoned(inner) => Error::Poisoned(Arc::clone(inner)),
+            _ => Error::Poisoned(Arc::clone(e)),
+        }
+    }
+}
+
+/// Maps to openraft's `StorageError` with the subject and verb of the failed operation.
+pub fn storage_error<NID: openraft::NodeId>(
+    subject: openraft::ErrorSubject<NID>,
+    verb: openraft::ErrorVerb,
+    e: &Error,
+) -> openraft::StorageError<NID> {
+    openraft::StorageIOError::new(subject, verb, openraft::AnyError::new(e)).into()
+}
+
+/// The error a `LogFlushed` callback carries (openraft wants an `io::Error`).
+#[derive(Debug)]
+pub struct LogIoError(pub SharedError);
+
+impl std::fmt::Display for LogIoError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(&self.0, f)
+    }
+}
+
+impl std::error::Error for LogIoError {}

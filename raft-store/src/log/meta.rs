@@ -1,0 +1,165 @@
+//! The log's small durable records: vote, committed log id, purged log id
+//! (docs/RAFT-LOG.md, "Meta file").
+//!
+//! Two 4096-byte slots in one preallocated file, written alternately, each with a sequence
+//! number and a checksum. A save writes the whole state into the slot *not* holding the
+//! newest copy, with one write-through write: a torn write damages only that slot, and the
+//! other still holds the previous state, so the last returned save is never lost.
+
+use crate::error::{Error, Result};
+
+pub const SLOT_LEN: usize = 4096;
+pub const FILE_LEN: u64 = 2 * SLOT_LEN as u64;
+const MAGIC: [u8; 8] = *b"VLMMETA1";
+/// Bytes each record may take.
+pub const RECORD_MAX: usize = 1000;
+const AREA: usize = 1024;
+const FLAGS_AT: usize = 16;
+const LENS_AT: usize = 20;
+const VOTE_AT: usize = 32;
+const COMMITTED_AT: usize = VOTE_AT + AREA;
+const PURGED_AT: usize = COMMITTED_AT + AREA;
+const CRC_AT: usize = SLOT_LEN - 4;
+const _: () = assert!(PURGED_AT + AREA + 16 <= CRC_AT);
+
+/// The state the meta file holds (opaque bytes: the openraft layer encodes them).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetaState {
+    pub seq: u64,
+    pub vote: Option<Vec<u8>>,
+    pub committed: Option<Vec<u8>>,
+    pub purged: Option<Vec<u8>>,
+    /// The purged index, kept decoded for recovery.
+    pub purged_index: Option<u64>,
+    /// The first log batch written after the purge: frames of earlier batches at or below
+    /// the purged index are gone, later ones are live (an empty log may restart anywhere).
+    pub purged_batch: u64,
+}
+
+impl MetaState {
+    /// Encodes the slot for `self.seq`.
+    pub fn encode(&self) -> Result<[u8; SLOT_LEN]> {
+        let mut b = [0u8; SLOT_LEN];
+        b[..8].copy_from_slice(&MAGIC);
+        b[8..16].copy_from_slice(&self.seq.to_le_bytes());
+        let mut flags = 0u32;
+        for (i, (rec, at)) in
+            [(&self.vote, VOTE_AT), (&self.committed, COMMITTED_AT), (&self.purged, PURGED_AT)]
+                .into_iter()
+                .enumerate()
+        {
+            if let Some(bytes) = rec {
+                if bytes.len() > RECORD_MAX {
+                    return Err(Error::Config("a vote or log id encodes to more than 1000 bytes"));
+                }
+                flags |= 1 << i;
+                b[LENS_AT + 4 * i..LENS_AT + 4 * i + 4]
+                    .copy_from_slice(&(bytes.len() as u32).to_le_bytes());
+                b[at..at + bytes.len()].copy_from_slice(bytes);
+            }
+        }
+        if let Some(p) = self.purged_index {
+            flags |= 1 << 3;
+            b[PURGED_AT + AREA..PURGED_AT + AREA + 8].copy_from_slice(&p.to_le_bytes());
+        }
+        b[FLAGS_AT..FLAGS_AT + 4].copy_from_slice(&flags.to_le_bytes());
+        b[PURGED_AT + AREA + 8..PURGED_AT + AREA + 16]
+            .copy_from_slice(&self.purged_batch.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..CRC_AT]);
+        b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        Ok(b)
+    }
+
+    /// Decodes one slot: `None` for an all-zero or damaged slot.
+    pub fn decode(b: &[u8]) -> Option<MetaState> {
+        if b.len() != SLOT_LEN || b[..8] != MAGIC {
+            return None;
+        }
+        let word = |at: usize| u32::from_le_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]]);
+        if crc32c::crc32c(&b[..CRC_AT]) != word(CRC_AT) {
+            return None;
+        }
+        let flags = word(FLAGS_AT);
+        if flags & !0b1111 != 0 {
+            return None;
+        }
+        let rec = |i: usize, at: usize| -> Option<Option<Vec<u8>>> {
+            if flags & (1 << i) == 0 {
+                return Some(None);
+            }
+            let len = word(LENS_AT + 4 * i) as usize;
+            (len <= RECORD_MAX).then(|| Some(b[at..at + len].to_vec()))
+        };
+        let mut seq = [0u8; 8];
+        seq.copy_from_slice(&b[8..16]);
+        let mut purged_index = [0u8; 8];
+        purged_index.copy_from_slice(&b[PURGED_AT + AREA..PURGED_AT + AREA + 8]);
+        let mut purged_batch = [0u8; 8];
+        purged_batch.copy_from_slice(&b[PURGED_AT + AREA + 8..PURGED_AT + AREA + 16]);
+        Some(MetaState {
+            seq: u64::from_le_bytes(seq),
+            vote: rec(0, VOTE_AT)?,
+            committed: rec(1, COMMITTED_AT)?,
+            purged: rec(2, PURGED_AT)?,
+            purged_index: (flags & (1 << 3) != 0).then(|| u64::from_le_bytes(purged_index)),
+            purged_batch: u64::from_le_bytes(purged_batch),
+        })
+    }
+
+    /// The newest valid slot of the file; `Err` when a slot is neither valid nor blank (both
+    /// damaged can only be damage: a save writes one slot at a time).
+    pub fn recover(file: &[u8], name: &str) -> Result<MetaState> {
+        let slots: Vec<&[u8]> = file.chunks(SLOT_LEN).take(2).collect();
+        let decoded: Vec<Option<MetaState>> = slots.iter().map(|s| MetaState::decode(s)).collect();
+        let blank = |s: &[u8]| s.iter().all(|&b| b == 0);
+        match (&decoded[..], &slots[..]) {
+            ([None, None], [a, b]) if blank(a) && blank(b) => Ok(MetaState::default()),
+            ([None, None], _) => Err(Error::Corrupt {
+                file: name.into(),
+                offset: 0,
+                reason: "both meta slots are damaged",
+            }),
+            _ => Ok(decoded.into_iter().flatten().max_by_key(|m| m.seq).unwrap_or_default()),
+        }
+    }
+
+    /// Byte offset of the slot this state's `seq` is written to.
+    pub fn slot_offset(&self) -> u64 {
+        (self.seq % 2) * SLOT_LEN as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_round_trip_and_the_newest_wins() {
+        let a = MetaState {
+            seq: 1,
+            vote: Some(vec![1, 2, 3]),
+            committed: None,
+            purged: Some(vec![9]),
+            purged_index: Some(7),
+            purged_batch: 3,
+        };
+        let b = MetaState { seq: 2, vote: Some(vec![4]), ..a.clone() };
+        assert_eq!(MetaState::decode(&a.encode().unwrap()), Some(a.clone()));
+        let mut file = vec![0u8; FILE_LEN as usize];
+        file[a.slot_offset() as usize..][..SLOT_LEN].copy_from_slice(&a.encode().unwrap());
+        assert_eq!(MetaState::recover(&file, "m").unwrap(), a);
+        file[b.slot_offset() as usize..][..SLOT_LEN].copy_from_slice(&b.encode().unwrap());
+        assert_eq!(MetaState::recover(&file, "m").unwrap(), b);
+        // A torn save of slot b leaves a.
+        file[b.slot_offset() as usize + 100] ^= 1;
+        assert_eq!(MetaState::recover(&file, "m").unwrap(), a);
+        assert_eq!(
+            MetaState::recover(&vec![0u8; FILE_LEN as usize], "m").unwrap(),
+            MetaState::default()
+        );
+        let mut junk = vec![0u8; FILE_LEN as usize];
+        junk[10] = 1;
+        junk[5000] = 1;
+        assert!(MetaState::recover(&junk, "m").is_err());
+    }
+}

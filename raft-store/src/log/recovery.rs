@@ -1,0 +1,270 @@
+//! Recovery: scan the segments, classify the tail, rebuild the entry index
+//! (docs/RAFT-LOG.md, "Recovery").
+//!
+//! A segment is scanned frame by frame from byte 4096. Parsing stops at the first position E
+//! that is not a valid frame (zero padding inside a block just skips to the next block). What
+//! follows E decides:
+//!
+//! - nothing but zeros: the clean end of the segment;
+//! - a `Skip` frame that names E: an earlier recovery abandoned `[E, skip)`; scanning goes on
+//!   after it;
+//! - in the **last** segment, bytes of the one write that was in flight at the power cut
+//!   (valid frames of a single batch, the one at E or the next, and/or garbage): a torn tail.
+//!   It is dropped, and open writes a `Skip` behind it before anything else;
+//! - anything else (valid frames of another batch, or any bytes in a sealed segment): the log
+//!   is damaged where no crash can have left it, and open refuses. Truncating there would turn
+//!   a voter into an amnesiac.
+
+use super::frame::{self, ALIGN, FrameHeader, FrameKind, Parsed, SEGMENT_HEADER_LEN};
+use crate::error::{Error, Result};
+
+/// A valid frame found by the scan.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ScannedFrame {
+    pub header: FrameHeader,
+    pub offset: u64,
+    pub len: u32,
+}
+
+/// A torn tail: the bytes `[from, to)` of the last segment are abandoned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Torn {
+    pub from: u64,
+    /// Aligned end of the damaged bytes; the `Skip` frame goes here.
+    pub to: u64,
+    /// Valid frames of the in-flight write found in the torn region (dropped).
+    pub dropped_frames: usize,
+}
+
+/// The scan of one segment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SegmentScan {
+    pub frames: Vec<ScannedFrame>,
+    /// Where the next batch may be written (aligned); for a torn tail, after the `Skip`.
+    pub next_write: u64,
+    pub torn: Option<Torn>,
+    /// Highest batch id in the segment (including dropped torn frames).
+    pub max_batch: u64,
+}
+
+fn corrupt(file: &str, offset: usize, reason: &'static str) -> Error {
+    Error::Corrupt { file: file.into(), offset: offset as u64, reason }
+}
+
+/// The next valid frame at or after `from` (frames start on 8-byte boundaries), skipping
+/// all-zero blocks quickly.
+fn next_valid(bytes: &[u8], from: usize, salt: u64) -> Option<(usize, FrameHeader, usize)> {
+    let mut pos = from.next_multiple_of(8);
+    while pos + frame::FRAME_HEADER_LEN <= bytes.len() {
+        if pos.is_multiple_of(ALIGN)
+            && bytes[pos..(pos + ALIGN).min(bytes.len())].iter().all(|&b| b == 0)
+        {
+            pos += ALIGN;
+            continue;
+        }
+        if bytes[pos..pos + 4] == frame::FRAME_MAGIC
+            && let Parsed::Valid { header, len } = frame::parse(&bytes[pos..], salt)
+        {
+            return Some((pos, header, len));
+        }
+        pos += 8;
+    }
+    None
+}
+
+fn last_nonzero(bytes: &[u8], from: usize) -> Option<usize> {
+    bytes[from..].iter().rposition(|&b| b != 0).map(|i| from + i)
+}
+
+/// Scans one segment. `prev_batch` is the highest batch id of the segments before it.
+pub fn scan_segment(
+    bytes: &[u8],
+    salt: u64,
+    file: &str,
+    prev_batch: u64,
+    is_last: bool,
+) -> Result<SegmentScan> {
+    let mut frames = Vec::new();
+    let mut last_batch = prev_batch;
+    let mut pos = SEGMENT_HEADER_LEN;
+    loop {
+        if pos >= bytes.len() {
+            let next_write = bytes.len() as u64;
+            return Ok(SegmentScan { frames, next_write, torn: None, max_batch: last_batch });
+        }
+        match frame::parse(&bytes[pos..], salt) {
+            Parsed::Valid { header, len } => {
+                if header.kind == FrameKind::Skip {
+                    return Err(corrupt(file, pos, "a skip frame outside a scan gap"));
+                }
+                if header.batch < last_batch {
+                    return Err(corrupt(file, pos, "batch ids go backwards"));
+                }
+                last_batch = header.batch;
+                frames.push(ScannedFrame { header, offset: pos as u64, len: len as u32 });
+                pos += len;
+            }
+            Parsed::Zero if !pos.is_multiple_of(ALIGN) => pos = pos.next_multiple_of(ALIGN),
+            Parsed::Zero | Parsed::Invalid => {
+                let end = pos;
+                match gap(bytes, end, salt, last_batch, file)? {
+                    Gap::Skip { resume, batch } => {
+                        last_batch = last_batch.max(batch);
+                        pos = resume;
+                    }
+                    Gap::End => {
+                        return Ok(SegmentScan {
+                            frames,
+                            next_write: end as u64,
+                            torn: None,
+                            max_batch: last_batch,
+                        });
+                    }
+                    Gap::Torn { dropped, max_batch } => {
+                        if !is_last {
+                            return Err(corrupt(file, end, "damage inside a sealed segment"));
+                        }
+                        let to =
+                            last_nonzero(bytes, end).map_or(end, |i| i + 1).next_multiple_of(ALIGN);
+                        let torn =
+                            Torn { from: end as u64, to: to as u64, dropped_frames: dropped };
+                        return Ok(SegmentScan {
+                            frames,
+                            next_write: to as u64 + ALIGN as u64,
+                            torn: Some(torn),
+                            max_batch: last_batch.max(max_batch),
+                        });
+                    }
+                }
+            }
+        }
+    }
+}
+
+enum Gap {
+    /// Only zeros follow.
+    End,
+    /// A skip frame names this gap; resume scanning at `resume`.
+    Skip { resume: usize, batch: u64 },
+    /// The in-flight write's bytes: `dropped` valid frames, of batch `max_batch`.
+    Torn { dropped: usize, max_batch: u64 },
+}
+
+/// Classifies what follows the end of the valid frames at `end`.
+fn gap(bytes: &[u8], end: usize, salt: u64, last_batch: u64, file: &str) -> Result<Gap> {
+    let mut torn_batch: Option<u64> = None;
+    let mut dropped = 0;
+    let mut at = end + 8;
+    while let Some((pos, header, len)) = next_valid(bytes, at, salt) {
+        if header.kind == FrameKind::Skip {
+            if header.index != end as u64 || header.term != pos as u64 {
+                return Err(corrupt(file, pos, "a skip frame that names another gap"));
+            }
+            return Ok(Gap::Skip { resume: pos + len, batch: header.batch });
+        }
+        // Only the one write in flight may have left frames here: the batch that ends at
+        // `end`, or the one after it, and a single one of them.
+        let ok = header.batch == last_batch || header.batch == last_batch + 1;
+        if !ok || torn_batch.is_some_and(|b| b != header.batch) {
+            return Err(corrupt(file, pos, "valid entries after a damaged frame"));
+        }
+        torn_batch = Some(header.batch);
+        dropped += 1;
+        at = pos + len;
+    }
+    if torn_batch.is_none() && last_nonzero(bytes, end).is_none() {
+        return Ok(Gap::End);
+    }
+    Ok(Gap::Torn { dropped, max_batch: torn_batch.unwrap_or(last_batch) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SALT: u64 = 0x5A17;
+
+    fn batch(out: &mut Vec<u8>, batch: u64, first: u64, n: u64) {
+        for i in first..first + n {
+            let payload = vec![i as u8; 100];
+            let h =
+                FrameHeader { kind: FrameKind::Entry, payload_len: 100, index: i, term: 1, batch };
+            frame::encode(out, SALT, &h, &payload);
+        }
+        out.resize(out.len().next_multiple_of(ALIGN), 0);
+    }
+
+    fn segment(batches: &[(u64, u64, u64)]) -> Vec<u8> {
+        let mut s = vec![0u8; SEGMENT_HEADER_LEN];
+        for &(b, first, n) in batches {
+            batch(&mut s, b, first, n);
+        }
+        s.resize(64 * 1024, 0);
+        s
+    }
+
+    fn indexes(scan: &SegmentScan) -> Vec<u64> {
+        scan.frames.iter().map(|f| f.header.index).collect()
+    }
+
+    #[test]
+    fn a_clean_segment_scans_to_its_end() {
+        let s = segment(&[(1, 1, 3), (2, 4, 2)]);
+        let scan = scan_segment(&s, SALT, "s", 0, true).unwrap();
+        assert_eq!(indexes(&scan), vec![1, 2, 3, 4, 5]);
+        assert_eq!(scan.torn, None);
+        assert_eq!(scan.next_write, 3 * 4096);
+    }
+
+    #[test]
+    fn a_torn_last_write_is_dropped() {
+        let mut s = segment(&[(1, 1, 3), (2, 4, 30)]);
+        // Tear batch 2: garbage over its second sector.
+        for b in &mut s[4096 * 2 + 512..4096 * 2 + 1024] {
+            *b = 0xEE;
+        }
+        let scan = scan_segment(&s, SALT, "s", 0, true).unwrap();
+        let torn = scan.torn.expect("torn tail");
+        assert!(indexes(&scan).starts_with(&[1, 2, 3, 4]));
+        assert!(torn.dropped_frames > 0, "later frames of the torn batch are dropped");
+        assert!(torn.to > torn.from);
+        assert_eq!(torn.to % 4096, 0);
+    }
+
+    #[test]
+    fn valid_entries_after_damage_are_corruption() {
+        let mut s = segment(&[(1, 1, 3), (2, 4, 3), (3, 7, 3)]);
+        s[4096 + 50] ^= 0xFF; // inside batch 1, with batches 2 and 3 intact behind it
+        assert!(matches!(scan_segment(&s, SALT, "s", 0, true), Err(Error::Corrupt { .. })));
+    }
+
+    #[test]
+    fn damage_in_a_sealed_segment_is_corruption() {
+        let mut s = segment(&[(1, 1, 3)]);
+        s[4096 * 3] = 1;
+        assert!(scan_segment(&s, SALT, "s", 0, false).is_err());
+        assert!(scan_segment(&s, SALT, "s", 0, true).unwrap().torn.is_some());
+    }
+
+    #[test]
+    fn a_skip_frame_bridges_an_abandoned_tail() {
+        let mut s = segment(&[(1, 1, 3)]);
+        s[8192..8192 + 700].fill(0xAB); // a torn write that an earlier recovery found
+        let mut skip = Vec::new();
+        let h = FrameHeader {
+            kind: FrameKind::Skip,
+            payload_len: 0,
+            index: 8192,
+            term: 12288,
+            batch: 3,
+        };
+        frame::encode(&mut skip, SALT, &h, &[]);
+        s[12288..12288 + skip.len()].copy_from_slice(&skip);
+        let mut after = Vec::new();
+        batch(&mut after, 4, 4, 2);
+        s[16384..16384 + after.len()].copy_from_slice(&after);
+        let scan = scan_segment(&s, SALT, "s", 0, true).unwrap();
+        assert_eq!(indexes(&scan), vec![1, 2, 3, 4, 5]);
+        assert_eq!(scan.torn, None);
+    }
+}

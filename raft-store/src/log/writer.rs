@@ -1,0 +1,222 @@
+//! The writer thread: everything queued becomes as few aligned write-through writes as the
+//! segment boundaries allow, and only then are the queued items completed.
+//!
+//! Each flush is one *batch*: frames encoded back to back, padded with zeros to the next
+//! 4096-byte boundary, written with one `write_at` at a fresh aligned offset. A durable append
+//! is that write returning: under write-through there is no `fsync`; without write-through
+//! (buffered carriers) a barrier follows each flush.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use vellum_engine::carrier::AlignedBuf;
+
+use super::frame::{self, ALIGN, FrameHeader, FrameKind, SEGMENT_HEADER_LEN, SegmentHeader};
+use super::meta::MetaState;
+use super::segments::{SegInfo, SpareMaker};
+use super::{Item, Shared};
+use crate::error::{Error, Result, SharedError};
+use crate::metrics as m;
+
+/// The segment being appended to.
+#[derive(Debug)]
+pub(super) struct Current {
+    pub seq: u64,
+    pub salt: u64,
+    pub file: Arc<vellum_engine::File>,
+    pub pos: u64,
+}
+
+/// A frame placed into the batch buffer, for the index update after the write.
+struct Placed {
+    index: u64,
+    term: u64,
+    offset: u64,
+    len: u32,
+    is_entry: bool,
+}
+
+pub(super) struct Writer {
+    pub shared: Arc<Shared>,
+    pub current: Option<Current>,
+    pub next_seq: u64,
+    /// Batch id of the next flush.
+    pub batch: u64,
+    /// The first batch after the newest purge (stamped into every meta save).
+    pub purged_batch: u64,
+    pub spares: SpareMaker,
+}
+
+pub(super) fn random_salt() -> u64 {
+    let u = vellum_engine::format::consts::Uuid::random().map_or([0x5A; 16], |u| u.0);
+    u64::from_le_bytes([u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7]])
+}
+
+impl Writer {
+    /// Makes one batch of queued items durable, in queue order.
+    pub fn write_batch(&mut self, items: &mut [Item]) -> Result<(), SharedError> {
+        let started = Instant::now();
+        let result = self.write_items(items);
+        if let Err(e) = &result {
+            tracing::error!(error = %e, "raft log write failed; the log is poisoned");
+        }
+        metrics::histogram!(m::WRITER_BATCH_DURATION).record(started.elapsed().as_secs_f64());
+        result.map_err(|e| {
+            let shared = Arc::new(e);
+            *super::lock(&self.shared.failed) = Some(Arc::clone(&shared));
+            shared
+        })
+    }
+
+    fn write_items(&mut self, items: &mut [Item]) -> Result<()> {
+        let mut buf = Vec::new();
+        let mut placed = Vec::new();
+        for item in items.iter_mut() {
+            match item {
+                Item::Entries { entries, .. } => {
+                    for e in entries {
+                        self.add_frame(
+                            &mut buf,
+                            &mut placed,
+                            FrameKind::Entry,
+                            e.index,
+                            e.term,
+                            &e.payload,
+                        )?;
+                    }
+                }
+                Item::Truncate { since, .. } => {
+                    self.add_frame(&mut buf, &mut placed, FrameKind::Truncate, *since, 0, &[])?
+                }
+                Item::Meta { state, purge, .. } => {
+                    self.flush(&mut buf, &mut placed)?;
+                    if *purge {
+                        self.purged_batch = self.batch;
+                    }
+                    state.purged_batch = self.purged_batch;
+                    self.write_meta(state)?;
+                }
+            }
+        }
+        self.flush(&mut buf, &mut placed)
+    }
+
+    fn add_frame(
+        &mut self,
+        buf: &mut Vec<u8>,
+        placed: &mut Vec<Placed>,
+        kind: FrameKind,
+        index: u64,
+        term: u64,
+        payload: &[u8],
+    ) -> Result<()> {
+        let seg_bytes = self.shared.config.segment_bytes;
+        let flen = frame::frame_len(payload.len());
+        if (flen + SEGMENT_HEADER_LEN) as u64 > seg_bytes {
+            return Err(Error::EntryTooLarge {
+                len: payload.len(),
+                max: seg_bytes - SEGMENT_HEADER_LEN as u64,
+            });
+        }
+        let fits = |cur: &Current, buffered: usize| {
+            cur.pos + (buffered + flen).next_multiple_of(ALIGN) as u64 <= seg_bytes
+        };
+        if buf.len() + flen > self.shared.config.max_batch_bytes && !buf.is_empty() {
+            self.flush(buf, placed)?;
+        }
+        if !self.current.as_ref().is_some_and(|c| fits(c, buf.len())) {
+            self.flush(buf, placed)?;
+            if !self.current.as_ref().is_some_and(|c| fits(c, 0)) {
+                self.roll(index)?;
+            }
+        }
+        let salt = self.current.as_ref().map_or(0, |c| c.salt);
+        let offset = buf.len() as u64;
+        let h =
+            FrameHeader { kind, payload_len: payload.len() as u32, index, term, batch: self.batch };
+        frame::encode(buf, salt, &h, payload);
+        placed.push(Placed {
+            index,
+            term,
+            offset,
+            len: flen as u32,
+            is_entry: kind == FrameKind::Entry,
+        });
+        Ok(())
+    }
+
+    /// Writes the buffered frames as one aligned write.
+    fn flush(&mut self, buf: &mut Vec<u8>, placed: &mut Vec<Placed>) -> Result<()> {
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let cur = self.current.as_mut().expect("frames are only buffered into a current segment");
+        let len = buf.len().next_multiple_of(ALIGN);
+        let mut aligned = AlignedBuf::zeroed(len, ALIGN);
+        aligned.as_mut_slice()[..buf.len()].copy_from_slice(buf);
+        assert!(cur.pos.is_multiple_of(ALIGN as u64), "a batch starts on a fresh aligned block");
+        assert!(
+            cur.pos + len as u64 <= self.shared.config.segment_bytes,
+            "a batch stays inside its segment"
+        );
+        cur.file.write_at(aligned.as_slice(), cur.pos)?;
+        if self.shared.needs_barrier {
+            self.shared.volume.sync()?;
+        }
+        let (seq, base) = (cur.seq, cur.pos);
+        cur.pos += len as u64;
+        let entries = placed.iter().filter(|p| p.is_entry).count();
+        {
+            let mut ix = super::write_lock(&self.shared.index);
+            for p in placed.iter().filter(|p| p.is_entry) {
+                ix.written(p.index, p.term, seq, base + p.offset, p.len);
+            }
+            ix.evict();
+        }
+        if let Some(max) = placed.iter().filter(|p| p.is_entry).map(|p| p.index).max()
+            && let Some(seg) = super::lock(&self.shared.segments).by_seq.get_mut(&seq)
+        {
+            seg.max_index = seg.max_index.max(max);
+        }
+        metrics::histogram!(m::APPEND_BATCH_ENTRIES).record(entries as f64);
+        metrics::counter!(m::APPENDED_ENTRIES_TOTAL).increment(entries as u64);
+        self.batch += 1;
+        buf.clear();
+        placed.clear();
+        Ok(())
+    }
+
+    /// Activates the spare segment: one durable write of its header.
+    fn roll(&mut self, first_index: u64) -> Result<()> {
+        let spare = self.spares.take()?;
+        let header = SegmentHeader { seq: self.next_seq, salt: random_salt(), first_index };
+        spare.file.write_at(&header.encode(), 0)?;
+        if self.shared.needs_barrier {
+            self.shared.volume.sync()?;
+        }
+        let info = SegInfo {
+            salt: header.salt,
+            file: Arc::clone(&spare.file),
+            path: spare.path,
+            max_index: 0,
+        };
+        super::lock(&self.shared.segments).by_seq.insert(header.seq, info);
+        self.current = Some(Current {
+            seq: header.seq,
+            salt: header.salt,
+            file: spare.file,
+            pos: SEGMENT_HEADER_LEN as u64,
+        });
+        self.next_seq += 1;
+        metrics::counter!(m::SEGMENTS_ROLLED_TOTAL).increment(1);
+        Ok(())
+    }
+
+    fn write_meta(&mut self, state: &MetaState) -> Result<()> {
+        self.shared.meta_file.write_at(&state.encode()?, state.slot_offset())?;
+        if self.shared.needs_barrier {
+            self.shared.volume.sync()?;
+        }
+        Ok(())
+    }
+}

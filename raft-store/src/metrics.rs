@@ -1,0 +1,92 @@
+//! Metric names, HELP texts and histogram buckets of the raft store (docs/METRICS.md).
+//!
+//! The `metrics` facade records; the application installs an exporter and should give every
+//! histogram [`LATENCY_BUCKETS`] (Prometheus renders histograms without buckets as summaries).
+
+pub use vellum_engine::carrier::stats_names::{
+    DURABLE_WRITE_DURATION, FLUSH_DURATION, FLUSHES_TOTAL, WRITES_TOTAL, WRITTEN_BYTES_TOTAL,
+};
+
+pub const APPEND_DURATION: &str = "vellum_log_append_duration_seconds";
+pub const APPEND_BATCH_ENTRIES: &str = "vellum_log_append_batch_entries";
+pub const APPENDED_ENTRIES_TOTAL: &str = "vellum_log_appended_entries_total";
+pub const WRITER_BATCH_DURATION: &str = "vellum_log_writer_batch_duration_seconds";
+pub const SEGMENTS_ROLLED_TOTAL: &str = "vellum_log_segments_rolled_total";
+pub const SEGMENTS_PURGED_TOTAL: &str = "vellum_log_segments_purged_total";
+pub const COLD_READS_TOTAL: &str = "vellum_log_cold_reads_total";
+pub const RECOVERY_DURATION: &str = "vellum_log_recovery_duration_seconds";
+pub const RECOVERY_SCANNED_BYTES: &str = "vellum_log_recovery_scanned_bytes";
+pub const SNAPSHOT_BUILD_DURATION: &str = "vellum_snapshot_build_duration_seconds";
+pub const SNAPSHOT_BYTES: &str = "vellum_snapshot_bytes";
+
+/// Latency buckets from 50 us to 8 s, including etcd's edges (1 ms x 2^k, up to 8.192 s), so
+/// etcd's dashboards and alert thresholds carry over.
+pub const LATENCY_BUCKETS: &[f64] = &[
+    0.000_05, 0.000_1, 0.000_2, 0.000_5, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128,
+    0.256, 0.512, 1.024, 2.048, 4.096, 8.192,
+];
+
+/// Buckets for entry counts per batch.
+pub const BATCH_BUCKETS: &[f64] =
+    &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0, 4096.0];
+
+/// Histograms and their buckets, for the exporter.
+pub const HISTOGRAMS: &[(&str, &[f64])] = &[
+    (DURABLE_WRITE_DURATION, LATENCY_BUCKETS),
+    (FLUSH_DURATION, LATENCY_BUCKETS),
+    (APPEND_DURATION, LATENCY_BUCKETS),
+    (WRITER_BATCH_DURATION, LATENCY_BUCKETS),
+    (SNAPSHOT_BUILD_DURATION, LATENCY_BUCKETS),
+    (APPEND_BATCH_ENTRIES, BATCH_BUCKETS),
+];
+
+/// Registers HELP text and units for every metric the engine and the store record.
+pub fn describe() {
+    use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    describe_histogram!(
+        DURABLE_WRITE_DURATION,
+        Unit::Seconds,
+        "One write-through carrier write, until it is on stable storage (the store's fsync)."
+    );
+    describe_histogram!(
+        FLUSH_DURATION,
+        Unit::Seconds,
+        "One carrier barrier (fdatasync), where any happen."
+    );
+    describe_counter!(WRITES_TOTAL, "Carrier writes, durable or not.");
+    describe_counter!(WRITTEN_BYTES_TOTAL, Unit::Bytes, "Bytes written to the carrier.");
+    describe_counter!(FLUSHES_TOTAL, "Carrier barriers (fdatasync calls) that reached the medium.");
+    describe_histogram!(
+        APPEND_DURATION,
+        Unit::Seconds,
+        "A raft log append, from the call until its entries are durable and its callback ran."
+    );
+    describe_histogram!(
+        APPEND_BATCH_ENTRIES,
+        "Entries made durable by one log write (group commit)."
+    );
+    describe_counter!(APPENDED_ENTRIES_TOTAL, "Log entries made durable.");
+    describe_histogram!(
+        WRITER_BATCH_DURATION,
+        Unit::Seconds,
+        "One pass of the log writer over everything queued."
+    );
+    describe_counter!(SEGMENTS_ROLLED_TOTAL, "Log segments activated.");
+    describe_counter!(SEGMENTS_PURGED_TOTAL, "Log segments deleted by purges.");
+    describe_counter!(
+        COLD_READS_TOTAL,
+        "Log entries read back from segments because they left the hot window."
+    );
+    describe_gauge!(
+        RECOVERY_DURATION,
+        Unit::Seconds,
+        "How long the last log recovery (open) took."
+    );
+    describe_gauge!(RECOVERY_SCANNED_BYTES, Unit::Bytes, "Bytes the last log recovery read.");
+    describe_histogram!(
+        SNAPSHOT_BUILD_DURATION,
+        Unit::Seconds,
+        "Building and committing one state-machine snapshot."
+    );
+    describe_gauge!(SNAPSHOT_BYTES, Unit::Bytes, "Size of the current snapshot.");
+}

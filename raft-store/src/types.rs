@@ -1,0 +1,43 @@
+//! The openraft type configuration of the KV store and its requests.
+
+use std::io::Cursor;
+
+use serde::{Deserialize, Serialize};
+
+/// One KV operation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum KvOp {
+    Put { key: String, value: Vec<u8> },
+    Delete { key: String },
+}
+
+/// A client proposal: several operations applied together, in order (the node batches
+/// concurrent client writes into one entry).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct KvRequest {
+    pub ops: Vec<KvOp>,
+}
+
+/// The result of applying one entry.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct KvResponse {
+    /// Operations applied.
+    pub applied: usize,
+}
+
+openraft::declare_raft_types!(
+    /// The KV store's openraft types.
+    pub TypeConfig:
+        D = KvRequest,
+        R = KvResponse,
+        NodeId = u64,
+        Node = openraft::BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+pub type NodeId = u64;
+pub type LogId = openraft::LogId<NodeId>;
+pub type Vote = openraft::Vote<NodeId>;
+pub type StorageError = openraft::StorageError<NodeId>;

@@ -1,0 +1,64 @@
+//! openraft's own storage conformance suite, on a memory carrier and on a file carrier.
+
+use openraft::testing::{StoreBuilder, Suite};
+use vellum_engine::carrier::{CarrierOptions, MemoryCarrier};
+use vellum_engine::{FormatOptions, Volume, VolumeOptions};
+use vellum_raft_store::types::StorageError;
+use vellum_raft_store::{KvStateMachine, LogConfig, LogStore, TypeConfig, open_store};
+
+fn small_log() -> LogConfig {
+    LogConfig { segment_bytes: 1 << 20, ..LogConfig::default() }
+}
+
+fn to_storage(e: &vellum_raft_store::Error) -> StorageError {
+    vellum_raft_store::error::storage_error(
+        openraft::ErrorSubject::Store,
+        openraft::ErrorVerb::Write,
+        e,
+    )
+}
+
+struct MemoryBuilder;
+
+impl StoreBuilder<TypeConfig, LogStore<TypeConfig>, KvStateMachine, ()> for MemoryBuilder {
+    async fn build(&self) -> Result<((), LogStore<TypeConfig>, KvStateMachine), StorageError> {
+        let fmt = FormatOptions::default();
+        let volume =
+            Volume::format(Box::new(MemoryCarrier::new(64 << 20)), &fmt, VolumeOptions::default())
+                .map_err(|e| to_storage(&e.into()))?;
+        let (log, sm) = open_store(&volume, small_log()).map_err(|e| to_storage(&e))?;
+        Ok(((), log, sm))
+    }
+}
+
+struct FileBuilder;
+
+impl StoreBuilder<TypeConfig, LogStore<TypeConfig>, KvStateMachine, tempfile::TempDir>
+    for FileBuilder
+{
+    async fn build(
+        &self,
+    ) -> Result<(tempfile::TempDir, LogStore<TypeConfig>, KvStateMachine), StorageError> {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let fmt = FormatOptions { capacity_bytes: Some(32 << 20), ..FormatOptions::default() };
+        let volume = Volume::create_path(
+            &dir.path().join("node.vlm"),
+            &fmt,
+            CarrierOptions::PRODUCTION,
+            VolumeOptions::default(),
+        )
+        .map_err(|e| to_storage(&e.into()))?;
+        let (log, sm) = open_store(&volume, small_log()).map_err(|e| to_storage(&e))?;
+        Ok((dir, log, sm))
+    }
+}
+
+#[test]
+fn openraft_suite_on_the_memory_carrier() {
+    Suite::test_all(MemoryBuilder).expect("openraft storage suite (memory carrier)");
+}
+
+#[test]
+fn openraft_suite_on_a_file_carrier() {
+    Suite::test_all(FileBuilder).expect("openraft storage suite (file carrier)");
+}
