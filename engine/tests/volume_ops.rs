@@ -195,7 +195,8 @@ fn preallocated_ranges_are_written_and_overwrites_need_no_commit() {
 
 #[test]
 fn every_commit_takes_exactly_two_barriers() {
-    let v = fresh(32 << 20);
+    // Write-through: data is durable when written, and a commit is its two barriers.
+    let (v, _) = faulty_volume(true);
     for i in 0..20 {
         let f = v.create_file(format!("/f{i}")).unwrap();
         f.write_at(&vec![i as u8; 3000 * i], 0).unwrap();
@@ -207,6 +208,20 @@ fn every_commit_takes_exactly_two_barriers() {
     let before = v.carrier_stats();
     v.commit().unwrap();
     assert_eq!((v.carrier_stats() - before).barriers, 2, "an empty commit too");
+}
+
+#[test]
+fn buffered_data_gets_its_own_barrier_before_the_commit() {
+    let (v, _) = faulty_volume(false);
+    let f = v.create_file("/f").unwrap();
+    v.commit().unwrap();
+    f.write_at(&[1u8; 10_000], 0).unwrap();
+    let before = v.carrier_stats();
+    v.commit().unwrap();
+    assert_eq!((v.carrier_stats() - before).barriers, 3, "data barrier, then the commit's two");
+    let before = v.carrier_stats();
+    v.commit().unwrap();
+    assert_eq!((v.carrier_stats() - before).barriers, 2, "nothing outstanding: two");
 }
 
 #[test]

@@ -1,7 +1,8 @@
 //! The commit protocol (FORMAT.md, "Commit protocol").
 //!
 //! 1. Data is already on the carrier: every data write returned before its extent was
-//!    attached, and only attached extents are in the image.
+//!    attached, and only attached extents are in the image. Data written without
+//!    write-through (still in a cache) gets one barrier of its own before anything else.
 //! 2. The dirty metadata goes copy-on-write into new blocks (record blocks, spines, root).
 //! 3. The changed bitmap blocks are written in place (the bitmap is authoritative only for a
 //!    clean volume whose checksum matches, so a torn bitmap write costs nothing).
@@ -9,7 +10,8 @@
 //!    G+1 is now durable, and that slot may be adopted.
 //! 5. The same superblock goes to the other slot. **Barrier.**
 //!
-//! Two barriers per commit, whatever it changed. A crash before the first barrier completes
+//! Two barriers per commit, whatever it changed (a third one first only when buffered data
+//! writes are outstanding). A crash before the first barrier completes
 //! leaves the other slot at G (its image untouched: freed blocks are reused only after the
 //! commit that freed them completed); adoption passes over a first-written slot whose image
 //! did not land. A crash between the barriers leaves one slot at G+1, durable.
@@ -97,6 +99,11 @@ pub(crate) fn commit(inner: &Inner, meta: &mut Meta, state: VolumeState) -> Resu
 }
 
 fn commit_inner(inner: &Inner, meta: &mut Meta, state: VolumeState) -> Result<()> {
+    // Data before metadata: buffered data writes still in the host's or the device's cache
+    // get a barrier of their own first, so no superblock can become durable while the data
+    // it references is not. Write-through data is durable already, and then a commit takes
+    // exactly its two barriers.
+    flush_data(inner)?;
     let layout = inner.layout;
     let generation = meta.sb.generation + 1;
     let old_root = (meta.sb.generation > 0).then_some(meta.sb.root);
@@ -134,8 +141,6 @@ fn commit_inner(inner: &Inner, meta: &mut Meta, state: VolumeState) -> Result<()
         write(inner, &bytes, layout.offset_of(layout.bitmap.start + block))?;
     }
     write(inner, &sb.encode(first), superblock::slot_offset(first))?;
-    // Data writes that return from here on are covered by a later barrier, not this one.
-    inner.unflushed.store(false, Ordering::Release);
     if mutation != Some(CommitMutation::SkipFirstBarrier) {
         barrier(inner)?;
     }

@@ -353,18 +353,21 @@ pub(crate) fn preallocate(
             at += n as u64;
         }
     }
-    // Preallocation is metadata: its zeros need only be durable by the commit that publishes
-    // the new extents, whose first barrier covers them.
+    // The zeros are written with plain writes and made durable with one barrier, before the
+    // extents become visible: a later write-through overwrite then lands on written blocks,
+    // and no commit can publish an extent whose zeros are still in a cache.
     let zero = AlignedBuf::zeroed(ZERO_CHUNK, 4096);
     for seg in &plan.segments {
         let mut at = seg.offset;
         for p in &seg.pieces {
             let n = p.len();
-            inner.unflushed.store(true, Ordering::Release);
             commit::write(inner, &zero.as_slice()[..n.min(ZERO_CHUNK)], at)
                 .inspect_err(|e| inner.poison(e))?;
             at += n as u64;
         }
+    }
+    if !plan.segments.is_empty() {
+        commit::barrier(inner).inspect_err(|e| inner.poison(e))?;
     }
     let mut meta = inner.meta();
     let m = &mut *meta;

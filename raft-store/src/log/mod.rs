@@ -29,7 +29,7 @@ pub use recovery::Torn;
 
 use crate::error::{Error, Result, SharedError};
 use crate::metrics as m;
-use frame::{FrameHeader, FrameKind, Parsed, SEGMENT_HEADER_LEN, SegmentHeader};
+use frame::{FrameKind, Parsed, SEGMENT_HEADER_LEN, SegmentHeader};
 use index::{Index, Loc};
 use queue::{Complete, Queue};
 use segments::{SegInfo, Segments, Spare, SpareMaker};
@@ -45,6 +45,9 @@ pub struct LogConfig {
     pub hot_window_bytes: usize,
     /// Largest single write the writer issues.
     pub max_batch_bytes: usize,
+    /// Prepare the next segment in a background thread (false: when it is needed, which
+    /// makes the carrier's operation sequence deterministic, for crash tests).
+    pub background_spares: bool,
 }
 
 impl Default for LogConfig {
@@ -54,6 +57,7 @@ impl Default for LogConfig {
             segment_bytes: 64 << 20,
             hot_window_bytes: 16 << 20,
             max_batch_bytes: 4 << 20,
+            background_spares: true,
         }
     }
 }
@@ -204,12 +208,12 @@ impl LogCore {
         };
         let meta_state = MetaState::recover(&read_all(&meta_file)?, &config.dir)?;
         let mut report = RecoveryReport::default();
-        let (segments, spare, next_file_no, recovered) =
+        let (mut segments, spare, next_file_no, recovered) =
             Self::scan_segments(&volume, &log_dir, &config, &mut report)?;
         let mut ix =
             Index::new(meta_state.purged_index.map_or(0, |p| p + 1), config.hot_window_bytes);
         let (current, max_batch) =
-            Self::rebuild(&segments, recovered, &meta_state, &mut ix, &config)?;
+            Self::rebuild(&mut segments, recovered, &meta_state, &mut ix, &config)?;
         report.entries = ix.len();
         let next_seq = segments.by_seq.keys().next_back().map_or(1, |s| s + 1);
         let shared = Arc::new(Shared {
@@ -223,7 +227,14 @@ impl LogCore {
             failed: Mutex::new(None),
             needs_barrier,
         });
-        let spares = SpareMaker::start(volume, log_dir, config.segment_bytes, spare, next_file_no);
+        let spares = SpareMaker::start(
+            volume,
+            log_dir,
+            config.segment_bytes,
+            spare,
+            next_file_no,
+            config.background_spares,
+        );
         let purged_batch = lock(&shared.meta).purged_batch;
         let mut w = writer::Writer {
             shared: Arc::clone(&shared),
@@ -233,9 +244,8 @@ impl LogCore {
             purged_batch,
             spares,
         };
-        if let (Some(torn), Some(cur)) = (report.torn, w.current.as_mut()) {
-            Self::fence_torn_tail(&shared, cur, torn, w.batch)?;
-            w.batch += 1;
+        if let Some(torn) = report.torn {
+            w.fence(torn)?;
         }
         let handle = std::thread::Builder::new()
             .name("vellum-log-writer".into())
@@ -338,16 +348,32 @@ impl LogCore {
         let mut segments = Segments::default();
         let mut scans = Vec::new();
         let mut prev_batch = 0;
-        let last = found.len().saturating_sub(1);
-        for (i, (h, path, file, bytes)) in found.into_iter().enumerate() {
-            let name = String::from_utf8_lossy(&path).into_owned();
-            let scan = recovery::scan_segment(&bytes, h.salt, &name, prev_batch, i == last)?;
+        for i in 0..found.len() {
+            let (h, path, _, bytes) = &found[i];
+            let name = String::from_utf8_lossy(path).into_owned();
+            let scan = recovery::scan_segment(bytes, h.salt, &name, prev_batch)?;
             prev_batch = scan.max_batch;
-            if scan.torn.is_some() {
-                report.torn = scan.torn;
+            if let Some(torn) = scan.torn {
+                match found.get(i + 1) {
+                    // The torn end of the last segment: the write in flight. Open fences it.
+                    None => report.torn = Some(torn),
+                    // A sealed segment may end torn only when the next one opens with the
+                    // fence an earlier recovery wrote for it.
+                    Some((next, _, _, next_bytes))
+                        if recovery::fenced_from_next(next_bytes, next.salt, torn.from) => {}
+                    Some(_) => {
+                        return Err(Error::Corrupt {
+                            file: name,
+                            offset: torn.from,
+                            reason: "damage inside a sealed segment",
+                        });
+                    }
+                }
             }
-            segments.by_seq.insert(h.seq, SegInfo { salt: h.salt, file, path, max_index: 0 });
             scans.push(scan);
+        }
+        for (h, path, file, _) in found {
+            segments.by_seq.insert(h.seq, SegInfo { salt: h.salt, file, path, max_index: 0 });
         }
         report.segments = segments.by_seq.len();
         if report.segments > 0 {
@@ -359,7 +385,7 @@ impl LogCore {
     /// Applies the scanned frames in order: entries must be consecutive, truncations drop
     /// their suffix, everything at or below the purged index is gone.
     fn rebuild(
-        segments: &Segments,
+        segments: &mut Segments,
         scans: Vec<recovery::SegmentScan>,
         meta: &MetaState,
         ix: &mut Index,
@@ -409,44 +435,12 @@ impl LogCore {
             *ix = Index::new(first, config.hot_window_bytes);
         }
         for (idx, term, seq, offset, len) in kept {
+            if let Some(seg) = segments.by_seq.get_mut(&seq) {
+                seg.max_index = seg.max_index.max(idx);
+            }
             ix.push(idx, Loc { term, seg: seq, offset, len, durable: true, hot: None });
         }
         Ok((current, max_batch))
-    }
-
-    /// Declares the torn tail dead: one `Skip` frame at its aligned end, written durably.
-    fn fence_torn_tail(
-        shared: &Shared,
-        cur: &mut writer::Current,
-        torn: Torn,
-        batch: u64,
-    ) -> Result<()> {
-        let mut buf = Vec::new();
-        let h = FrameHeader {
-            kind: FrameKind::Skip,
-            payload_len: 0,
-            index: torn.from,
-            term: torn.to,
-            batch,
-        };
-        frame::encode(&mut buf, cur.salt, &h, &[]);
-        if torn.to + frame::ALIGN as u64 > shared.config.segment_bytes {
-            // No room for the fence: the segment is full; the writer rolls to a new one and
-            // the next recovery sees this segment end in the torn bytes of a sealed segment.
-            return Err(Error::Corrupt {
-                file: shared.config.dir.clone(),
-                offset: torn.from,
-                reason: "a torn tail at the very end of a segment",
-            });
-        }
-        let mut aligned = vellum_engine::carrier::AlignedBuf::zeroed(frame::ALIGN, frame::ALIGN);
-        aligned.as_mut_slice()[..buf.len()].copy_from_slice(&buf);
-        cur.file.write_at(aligned.as_slice(), torn.to)?;
-        if shared.needs_barrier {
-            shared.volume.sync()?;
-        }
-        cur.pos = torn.to + frame::ALIGN as u64;
-        Ok(())
     }
 
     fn check_failed(&self) -> Result<()> {
@@ -573,9 +567,10 @@ impl LogCore {
         let doomed: Vec<(u64, Vec<u8>)> = {
             let segs = lock(&self.shared.segments);
             let newest = segs.by_seq.keys().next_back().copied();
+            // Only the oldest segments go, so the ones left stay consecutive.
             segs.by_seq
                 .iter()
-                .filter(|(s, info)| Some(**s) != newest && info.max_index <= upto)
+                .take_while(|(s, info)| Some(**s) != newest && info.max_index <= upto)
                 .map(|(s, i)| (*s, i.path.clone()))
                 .collect()
         };

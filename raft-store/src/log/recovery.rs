@@ -18,6 +18,19 @@
 use super::frame::{self, ALIGN, FrameHeader, FrameKind, Parsed, SEGMENT_HEADER_LEN};
 use crate::error::{Error, Result};
 
+/// The `to` of a `Skip` frame at the start of a segment that fences the previous segment's
+/// torn end (there was no room left in it for the fence).
+pub const CROSS_SEGMENT: u64 = u64::MAX;
+
+/// True when `next` (the following segment's bytes) opens with the fence for a torn end at
+/// `from` of the segment before it.
+pub fn fenced_from_next(next: &[u8], salt: u64, from: u64) -> bool {
+    matches!(
+        frame::parse(&next[SEGMENT_HEADER_LEN.min(next.len())..], salt),
+        Parsed::Valid { header, .. } if header.kind == FrameKind::Skip && header.index == from && header.term == CROSS_SEGMENT
+    )
+}
+
 /// A valid frame found by the scan.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ScannedFrame {
@@ -77,13 +90,7 @@ fn last_nonzero(bytes: &[u8], from: usize) -> Option<usize> {
 }
 
 /// Scans one segment. `prev_batch` is the highest batch id of the segments before it.
-pub fn scan_segment(
-    bytes: &[u8],
-    salt: u64,
-    file: &str,
-    prev_batch: u64,
-    is_last: bool,
-) -> Result<SegmentScan> {
+pub fn scan_segment(bytes: &[u8], salt: u64, file: &str, prev_batch: u64) -> Result<SegmentScan> {
     let mut frames = Vec::new();
     let mut last_batch = prev_batch;
     let mut pos = SEGMENT_HEADER_LEN;
@@ -92,10 +99,23 @@ pub fn scan_segment(
             let next_write = bytes.len() as u64;
             return Ok(SegmentScan { frames, next_write, torn: None, max_batch: last_batch });
         }
+        // Zeros up to the next block boundary are a batch's padding (a frame starts with its
+        // non-zero magic, so it cannot start there).
+        let boundary = pos.next_multiple_of(ALIGN).min(bytes.len());
+        if !pos.is_multiple_of(ALIGN) && bytes[pos..boundary].iter().all(|&b| b == 0) {
+            pos = boundary;
+            continue;
+        }
         match frame::parse(&bytes[pos..], salt) {
             Parsed::Valid { header, len } => {
                 if header.kind == FrameKind::Skip {
-                    return Err(corrupt(file, pos, "a skip frame outside a scan gap"));
+                    // Only a fence for the previous segment's torn end may stand here.
+                    if pos != SEGMENT_HEADER_LEN || header.term != CROSS_SEGMENT {
+                        return Err(corrupt(file, pos, "a skip frame outside a scan gap"));
+                    }
+                    last_batch = last_batch.max(header.batch);
+                    pos += len;
+                    continue;
                 }
                 if header.batch < last_batch {
                     return Err(corrupt(file, pos, "batch ids go backwards"));
@@ -104,7 +124,7 @@ pub fn scan_segment(
                 frames.push(ScannedFrame { header, offset: pos as u64, len: len as u32 });
                 pos += len;
             }
-            Parsed::Zero if !pos.is_multiple_of(ALIGN) => pos = pos.next_multiple_of(ALIGN),
+            Parsed::Zero if !pos.is_multiple_of(ALIGN) => pos = boundary,
             Parsed::Zero | Parsed::Invalid => {
                 let end = pos;
                 match gap(bytes, end, salt, last_batch, file)? {
@@ -121,9 +141,8 @@ pub fn scan_segment(
                         });
                     }
                     Gap::Torn { dropped, max_batch } => {
-                        if !is_last {
-                            return Err(corrupt(file, end, "damage inside a sealed segment"));
-                        }
+                        // In a sealed segment this is damage, unless the next segment opens
+                        // with a fence for it (the caller checks, with `fenced_from_next`).
                         let to =
                             last_nonzero(bytes, end).map_or(end, |i| i + 1).next_multiple_of(ALIGN);
                         let torn =
@@ -210,7 +229,7 @@ mod tests {
     #[test]
     fn a_clean_segment_scans_to_its_end() {
         let s = segment(&[(1, 1, 3), (2, 4, 2)]);
-        let scan = scan_segment(&s, SALT, "s", 0, true).unwrap();
+        let scan = scan_segment(&s, SALT, "s", 0).unwrap();
         assert_eq!(indexes(&scan), vec![1, 2, 3, 4, 5]);
         assert_eq!(scan.torn, None);
         assert_eq!(scan.next_write, 3 * 4096);
@@ -223,7 +242,7 @@ mod tests {
         for b in &mut s[4096 * 2 + 512..4096 * 2 + 1024] {
             *b = 0xEE;
         }
-        let scan = scan_segment(&s, SALT, "s", 0, true).unwrap();
+        let scan = scan_segment(&s, SALT, "s", 0).unwrap();
         let torn = scan.torn.expect("torn tail");
         assert!(indexes(&scan).starts_with(&[1, 2, 3, 4]));
         assert!(torn.dropped_frames > 0, "later frames of the torn batch are dropped");
@@ -235,15 +254,51 @@ mod tests {
     fn valid_entries_after_damage_are_corruption() {
         let mut s = segment(&[(1, 1, 3), (2, 4, 3), (3, 7, 3)]);
         s[4096 + 50] ^= 0xFF; // inside batch 1, with batches 2 and 3 intact behind it
-        assert!(matches!(scan_segment(&s, SALT, "s", 0, true), Err(Error::Corrupt { .. })));
+        assert!(matches!(scan_segment(&s, SALT, "s", 0), Err(Error::Corrupt { .. })));
     }
 
     #[test]
-    fn damage_in_a_sealed_segment_is_corruption() {
+    fn padding_that_ends_just_before_a_block_boundary_is_padding() {
+        // A batch whose frames end 8 bytes short of the block: the frame header "there"
+        // would overlap the next batch, and must not be read as a damaged frame.
+        let mut s = vec![0u8; SEGMENT_HEADER_LEN];
+        let payload = vec![7u8; 4096 - 40 - 8];
+        let h = FrameHeader {
+            kind: FrameKind::Entry,
+            payload_len: payload.len() as u32,
+            index: 1,
+            term: 1,
+            batch: 1,
+        };
+        frame::encode(&mut s, SALT, &h, &payload);
+        assert_eq!(s.len(), 8192 - 8);
+        s.resize(8192, 0);
+        batch(&mut s, 2, 2, 3);
+        s.resize(64 * 1024, 0);
+        let scan = scan_segment(&s, SALT, "s", 0).unwrap();
+        assert_eq!(indexes(&scan), vec![1, 2, 3, 4]);
+        assert_eq!(scan.torn, None);
+    }
+
+    #[test]
+    fn torn_tail_of_a_sealed_segment_needs_a_fence_in_the_next() {
         let mut s = segment(&[(1, 1, 3)]);
         s[4096 * 3] = 1;
-        assert!(scan_segment(&s, SALT, "s", 0, false).is_err());
-        assert!(scan_segment(&s, SALT, "s", 0, true).unwrap().torn.is_some());
+        let torn = scan_segment(&s, SALT, "s", 0).unwrap().torn.expect("torn");
+        let mut next = vec![0u8; 64 * 1024];
+        assert!(!fenced_from_next(&next, SALT, torn.from));
+        let h = FrameHeader {
+            kind: FrameKind::Skip,
+            payload_len: 0,
+            index: torn.from,
+            term: CROSS_SEGMENT,
+            batch: 5,
+        };
+        let mut f = Vec::new();
+        frame::encode(&mut f, SALT, &h, &[]);
+        next[SEGMENT_HEADER_LEN..SEGMENT_HEADER_LEN + f.len()].copy_from_slice(&f);
+        assert!(fenced_from_next(&next, SALT, torn.from));
+        assert!(scan_segment(&next, SALT, "n", 1).unwrap().frames.is_empty());
     }
 
     #[test]
@@ -263,7 +318,7 @@ mod tests {
         let mut after = Vec::new();
         batch(&mut after, 4, 4, 2);
         s[16384..16384 + after.len()].copy_from_slice(&after);
-        let scan = scan_segment(&s, SALT, "s", 0, true).unwrap();
+        let scan = scan_segment(&s, SALT, "s", 0).unwrap();
         assert_eq!(indexes(&scan), vec![1, 2, 3, 4, 5]);
         assert_eq!(scan.torn, None);
     }

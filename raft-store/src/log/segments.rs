@@ -46,11 +46,13 @@ struct SpareState {
     next_file_no: u64,
 }
 
-/// Keeps one spare segment ready, made by a background thread.
+/// Keeps one spare segment ready, made by a background thread (or, without one, made when
+/// it is taken: deterministic, for tests).
 #[derive(Debug)]
 pub struct SpareMaker {
     state: Arc<(Mutex<SpareState>, Condvar)>,
     thread: Option<JoinHandle<()>>,
+    inline: Option<(Volume, Vec<u8>, u64)>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -81,17 +83,21 @@ impl SpareMaker {
         segment_bytes: u64,
         spare: Option<Spare>,
         next_file_no: u64,
+        background: bool,
     ) -> SpareMaker {
         let state = Arc::new((
             Mutex::new(SpareState { ready: spare, next_file_no, ..SpareState::default() }),
             Condvar::new(),
         ));
+        if !background {
+            return SpareMaker { state, thread: None, inline: Some((volume, dir, segment_bytes)) };
+        }
         let shared = Arc::clone(&state);
         let thread = std::thread::Builder::new()
             .name("vellum-spare".into())
             .spawn(move || Self::run(&shared, &volume, &dir, segment_bytes))
             .ok();
-        SpareMaker { state, thread }
+        SpareMaker { state, thread, inline: None }
     }
 
     fn run(state: &(Mutex<SpareState>, Condvar), volume: &Volume, dir: &[u8], segment_bytes: u64) {
@@ -126,6 +132,15 @@ impl SpareMaker {
     pub fn take(&self) -> Result<Spare> {
         let (m, cv) = &*self.state;
         let mut s = lock(m);
+        if let Some((volume, dir, bytes)) = &self.inline {
+            if let Some(spare) = s.ready.take() {
+                return Ok(spare);
+            }
+            s.next_file_no += 1;
+            let path = segment_path(dir, s.next_file_no - 1);
+            let file = create_segment(volume, &path, *bytes)?;
+            return Ok(Spare { path, file });
+        }
         loop {
             if let Some(spare) = s.ready.take() {
                 cv.notify_all();

@@ -34,6 +34,7 @@ struct Placed {
     offset: u64,
     len: u32,
     is_entry: bool,
+    truncates: bool,
 }
 
 pub(super) struct Writer {
@@ -141,6 +142,7 @@ impl Writer {
             offset,
             len: flen as u32,
             is_entry: kind == FrameKind::Entry,
+            truncates: kind == FrameKind::Truncate,
         });
         Ok(())
     }
@@ -173,10 +175,21 @@ impl Writer {
             }
             ix.evict();
         }
-        if let Some(max) = placed.iter().filter(|p| p.is_entry).map(|p| p.index).max()
-            && let Some(seg) = super::lock(&self.shared.segments).by_seq.get_mut(&seq)
         {
-            seg.max_index = seg.max_index.max(max);
+            // Track the newest live entry of each segment, in frame order: a truncation
+            // lowers it everywhere (purge deletes a segment only when nothing in it is newer).
+            let mut segs = super::lock(&self.shared.segments);
+            for p in placed.iter() {
+                if p.is_entry {
+                    if let Some(seg) = segs.by_seq.get_mut(&seq) {
+                        seg.max_index = seg.max_index.max(p.index);
+                    }
+                } else if p.truncates {
+                    for seg in segs.by_seq.values_mut() {
+                        seg.max_index = seg.max_index.min(p.index.saturating_sub(1));
+                    }
+                }
+            }
         }
         metrics::histogram!(m::APPEND_BATCH_ENTRIES).record(entries as f64);
         metrics::counter!(m::APPENDED_ENTRIES_TOTAL).increment(entries as u64);
@@ -209,6 +222,39 @@ impl Writer {
         });
         self.next_seq += 1;
         metrics::counter!(m::SEGMENTS_ROLLED_TOTAL).increment(1);
+        Ok(())
+    }
+
+    /// Declares a torn tail of the current segment dead: one durable `Skip` frame at its
+    /// aligned end, or, with no room left there, at the start of a fresh segment.
+    pub fn fence(&mut self, torn: super::recovery::Torn) -> Result<()> {
+        let seg_bytes = self.shared.config.segment_bytes;
+        let room = torn.to + ALIGN as u64 <= seg_bytes;
+        let (at, to) = if room {
+            (torn.to, torn.to)
+        } else {
+            let next = super::read_lock(&self.shared.index).next_index();
+            self.roll(next)?;
+            (SEGMENT_HEADER_LEN as u64, super::recovery::CROSS_SEGMENT)
+        };
+        let cur = self.current.as_mut().expect("a torn tail lies in the current segment");
+        let mut buf = Vec::new();
+        let h = FrameHeader {
+            kind: FrameKind::Skip,
+            payload_len: 0,
+            index: torn.from,
+            term: to,
+            batch: self.batch,
+        };
+        frame::encode(&mut buf, cur.salt, &h, &[]);
+        let mut aligned = AlignedBuf::zeroed(ALIGN, ALIGN);
+        aligned.as_mut_slice()[..buf.len()].copy_from_slice(&buf);
+        cur.file.write_at(aligned.as_slice(), at)?;
+        if self.shared.needs_barrier {
+            self.shared.volume.sync()?;
+        }
+        cur.pos = at + ALIGN as u64;
+        self.batch += 1;
         Ok(())
     }
 

@@ -1,0 +1,294 @@
+//! The raft log's crash campaign on the engine's fault-injecting carrier: random append /
+//! truncate / purge / vote / committed workloads, power cut at seeded points, then recovery.
+//!
+//! Counted and required to be zero: acknowledged entries lost, the last returned vote lost,
+//! garbage read as entries, and opens refused on a log that only lost power. After every
+//! recovery the log must also take new appends and reopen cleanly (the torn-tail fence works).
+//! Rerun one seed with `VELLUM_CRASH_SEED=<seed>`.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use vellum_engine::carrier::{CrashPlan, FaultRng, FaultyCarrier, MemoryCarrier};
+use vellum_engine::{FormatOptions, Volume, VolumeOptions};
+use vellum_raft_store::log::{self, LogConfig, LogCore, LogEntry};
+
+const VOLUME: u64 = 8 << 20;
+
+fn config(background: bool) -> LogConfig {
+    LogConfig {
+        segment_bytes: 64 << 10,
+        hot_window_bytes: 8 << 10,
+        background_spares: background,
+        ..LogConfig::default()
+    }
+}
+
+fn payload(index: u64, term: u64, len: usize) -> Arc<[u8]> {
+    let mut rng = FaultRng::new(index.wrapping_mul(0x9E37_79B9) ^ term);
+    let mut v = vec![0u8; len];
+    rng.fill(&mut v);
+    Arc::from(v)
+}
+
+/// The durable state the model expects, and the one operation that may be in flight.
+#[derive(Debug, Clone, Default)]
+struct Model {
+    log: BTreeMap<u64, (u64, Arc<[u8]>)>,
+    vote: Option<Vec<u8>>,
+    committed: Option<Vec<u8>>,
+    in_flight: Option<Op>,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Append(Vec<LogEntry>),
+    Truncate(u64),
+    Purge(u64),
+    Vote(Vec<u8>),
+    Committed(Vec<u8>),
+}
+
+impl Model {
+    fn apply(&mut self, op: &Op) {
+        match op {
+            Op::Append(es) => {
+                for e in es {
+                    self.log.insert(e.index, (e.term, Arc::clone(&e.payload)));
+                }
+            }
+            Op::Truncate(since) => {
+                self.log.split_off(since);
+            }
+            Op::Purge(upto) => {
+                self.log = self.log.split_off(&(upto + 1));
+            }
+            Op::Vote(v) => self.vote = Some(v.clone()),
+            Op::Committed(c) => self.committed = Some(c.clone()),
+        }
+    }
+
+    /// Every state recovery may legitimately produce: the durable one, or the in-flight
+    /// operation applied (an append possibly only in part, as a prefix).
+    fn candidates(&self) -> Vec<Model> {
+        let mut out = vec![self.clone()];
+        match &self.in_flight {
+            Some(Op::Append(es)) => {
+                for n in 1..=es.len() {
+                    let mut m = self.clone();
+                    m.apply(&Op::Append(es[..n].to_vec()));
+                    out.push(m);
+                }
+            }
+            Some(op) => {
+                let mut m = self.clone();
+                m.apply(op);
+                out.push(m);
+            }
+            None => {}
+        }
+        out
+    }
+}
+
+struct Run {
+    carrier: Arc<FaultyCarrier>,
+    model: Model,
+    term: u64,
+}
+
+fn next_op(rng: &mut FaultRng, core: &LogCore, run: &mut Run) -> Op {
+    let (first, last) = core.bounds();
+    match rng.below(100) {
+        0..=59 => {
+            let start = last.map_or(first, |l| l + 1);
+            let n = 1 + rng.below(4);
+            let entries = (start..start + n)
+                .map(|index| {
+                    let len = 1 + rng.below(3000) as usize;
+                    LogEntry { index, term: run.term, payload: payload(index, run.term, len) }
+                })
+                .collect();
+            Op::Append(entries)
+        }
+        60..=69 if last.is_some() => {
+            let last = last.unwrap();
+            run.term += 1; // entries after a truncation come from a new leader
+            Op::Truncate(first + rng.below(last - first + 1))
+        }
+        70..=77 if last.is_some() => {
+            let last = last.unwrap();
+            Op::Purge(first + rng.below(last - first + 1))
+        }
+        78..=89 => {
+            run.term += 1;
+            Op::Vote(format!("vote term {}", run.term).into_bytes())
+        }
+        _ => Op::Committed(format!("committed {}", last.unwrap_or(0)).into_bytes()),
+    }
+}
+
+fn execute(core: &LogCore, op: &Op) -> Result<(), vellum_raft_store::Error> {
+    match op {
+        Op::Append(es) => log::wait(|done| core.append(es.clone(), done)),
+        Op::Truncate(since) => log::wait(|done| core.truncate(*since, done)),
+        Op::Purge(upto) => core.purge(*upto, upto.to_le_bytes().to_vec()),
+        Op::Vote(v) => log::wait(|done| core.save_vote(v.clone(), done)),
+        Op::Committed(c) => log::wait(|done| core.save_committed(Some(c.clone()), done)),
+    }
+}
+
+/// Runs the workload of `seed`, cutting power at mutating carrier operation `crash_at`.
+fn run(seed: u64, crash_at: Option<u64>, background: bool, ops: usize) -> (Run, u64) {
+    let carrier = Arc::new(FaultyCarrier::new(VOLUME, true));
+    let volume = Volume::format(
+        Box::new(Arc::clone(&carrier)),
+        &FormatOptions::default(),
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    let core = LogCore::open(volume, config(background)).unwrap();
+    let start = carrier.ops();
+    if let Some(at) = crash_at {
+        carrier.set_crash_plan(CrashPlan::AtOp(start + at));
+    }
+    let mut run = Run { carrier, model: Model::default(), term: 1 };
+    let mut rng = FaultRng::new(seed);
+    for _ in 0..ops {
+        let op = next_op(&mut rng, &core, &mut run);
+        run.model.in_flight = Some(op.clone());
+        if execute(&core, &op).is_err() {
+            assert!(run.carrier.crashed(), "seed {seed}: {op:?} failed without a power cut");
+            break;
+        }
+        run.model.in_flight = None;
+        run.model.apply(&op);
+    }
+    run.carrier.cut_power();
+    let total = run.carrier.ops() - start;
+    drop(core);
+    (run, total)
+}
+
+fn recovered_state(
+    core: &LogCore,
+) -> (BTreeMap<u64, (u64, Arc<[u8]>)>, Option<Vec<u8>>, Option<Vec<u8>>) {
+    let (first, last) = core.bounds();
+    let entries = match last {
+        Some(l) => core.read(first, l + 1).unwrap(),
+        None => Vec::new(),
+    };
+    let log = entries.into_iter().map(|e| (e.index, (e.term, e.payload))).collect();
+    let meta = core.meta();
+    (log, meta.vote, meta.committed)
+}
+
+fn matches(
+    model: &Model,
+    got: &(BTreeMap<u64, (u64, Arc<[u8]>)>, Option<Vec<u8>>, Option<Vec<u8>>),
+) -> bool {
+    model.candidates().iter().any(|c| c.log == got.0 && c.vote == got.1 && c.committed == got.2)
+}
+
+/// Opens a crash image (sometimes cutting power again during recovery), checks it against the
+/// model, appends, reopens.
+fn verify(image: Vec<u8>, model: &Model, rng: &mut FaultRng) -> Result<(), String> {
+    let image = if rng.chance(20) {
+        let second = Arc::new(FaultyCarrier::from_bytes(image, true));
+        second.set_crash_plan(CrashPlan::AtOp(rng.below(8)));
+        if let Ok(v) = Volume::open(Box::new(Arc::clone(&second)), VolumeOptions::default()) {
+            drop(LogCore::open(v, config(false)));
+        }
+        second.cut_power();
+        second.crash_image(rng)
+    } else {
+        image
+    };
+    let mem = Arc::new(MemoryCarrier::from_bytes(&image));
+    let volume = Volume::open(Box::new(Arc::clone(&mem)), VolumeOptions::default())
+        .map_err(|e| format!("volume open refused: {e}"))?;
+    let core = LogCore::open(volume.clone(), config(false))
+        .map_err(|e| format!("log open refused: {e}"))?;
+    let got = recovered_state(&core);
+    if !matches(model, &got) {
+        let want: Vec<_> = model.log.keys().collect();
+        let have: Vec<_> = got.0.keys().collect();
+        return Err(format!(
+            "recovered log {have:?} (vote {:?}) is not the durable {want:?} (vote {:?}) or the in-flight {:?}",
+            got.1.as_deref().map(String::from_utf8_lossy),
+            model.vote.as_deref().map(String::from_utf8_lossy),
+            model.in_flight.as_ref().map(|o| format!("{o:?}").chars().take(60).collect::<String>())
+        ));
+    }
+    // The recovered log takes appends, and reopens with them.
+    let next = core.bounds().1.map_or(core.bounds().0, |l| l + 1);
+    let more: Vec<LogEntry> = (next..next + 3)
+        .map(|i| LogEntry { index: i, term: 999, payload: payload(i, 999, 700) })
+        .collect();
+    log::wait(|done| core.append(more.clone(), done))
+        .map_err(|e| format!("append after recovery: {e}"))?;
+    drop(core);
+    volume.close().map_err(|e| format!("close: {e}"))?;
+    let volume = Volume::open(
+        Box::new(MemoryCarrier::from_bytes(&mem.to_bytes())),
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    let core = LogCore::open(volume, config(false))
+        .map_err(|e| format!("reopen after recovery refused: {e}"))?;
+    let again = recovered_state(&core);
+    for e in &more {
+        if again.0.get(&e.index) != Some(&(e.term, Arc::clone(&e.payload))) {
+            return Err(format!(
+                "entry {} appended after recovery is lost after a clean reopen",
+                e.index
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn crash_point(seed: u64, background: bool) -> Result<(), String> {
+    let ops = 40;
+    let (_, total) = run(seed, None, false, ops);
+    let mut rng = FaultRng::new(seed ^ 0x00C0_FFEE);
+    let at = rng.below(total.max(1));
+    let (r, _) = run(seed, Some(at), background, ops);
+    let image = r.carrier.crash_image(&mut rng);
+    verify(image, &r.model, &mut rng).map_err(|e| format!("seed {seed}, crash at op {at}: {e}"))
+}
+
+fn seeds(default: std::ops::Range<u64>) -> std::ops::Range<u64> {
+    match std::env::var("VELLUM_CRASH_SEED").ok().and_then(|s| s.parse::<u64>().ok()) {
+        Some(s) => s..s + 1,
+        None => default,
+    }
+}
+
+#[test]
+fn power_cuts_lose_no_acknowledged_entry_or_vote() {
+    let range = seeds(0..2000);
+    let n = range.end - range.start;
+    let failures: Vec<String> = range.filter_map(|s| crash_point(s, false).err()).collect();
+    eprintln!(
+        "{n} crash points: acknowledged entries lost, votes lost, garbage read, opens refused: {} failures",
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} of {n} crash points failed; first: {}",
+        failures.len(),
+        failures[0]
+    );
+}
+
+#[test]
+fn power_cuts_with_background_segment_creation() {
+    // The spare maker's commits interleave with the writer's appends, so the crash points are
+    // not reproducible to the operation; the invariants hold all the same.
+    let range = seeds(50_000..50_200);
+    let failures: Vec<String> = range.filter_map(|s| crash_point(s, true).err()).collect();
+    assert!(failures.is_empty(), "{} failures; first: {}", failures.len(), failures[0]);
+}
