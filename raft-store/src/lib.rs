@@ -20,8 +20,7 @@ pub mod metrics;
 mod snapshot;
 mod state_machine;
 mod store;
-#[doc(hidden)]
-pub mod sync;
+mod sync;
 pub mod types;
 
 pub use error::{Error, Result};

@@ -1,7 +1,4 @@
-//! std / loom shim: the group-commit handoff is model-checked with loom (`--cfg loom`), so it
-//! takes its primitives from here.
+//! The synchronization primitives the group-commit queue uses. The loom model check
+//! (`tests/loom_group_commit.rs`) compiles the same queue source against loom's versions.
 
-#[cfg(loom)]
-pub(crate) use loom::sync::{Condvar, Mutex};
-#[cfg(not(loom))]
 pub(crate) use std::sync::{Condvar, Mutex};
