@@ -91,6 +91,8 @@ fn range_bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
     (lo, hi)
 }
 
+// openraft's `StorageError` is large; it is the trait's error type, not ours to box.
+#[allow(clippy::result_large_err)]
 impl<C: RaftTypeConfig> RaftLogReader<C> for LogStore<C> {
     async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,

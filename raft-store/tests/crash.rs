@@ -33,6 +33,9 @@ fn payload(index: u64, term: u64, len: usize) -> Arc<[u8]> {
     Arc::from(v)
 }
 
+/// What recovery produced: entries, vote, committed.
+type Recovered = (BTreeMap<u64, (u64, Arc<[u8]>)>, Option<Vec<u8>>, Option<Vec<u8>>);
+
 /// The durable state the model expects, and the one operation that may be in flight.
 #[derive(Debug, Clone, Default)]
 struct Model {
@@ -172,9 +175,7 @@ fn run(seed: u64, crash_at: Option<u64>, background: bool, ops: usize) -> (Run, 
     (run, total)
 }
 
-fn recovered_state(
-    core: &LogCore,
-) -> (BTreeMap<u64, (u64, Arc<[u8]>)>, Option<Vec<u8>>, Option<Vec<u8>>) {
+fn recovered_state(core: &LogCore) -> Recovered {
     let (first, last) = core.bounds();
     let entries = match last {
         Some(l) => core.read(first, l + 1).unwrap(),
@@ -185,10 +186,7 @@ fn recovered_state(
     (log, meta.vote, meta.committed)
 }
 
-fn matches(
-    model: &Model,
-    got: &(BTreeMap<u64, (u64, Arc<[u8]>)>, Option<Vec<u8>>, Option<Vec<u8>>),
-) -> bool {
+fn matches(model: &Model, got: &Recovered) -> bool {
     model.candidates().iter().any(|c| c.log == got.0 && c.vote == got.1 && c.committed == got.2)
 }
 

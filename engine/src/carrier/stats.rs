@@ -48,7 +48,6 @@ impl std::ops::Sub for StatsSnapshot {
 
 /// Metric names (documented in docs/METRICS.md).
 pub mod names {
-    //! Metric names of the carrier layer (docs/METRICS.md).
     pub const DURABLE_WRITE_DURATION: &str = "vellum_carrier_durable_write_duration_seconds";
     pub const FLUSH_DURATION: &str = "vellum_carrier_flush_duration_seconds";
     pub const WRITES_TOTAL: &str = "vellum_carrier_writes_total";

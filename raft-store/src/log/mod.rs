@@ -95,7 +95,7 @@ impl Complete for Item {
     fn complete(self, result: Result<(), SharedError>) {
         match self {
             Item::Entries { done, .. } | Item::Truncate { done, .. } | Item::Meta { done, .. } => {
-                done(result)
+                done(result);
             }
         }
     }
@@ -218,7 +218,7 @@ impl LogCore {
         let next_seq = segments.by_seq.keys().next_back().map_or(1, |s| s + 1);
         let shared = Arc::new(Shared {
             volume: volume.clone(),
-            config: config.clone(),
+            config,
             index: RwLock::new(ix),
             meta: Mutex::new(meta_state),
             meta_file,
@@ -230,10 +230,10 @@ impl LogCore {
         let spares = SpareMaker::start(
             volume,
             log_dir,
-            config.segment_bytes,
+            shared.config.segment_bytes,
             spare,
             next_file_no,
-            config.background_spares,
+            shared.config.background_spares,
         );
         let purged_batch = lock(&shared.meta).purged_batch;
         let mut w = writer::Writer {

@@ -87,7 +87,7 @@ impl Writer {
                     }
                 }
                 Item::Truncate { since, .. } => {
-                    self.add_frame(&mut buf, &mut placed, FrameKind::Truncate, *since, 0, &[])?
+                    self.add_frame(&mut buf, &mut placed, FrameKind::Truncate, *since, 0, &[])?;
                 }
                 Item::Meta { state, purge, .. } => {
                     self.flush(&mut buf, &mut placed)?;
