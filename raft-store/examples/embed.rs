@@ -13,7 +13,8 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use openraft::{BasicNode, Config, Raft};
+use openraft::{Config, Raft};
+use vellum_raft_store::types::KvNode;
 use vellum_raft_store::{KvOp, KvRequest, LogConfig, TypeConfig, open_store, open_volume};
 
 /// A one-node cluster has no peers to talk to; a real application sends these RPCs over its
@@ -34,7 +35,7 @@ impl std::error::Error for NoPeer {}
 
 impl RaftNetworkFactory<TypeConfig> for NoPeers {
     type Network = NoPeers;
-    async fn new_client(&mut self, _target: u64, _node: &BasicNode) -> NoPeers {
+    async fn new_client(&mut self, _target: u64, _node: &KvNode) -> NoPeers {
         NoPeers
     }
 }
@@ -44,7 +45,7 @@ impl RaftNetwork<TypeConfig> for NoPeers {
         &mut self,
         _rpc: AppendEntriesRequest<TypeConfig>,
         _option: RPCOption,
-    ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+    ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, KvNode, RaftError<u64>>> {
         Err(RPCError::Unreachable(Unreachable::new(&NoPeer)))
     }
 
@@ -54,7 +55,7 @@ impl RaftNetwork<TypeConfig> for NoPeers {
         _option: RPCOption,
     ) -> Result<
         InstallSnapshotResponse<u64>,
-        RPCError<u64, BasicNode, RaftError<u64, InstallSnapshotError>>,
+        RPCError<u64, KvNode, RaftError<u64, InstallSnapshotError>>,
     > {
         Err(RPCError::Unreachable(Unreachable::new(&NoPeer)))
     }
@@ -63,7 +64,7 @@ impl RaftNetwork<TypeConfig> for NoPeers {
         &mut self,
         _rpc: VoteRequest<u64>,
         _option: RPCOption,
-    ) -> Result<VoteResponse<u64>, RPCError<u64, BasicNode, RaftError<u64>>> {
+    ) -> Result<VoteResponse<u64>, RPCError<u64, KvNode, RaftError<u64>>> {
         Err(RPCError::Unreachable(Unreachable::new(&NoPeer)))
     }
 }
@@ -87,7 +88,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .validate()?,
     );
     let raft = Raft::new(1, config, NoPeers, log, state_machine).await?;
-    raft.initialize(BTreeMap::from([(1, BasicNode::new("127.0.0.1:0"))])).await?;
+    raft.initialize(BTreeMap::from([(
+        1,
+        KvNode { raft_addr: "127.0.0.1:0".into(), api_addr: "127.0.0.1:0".into() },
+    )]))
+    .await?;
     raft.wait(Some(Duration::from_secs(10))).current_leader(1, "node 1 leads").await?;
 
     let before = volume.carrier_stats();

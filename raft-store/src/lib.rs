@@ -28,4 +28,4 @@ pub use log::{LogConfig, LogCore, LogEntry};
 pub use log_store::LogStore;
 pub use state_machine::{KvReader, KvStateMachine};
 pub use store::{StoreOptions, open_store, open_volume};
-pub use types::{KvOp, KvRequest, KvResponse, TypeConfig};
+pub use types::{KvNode, KvOp, KvRequest, KvResponse, TypeConfig};

@@ -53,6 +53,11 @@ impl<C: RaftTypeConfig> LogStore<C> {
         LogStore { core, _c: PhantomData }
     }
 
+    /// Index of the committed log id last saved (what the node had committed at start-up).
+    pub fn committed_index(&self) -> Option<u64> {
+        Self::meta_log_id(self.core.meta().committed.as_ref()).ok().flatten().map(|l| l.index)
+    }
+
     /// The openraft-agnostic core underneath.
     pub fn core(&self) -> &LogCore {
         &self.core

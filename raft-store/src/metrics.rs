@@ -16,6 +16,7 @@ pub const SEGMENTS_PURGED_TOTAL: &str = "vellum_log_segments_purged_total";
 pub const COLD_READS_TOTAL: &str = "vellum_log_cold_reads_total";
 pub const RECOVERY_DURATION: &str = "vellum_log_recovery_duration_seconds";
 pub const RECOVERY_SCANNED_BYTES: &str = "vellum_log_recovery_scanned_bytes";
+pub const APPLY_DURATION: &str = "vellum_raft_apply_duration_seconds";
 pub const SNAPSHOT_BUILD_DURATION: &str = "vellum_snapshot_build_duration_seconds";
 pub const SNAPSHOT_BYTES: &str = "vellum_snapshot_bytes";
 
@@ -37,6 +38,7 @@ pub const HISTOGRAMS: &[(&str, &[f64])] = &[
     (APPEND_DURATION, LATENCY_BUCKETS),
     (WRITER_BATCH_DURATION, LATENCY_BUCKETS),
     (SNAPSHOT_BUILD_DURATION, LATENCY_BUCKETS),
+    (APPLY_DURATION, LATENCY_BUCKETS),
     (APPEND_BATCH_ENTRIES, BATCH_BUCKETS),
 ];
 

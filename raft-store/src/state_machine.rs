@@ -22,9 +22,9 @@ use crate::codec::{decode, encode};
 use crate::error::{Error, Result, storage_error};
 use crate::metrics as m;
 use crate::snapshot;
-use crate::types::{KvOp, KvResponse, NodeId, TypeConfig};
+use crate::types::{KvNode, KvOp, KvResponse, NodeId, TypeConfig};
 
-type Membership = StoredMembership<NodeId, openraft::BasicNode>;
+type Membership = StoredMembership<NodeId, KvNode>;
 
 /// What a snapshot holds.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -74,7 +74,7 @@ pub struct KvStateMachine {
 }
 
 fn snap_error(
-    meta: Option<&SnapshotMeta<NodeId, openraft::BasicNode>>,
+    meta: Option<&SnapshotMeta<NodeId, KvNode>>,
     verb: ErrorVerb,
     e: &Error,
 ) -> StorageError<NodeId> {
@@ -108,16 +108,12 @@ impl KvStateMachine {
 
     fn current_snapshot(&self) -> Result<Option<Snapshot<TypeConfig>>> {
         let Some((meta, data)) = snapshot::read(&self.volume, &self.dir)? else { return Ok(None) };
-        let meta: SnapshotMeta<NodeId, openraft::BasicNode> = decode(&meta)?;
+        let meta: SnapshotMeta<NodeId, KvNode> = decode(&meta)?;
         Ok(Some(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) }))
     }
 
     /// Writes `data` as the current snapshot off the async runtime.
-    async fn publish(
-        &self,
-        meta: &SnapshotMeta<NodeId, openraft::BasicNode>,
-        data: Vec<u8>,
-    ) -> Result<()> {
+    async fn publish(&self, meta: &SnapshotMeta<NodeId, KvNode>, data: Vec<u8>) -> Result<()> {
         let meta_bytes = encode(meta)?;
         let (volume, dir) = (self.volume.clone(), self.dir.clone());
         metrics::gauge!(m::SNAPSHOT_BYTES).set(data.len() as f64);
@@ -173,6 +169,7 @@ impl RaftStateMachine<TypeConfig> for KvStateMachine {
         I: IntoIterator<Item = openraft::Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
+        let started = Instant::now();
         let mut s = self.write_state();
         let mut out = Vec::new();
         for entry in entries {
@@ -200,6 +197,8 @@ impl RaftStateMachine<TypeConfig> for KvStateMachine {
             };
             out.push(KvResponse { applied });
         }
+        drop(s);
+        metrics::histogram!(m::APPLY_DURATION).record(started.elapsed().as_secs_f64());
         Ok(out)
     }
 
@@ -215,7 +214,7 @@ impl RaftStateMachine<TypeConfig> for KvStateMachine {
 
     async fn install_snapshot(
         &mut self,
-        meta: &SnapshotMeta<NodeId, openraft::BasicNode>,
+        meta: &SnapshotMeta<NodeId, KvNode>,
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError<NodeId>> {
         let bytes = snapshot.into_inner();

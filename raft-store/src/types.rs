@@ -18,6 +18,19 @@ pub struct KvRequest {
     pub ops: Vec<KvOp>,
 }
 
+/// A cluster member: where its peers reach its Raft RPC, and where clients reach its API.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct KvNode {
+    pub raft_addr: String,
+    pub api_addr: String,
+}
+
+impl std::fmt::Display for KvNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "raft {} / api {}", self.raft_addr, self.api_addr)
+    }
+}
+
 /// The result of applying one entry.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct KvResponse {
@@ -31,7 +44,7 @@ openraft::declare_raft_types!(
         D = KvRequest,
         R = KvResponse,
         NodeId = u64,
-        Node = openraft::BasicNode,
+        Node = KvNode,
         Entry = openraft::Entry<TypeConfig>,
         SnapshotData = Cursor<Vec<u8>>,
         AsyncRuntime = openraft::TokioRuntime,

@@ -22,6 +22,9 @@ use super::file::EMPTY_PROBE_LEN;
 use super::{Carrier, CarrierOptions, CarrierStats, Geometry, Medium, sys};
 use crate::error::{Error, Result};
 
+/// Attempts (25 ms apart) to take the lock before giving up with `Locked`.
+const LOCK_RETRIES: u32 = 80;
+
 /// A volume carrier on a block device.
 #[derive(Debug)]
 pub struct DeviceCarrier {
@@ -60,12 +63,22 @@ impl DeviceCarrier {
                 return Err(open_error(path, e));
             }
         }
-        match sys::flock(file.as_fd(), !options.read_only) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                return Err(Error::Locked { path: path.to_owned() });
+        // udev takes a brief shared flock while it probes a device that was just written and
+        // closed (systemd's block-device locking protocol): wait that out for a moment before
+        // calling the device locked by another opener.
+        let mut tries = 0;
+        loop {
+            match sys::flock(file.as_fd(), !options.read_only) {
+                Ok(()) => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && tries < LOCK_RETRIES => {
+                    tries += 1;
+                    std::thread::sleep(std::time::Duration::from_millis(25));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    return Err(Error::Locked { path: path.to_owned() });
+                }
+                Err(e) => return Err(open_error(path, e)),
             }
-            Err(e) => return Err(open_error(path, e)),
         }
         let geometry = Self::probe(&file).map_err(|e| open_error(path, e))?;
         Ok(DeviceCarrier { core: FdCore::new(file, options, geometry), path: path.to_owned() })
