@@ -1,6 +1,8 @@
-//! `vellum`: the volume tools (and, with the node issue, the KV node).
+//! `vellum`: the KV node (`serve`, `demo`), its clients (`kv`, `cluster`), and the volume
+//! tools (`format`, `info`, `check`, `ls`, ...).
 
 mod cli;
+mod server;
 
 use clap::Parser;
 
@@ -20,6 +22,21 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // The node logs at info; one-shot commands stay quiet but for errors (which they report
+    // in one line of their own).
+    let default = if matches!(parsed.command, cli::Command::Serve(_)) {
+        "info,openraft=warn"
+    } else {
+        "error"
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("VELLUM_LOG")
+                .unwrap_or_else(|_| default.into()),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .init();
     let code = match cli::run(parsed) {
         Ok(code) => code,
         Err(e) => {

@@ -1,116 +1,242 @@
-//! `vellum demo`: a short tour of a volume (the cluster demo replaces it with the node issue).
+//! `vellum demo`: a 3-node cluster on loopback, the README's main command.
 //!
-//! Formats `DIR/demo.vlm` with production knobs (or reuses it), preallocates a log segment in
-//! one commit, then makes 500 durable 4 KiB appends and reports their latency next to raw
-//! O_DIRECT|O_DSYNC writes into a zero-filled file in the same directory, measured in the
-//! same run, with the carrier's operation counts per append.
+//! Starts three `vellum serve` processes on free ports with fresh volumes under `DIR/`, waits
+//! for a leader, runs a short workload (sequential writes for latency, concurrent writes for
+//! batching, reads back through a follower), prints the endpoints, the commit latency and the
+//! `/metrics` URLs, and keeps serving until Ctrl-C, then stops the nodes cleanly.
 
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
-use std::time::Instant;
-
-use vellum_engine::carrier::{AlignedBuf, CarrierOptions};
-use vellum_engine::{FormatOptions, Volume, VolumeOptions};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
 
 use super::CliError;
-use super::size::human;
+use super::client::encode_segment;
 
-const APPENDS: usize = 500;
-const ENTRY: usize = 4096;
-const SEGMENT: u64 = 4 << 20;
+const NODES: u64 = 3;
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
+/// The node processes; stopped (SIGTERM, then kill) when dropped.
+struct Nodes {
+    children: Vec<(u64, Child)>,
 }
 
-fn io(what: &str) -> impl FnOnce(std::io::Error) -> CliError + '_ {
+impl Nodes {
+    fn stop(&mut self) {
+        for (_, c) in &self.children {
+            if let Ok(pid) = i32::try_from(c.id()) {
+                // `kill -TERM` rather than kill(2): no unsafe outside the engine's OS boundary.
+                let _ = Command::new("kill").args(["-TERM", &pid.to_string()]).status();
+            }
+        }
+        let deadline = Instant::now() + Duration::from_secs(15);
+        for (_, c) in &mut self.children {
+            while Instant::now() < deadline {
+                if matches!(c.try_wait(), Ok(Some(_))) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.children.clear();
+    }
+}
+
+impl Drop for Nodes {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn free_port() -> Result<u16, CliError> {
+    let l = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| CliError::Io(e, "finding a free port".into()))?;
+    l.local_addr().map(|a| a.port()).map_err(|e| CliError::Io(e, "finding a free port".into()))
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> CliError {
     move |e| CliError::Io(e, what.to_string())
 }
 
-pub fn run(dir: &Path) -> Result<(), CliError> {
-    std::fs::create_dir_all(dir).map_err(io("creating the demo directory"))?;
-    let path = dir.join("demo.vlm");
-    let v = if path.exists() {
-        println!("reusing {}", path.display());
-        super::volume::open(&path, false)?
+fn start(dir: &Path, ports: &[(u16, u16)]) -> Result<Nodes, CliError> {
+    let exe = std::env::current_exe().map_err(io("finding the vellum binary"))?;
+    let initial: Vec<String> = ports
+        .iter()
+        .enumerate()
+        .map(|(i, (raft, api))| format!("{}=127.0.0.1:{raft}/127.0.0.1:{api}", i + 1))
+        .collect();
+    let mut nodes = Nodes { children: Vec::new() };
+    for (i, (raft, api)) in ports.iter().enumerate() {
+        let id = i as u64 + 1;
+        let log = std::fs::File::create(dir.join(format!("node{id}.log")))
+            .map_err(io("creating a node log"))?;
+        let err = log.try_clone().map_err(io("creating a node log"))?;
+        let child = Command::new(&exe)
+            .arg("serve")
+            .args(["--id", &id.to_string()])
+            .args(["--api-addr", &format!("127.0.0.1:{api}")])
+            .args(["--raft-addr", &format!("127.0.0.1:{raft}")])
+            .arg("--volume")
+            .arg(dir.join(format!("node{id}.vlm")))
+            .args(["--volume-size", "256MiB"])
+            .args(["--initial-cluster", &initial.join(",")])
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(err)
+            .spawn()
+            .map_err(io("starting a node"))?;
+        nodes.children.push((id, child));
+    }
+    Ok(nodes)
+}
+
+async fn wait_ready(http: &reqwest::Client, apis: &[String]) -> Result<(), CliError> {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let mut ready = 0;
+        for a in apis {
+            if http.get(format!("{a}/readyz")).send().await.is_ok_and(|r| r.status().is_success()) {
+                ready += 1;
+            }
+        }
+        if ready == apis.len() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(CliError::Usage(
+                "the nodes did not become ready in 90 s (see vellum-data/node*.log)".into(),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+async fn leader(http: &reqwest::Client, apis: &[String]) -> Option<u64> {
+    for a in apis {
+        if let Ok(r) = http.get(format!("{a}/v1/cluster/status")).send().await
+            && let Ok(v) = r.json::<serde_json::Value>().await
+            && let Some(l) = v["leader"].as_u64()
+        {
+            return Some(l);
+        }
+    }
+    None
+}
+
+async fn put(http: &reqwest::Client, api: &str, key: &str, value: Vec<u8>) -> Result<(), CliError> {
+    let r = http
+        .put(format!("{api}/v1/kv/{}", encode_segment(key)))
+        .body(value)
+        .send()
+        .await
+        .map_err(|e| CliError::Usage(format!("write failed: {e}")))?;
+    if r.status().is_success() {
+        Ok(())
     } else {
-        println!("formatting {} (64 MiB, preallocated, non-sparse, zero-filled)", path.display());
-        let fmt = FormatOptions { capacity_bytes: Some(64 << 20), ..FormatOptions::default() };
-        Volume::create_path(&path, &fmt, CarrierOptions::PRODUCTION, VolumeOptions::default())?
-    };
-    let knobs = v.info().carrier;
-    println!("open with direct IO {}, write-through {}", knobs.direct_io, knobs.write_through);
-
-    let name = format!("/log/segment-{:06}", v.generation());
-    v.create_dir_all("/log")?;
-    let seg = v.create_file(&name)?;
-    seg.preallocate(0, SEGMENT)?;
-    let before = v.carrier_stats();
-    v.commit()?;
-    let c = v.carrier_stats() - before;
-    println!(
-        "created {name}: {} preallocated in one commit ({} writes, {} barriers)",
-        human(SEGMENT),
-        c.writes,
-        c.barriers
-    );
-
-    let mut entry = AlignedBuf::zeroed(ENTRY, 4096);
-    let mut lat = Vec::with_capacity(APPENDS);
-    let before = v.carrier_stats();
-    for i in 0..APPENDS {
-        entry.as_mut_slice()[..8].copy_from_slice(&(i as u64).to_le_bytes());
-        let t = Instant::now();
-        seg.write_at(entry.as_slice(), (i * ENTRY) as u64)?;
-        lat.push(t.elapsed().as_secs_f64() * 1e6);
+        Err(CliError::Usage(format!("write answered HTTP {}", r.status())))
     }
-    let c = v.carrier_stats() - before;
+}
+
+pub async fn run(dir: &Path, writes: usize, no_wait: bool) -> Result<(), CliError> {
+    std::fs::create_dir_all(dir).map_err(io("creating the demo directory"))?;
+    for id in 1..=NODES {
+        for ext in ["vlm", "vlm.lock", "log"] {
+            let _ = std::fs::remove_file(dir.join(format!("node{id}.{ext}")));
+        }
+    }
+    let mut ports = Vec::new();
+    for _ in 0..NODES {
+        ports.push((free_port()?, free_port()?));
+    }
+    println!("starting {NODES} nodes with fresh 256 MiB volumes in {} ...", dir.display());
+    let mut nodes = start(dir, &ports)?;
+    let apis: Vec<String> = ports.iter().map(|(_, a)| format!("http://127.0.0.1:{a}")).collect();
+    let http = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let started = Instant::now();
+    wait_ready(&http, &apis).await?;
+    let leader_id = leader(&http, &apis).await.unwrap_or(1);
+    let leader_api = apis[(leader_id - 1) as usize].clone();
+    println!("cluster ready in {:.1} s; node {leader_id} leads", started.elapsed().as_secs_f64());
+
+    // Sequential writes: each is one proposal, one durable append on every node, one round trip.
+    let mut lat = Vec::with_capacity(writes);
+    for i in 0..writes {
+        let t = Instant::now();
+        put(&http, &leader_api, &format!("demo/{i:05}"), format!("value {i}").into_bytes()).await?;
+        lat.push(t.elapsed().as_secs_f64() * 1e3);
+    }
     lat.sort_by(f64::total_cmp);
-
-    // The floor, measured now: the same writes with O_DIRECT|O_DSYNC into a zero-filled file.
-    let raw_path = dir.join("demo-floor.bin");
-    {
-        // Zero-filled and synced, so the floor also overwrites written blocks.
-        let f = std::fs::File::create(&raw_path).map_err(io("creating the baseline file"))?;
-        f.write_all_at(&vec![0u8; APPENDS * ENTRY], 0).map_err(io("writing the baseline file"))?;
-        f.sync_all().map_err(io("syncing the baseline file"))?;
+    // Concurrent writes: they queue behind the proposal in flight and commit in batches.
+    let concurrent = 64;
+    let per_client = 20;
+    let t = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..concurrent {
+        let (http, api) = (http.clone(), leader_api.clone());
+        tasks.push(tokio::spawn(async move {
+            for i in 0..per_client {
+                put(&http, &api, &format!("batch/{c:02}/{i:03}"), vec![b'x'; 4096]).await?;
+            }
+            Ok::<(), CliError>(())
+        }));
     }
-    let raw = std::fs::OpenOptions::new()
-        .write(true)
-        .custom_flags(libc::O_DIRECT | libc::O_DSYNC)
-        .open(&raw_path)
-        .map_err(io("opening the baseline file with O_DIRECT|O_DSYNC"))?;
-    let mut floor = Vec::with_capacity(APPENDS);
-    for i in 0..APPENDS {
-        let t = Instant::now();
-        raw.write_all_at(entry.as_slice(), (i * ENTRY) as u64).map_err(io("baseline write"))?;
-        floor.push(t.elapsed().as_secs_f64() * 1e6);
+    for task in tasks {
+        task.await.map_err(|e| CliError::Usage(e.to_string()))??;
     }
-    drop(raw);
-    let _ = std::fs::remove_file(&raw_path);
-    floor.sort_by(f64::total_cmp);
+    let rate = f64::from(concurrent * per_client) / t.elapsed().as_secs_f64();
+    // Read back through a follower: it forwards linearizable reads to the leader.
+    let follower = apis
+        .iter()
+        .enumerate()
+        .find(|(i, _)| *i as u64 + 1 != leader_id)
+        .map_or(&apis[0], |(_, a)| a);
+    let key = format!("demo/{:05}", writes.saturating_sub(1));
+    let got = http
+        .get(format!("{follower}/v1/kv/{}", encode_segment(&key)))
+        .send()
+        .await
+        .map_err(|e| CliError::Usage(e.to_string()))?;
+    let got = got.text().await.unwrap_or_default();
 
-    let (p50, p99) = (percentile(&lat, 0.5), percentile(&lat, 0.99));
-    let (f50, f99) = (percentile(&floor, 0.5), percentile(&floor, 0.99));
-    println!("{APPENDS} durable 4 KiB appends: p50 {p50:.0} us, p99 {p99:.0} us");
+    println!();
     println!(
-        "raw O_DIRECT|O_DSYNC floor:   p50 {f50:.0} us, p99 {f99:.0} us  (ratio p50 {:.2}x)",
-        p50 / f50
+        "commit latency, {writes} sequential 1-client writes: p50 {:.2} ms, p99 {:.2} ms",
+        percentile(&lat, 0.5),
+        percentile(&lat, 0.99)
     );
     println!(
-        "per append: {:.2} carrier writes, {:.2} durable, {:.2} flushes, {:.0} bytes",
-        c.writes as f64 / APPENDS as f64,
-        c.durable_writes as f64 / APPENDS as f64,
-        c.barriers as f64 / APPENDS as f64,
-        c.written_bytes as f64 / APPENDS as f64
+        "{concurrent} concurrent clients, 4 KiB values: {rate:.0} writes/s (proposals batch while one is in flight)"
     );
-    drop(seg);
-    let files = v.list("/log")?.len();
-    v.close()?;
-    println!(
-        "closed cleanly; {files} segment(s) in /log. Try: vellum info {0}; vellum ls {0} /log",
-        path.display()
-    );
+    println!("read back through a follower (linearizable): {key} = {got:?}");
+    println!();
+    for (i, api) in apis.iter().enumerate() {
+        println!("node {}: api {api}  metrics {api}/metrics  raft 127.0.0.1:{}", i + 1, ports[i].0);
+    }
+    println!();
+    println!("try:  vellum kv put --endpoint {leader_api} greeting hello");
+    println!("      vellum kv get --endpoint {follower} greeting");
+    println!("      vellum cluster status --endpoint {}", apis[0]);
+    println!("      curl -s {leader_api}/metrics | grep vellum_carrier_durable_write");
+    if no_wait {
+        nodes.stop();
+        return Ok(());
+    }
+    println!();
+    println!("serving until Ctrl-C ...");
+    let _ = tokio::signal::ctrl_c().await;
+    println!("stopping the nodes ...");
+    nodes.stop();
+    println!("stopped; the volumes stay in {}", dir.display());
     Ok(())
 }

@@ -1,7 +1,9 @@
 //! The `vellum` command line: argument definitions and the one-line error report.
 
+pub mod client;
 pub mod demo;
 pub mod size;
+pub mod tour;
 pub mod volume;
 
 use std::ffi::OsString;
@@ -111,12 +113,48 @@ pub enum Command {
     },
     /// Rename (atomically replacing a file or an empty directory at the target).
     Mv { carrier: PathBuf, from: OsString, to: OsString },
-    /// A short tour of a volume in ./vellum-data/: format, files, durable appends, counts.
+    /// Run one node of a KV cluster.
+    Serve(crate::server::ServeArgs),
+    /// A 3-node cluster on loopback with volumes under ./vellum-data/: start, write, read,
+    /// print endpoints and commit latency, serve until Ctrl-C.
     Demo {
-        /// Where the demo volume lives.
+        /// Where the volumes and node logs live.
+        #[arg(long, default_value = "vellum-data")]
+        dir: PathBuf,
+        /// Writes in the demo workload.
+        #[arg(long, default_value_t = 300)]
+        writes: usize,
+        /// Stop after the workload instead of serving until Ctrl-C.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// A short tour of one volume: format, a preallocated segment, durable appends, counts.
+    Tour {
         #[arg(long, default_value = "vellum-data")]
         dir: PathBuf,
     },
+    /// Read and write keys of a running cluster.
+    Kv {
+        #[command(subcommand)]
+        op: client::KvCommand,
+        /// A node's API address.
+        #[arg(long, global = true, env = "VELLUM_ENDPOINT", default_value = "127.0.0.1:8080")]
+        endpoint: String,
+    },
+    /// Inspect a running cluster.
+    Cluster {
+        #[command(subcommand)]
+        op: client::ClusterCommand,
+        #[arg(long, global = true, env = "VELLUM_ENDPOINT", default_value = "127.0.0.1:8080")]
+        endpoint: String,
+    },
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| CliError::Io(e, "starting the async runtime".into()))
 }
 
 /// Runs a command; returns the process exit code.
@@ -142,7 +180,15 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Rm { carrier, path } => volume::rm(&carrier, &path)?,
         Command::Mkdir { carrier, path, parents } => volume::mkdir(&carrier, &path, parents)?,
         Command::Mv { carrier, from, to } => volume::mv(&carrier, &from, &to)?,
-        Command::Demo { dir } => demo::run(&dir)?,
+        Command::Tour { dir } => tour::run(&dir)?,
+        Command::Serve(args) => runtime()?.block_on(crate::server::serve(args))?,
+        Command::Demo { dir, writes, no_wait } => {
+            runtime()?.block_on(demo::run(&dir, writes, no_wait))?;
+        }
+        Command::Kv { op, endpoint } => return runtime()?.block_on(client::kv(op, &endpoint)),
+        Command::Cluster { op, endpoint } => {
+            return runtime()?.block_on(client::cluster(op, &endpoint));
+        }
     }
     Ok(0)
 }

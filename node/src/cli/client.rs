@@ -1,0 +1,181 @@
+//! `vellum kv put|get|del` and `vellum cluster status`: HTTP clients of a running node.
+
+use std::fmt::Write as _;
+use std::io::Write;
+
+use clap::Subcommand;
+
+use super::CliError;
+
+#[derive(Subcommand, Debug)]
+pub enum KvCommand {
+    /// Write a value.
+    Put { key: String, value: String },
+    /// Read a value (linearizable unless --local).
+    Get {
+        key: String,
+        /// Read this node's applied state without asking the leader.
+        #[arg(long)]
+        local: bool,
+    },
+    /// Delete a key.
+    Del { key: String },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ClusterCommand {
+    /// Leader, term, indexes, members and replication progress.
+    Status {
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn base(endpoint: &str) -> String {
+    let e = endpoint.trim_end_matches('/');
+    if e.starts_with("http://") || e.starts_with("https://") {
+        e.to_string()
+    } else {
+        format!("http://{e}")
+    }
+}
+
+/// Percent-encodes one path segment.
+pub fn encode_segment(s: &str) -> String {
+    let mut out = String::new();
+    for b in s.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
+            out.push(b as char);
+        } else {
+            let _ = write!(out, "%{b:02X}");
+        }
+    }
+    out
+}
+
+fn client() -> Result<reqwest::Client, CliError> {
+    reqwest::Client::builder()
+        .no_proxy()
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+        .map_err(|e| CliError::Usage(format!("http client: {e}")))
+}
+
+fn unreachable(endpoint: &str, e: &reqwest::Error) -> CliError {
+    CliError::Usage(format!("cannot reach {endpoint}: {e}"))
+}
+
+/// The `error` field of a JSON error body, or the status.
+async fn failure(resp: reqwest::Response) -> CliError {
+    let status = resp.status();
+    let text = resp.text().await.unwrap_or_default();
+    let why = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_string))
+        .unwrap_or_else(|| text.trim().to_string());
+    CliError::Usage(format!("HTTP {}: {why}", status.as_u16()))
+}
+
+pub async fn kv(op: KvCommand, endpoint: &str) -> Result<i32, CliError> {
+    let c = client()?;
+    let b = base(endpoint);
+    match op {
+        KvCommand::Put { key, value } => {
+            let resp = c
+                .put(format!("{b}/v1/kv/{}", encode_segment(&key)))
+                .body(value)
+                .send()
+                .await
+                .map_err(|e| unreachable(endpoint, &e))?;
+            if !resp.status().is_success() {
+                return Err(failure(resp).await);
+            }
+            let v: serde_json::Value = resp.json().await.unwrap_or_default();
+            println!("ok (log index {})", v["index"]);
+        }
+        KvCommand::Get { key, local } => {
+            let q = if local { "?consistency=local" } else { "" };
+            let resp = c
+                .get(format!("{b}/v1/kv/{}{q}", encode_segment(&key)))
+                .send()
+                .await
+                .map_err(|e| unreachable(endpoint, &e))?;
+            if !resp.status().is_success() {
+                return Err(failure(resp).await);
+            }
+            let bytes = resp.bytes().await.map_err(|e| unreachable(endpoint, &e))?;
+            let mut out = std::io::stdout().lock();
+            out.write_all(&bytes)
+                .and_then(|()| out.write_all(b"\n"))
+                .map_err(|e| CliError::Io(e, "writing to stdout".into()))?;
+        }
+        KvCommand::Del { key } => {
+            let resp = c
+                .delete(format!("{b}/v1/kv/{}", encode_segment(&key)))
+                .send()
+                .await
+                .map_err(|e| unreachable(endpoint, &e))?;
+            if !resp.status().is_success() {
+                return Err(failure(resp).await);
+            }
+            println!("deleted");
+        }
+    }
+    Ok(0)
+}
+
+pub async fn cluster(op: ClusterCommand, endpoint: &str) -> Result<i32, CliError> {
+    let ClusterCommand::Status { json } = op;
+    let resp = client()?
+        .get(format!("{}/v1/cluster/status", base(endpoint)))
+        .send()
+        .await
+        .map_err(|e| unreachable(endpoint, &e))?;
+    if !resp.status().is_success() {
+        return Err(failure(resp).await);
+    }
+    let v: serde_json::Value = resp.json().await.map_err(|e| unreachable(endpoint, &e))?;
+    if json {
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+        return Ok(0);
+    }
+    let opt = |x: &serde_json::Value| if x.is_null() { "-".to_string() } else { x.to_string() };
+    println!(
+        "node {} is {}; leader {}, term {}",
+        v["id"],
+        v["role"].as_str().unwrap_or("?"),
+        opt(&v["leader"]),
+        v["term"]
+    );
+    println!(
+        "log index {}, applied {}, snapshot {}, purged {}",
+        opt(&v["last_log_index"]),
+        opt(&v["applied_index"]),
+        opt(&v["snapshot_index"]),
+        opt(&v["purged_index"])
+    );
+    println!("{:>4}  {:<8}  {:<22}  {:<22}  {:>8}", "id", "role", "api", "raft", "matched");
+    let voters: Vec<u64> = v["voters"]
+        .as_array()
+        .map(|a| a.iter().filter_map(serde_json::Value::as_u64).collect())
+        .unwrap_or_default();
+    if let Some(nodes) = v["nodes"].as_object() {
+        for (id, n) in nodes {
+            let role = if id.parse::<u64>().is_ok_and(|i| voters.contains(&i)) {
+                "voter"
+            } else {
+                "learner"
+            };
+            let matched = opt(&v["replication"][id]);
+            println!(
+                "{:>4}  {:<8}  {:<22}  {:<22}  {:>8}",
+                id,
+                role,
+                n["api_addr"].as_str().unwrap_or(""),
+                n["raft_addr"].as_str().unwrap_or(""),
+                matched
+            );
+        }
+    }
+    Ok(0)
+}

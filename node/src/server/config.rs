@@ -1,0 +1,112 @@
+//! `vellum serve` options (every flag also read from a `VELLUM_*` environment variable) and
+//! the `--initial-cluster` syntax.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use vellum_raft_store::KvNode;
+
+use crate::cli::size::parse_size;
+
+fn size_arg(s: &str) -> Result<u64, String> {
+    parse_size(s)
+}
+
+/// Runs one node of a Vellum KV cluster.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// This node's id (a positive integer, unique in the cluster).
+    #[arg(long, env = "VELLUM_ID", value_parser = clap::value_parser!(u64).range(1..))]
+    pub id: u64,
+    /// Address of the client API (HTTP, JSON).
+    #[arg(long, env = "VELLUM_API_ADDR")]
+    pub api_addr: SocketAddr,
+    /// Address of the Raft RPC endpoint (HTTP, bincode bodies).
+    #[arg(long, env = "VELLUM_RAFT_ADDR")]
+    pub raft_addr: SocketAddr,
+    /// The carrier: a file (formatted if missing) or a block device.
+    #[arg(long, env = "VELLUM_VOLUME")]
+    pub volume: PathBuf,
+    /// Capacity when the volume file has to be created.
+    #[arg(long, env = "VELLUM_VOLUME_SIZE", default_value = "1GiB", value_parser = size_arg)]
+    pub volume_size: u64,
+    /// Bootstrap members: `1=RAFT_ADDR/API_ADDR,2=RAFT_ADDR/API_ADDR,...` (the same on every
+    /// node; safe to pass on every start).
+    #[arg(long, env = "VELLUM_INITIAL_CLUSTER")]
+    pub initial_cluster: Option<String>,
+    /// Join a running cluster through any member's API address (added as a learner, then
+    /// promoted to voter).
+    #[arg(long, env = "VELLUM_JOIN", conflicts_with = "initial_cluster")]
+    pub join: Option<String>,
+    /// Largest key, in bytes.
+    #[arg(long, env = "VELLUM_MAX_KEY_BYTES", default_value = "1KiB", value_parser = size_arg)]
+    pub max_key_bytes: u64,
+    /// Largest value, in bytes.
+    #[arg(long, env = "VELLUM_MAX_VALUE_BYTES", default_value = "1MiB", value_parser = size_arg)]
+    pub max_value_bytes: u64,
+    /// Size of one log segment (default: 1/16 of the volume, at most 64 MiB).
+    #[arg(long, env = "VELLUM_SEGMENT_SIZE", value_parser = size_arg)]
+    pub segment_size: Option<u64>,
+    /// Build a snapshot (and purge the log) after this many entries.
+    #[arg(long, env = "VELLUM_SNAPSHOT_ENTRIES", default_value_t = 5000)]
+    pub snapshot_entries: u64,
+    /// Most client operations proposed in one log entry.
+    #[arg(long, env = "VELLUM_MAX_BATCH", default_value_t = 1024)]
+    pub max_batch: usize,
+    /// Raft heartbeat interval in milliseconds (elections time out after 4x to 8x this).
+    #[arg(long, env = "VELLUM_HEARTBEAT_MS", default_value_t = 100)]
+    pub heartbeat_ms: u64,
+}
+
+impl ServeArgs {
+    pub fn me(&self) -> KvNode {
+        KvNode { raft_addr: self.raft_addr.to_string(), api_addr: self.api_addr.to_string() }
+    }
+
+    pub fn segment_bytes(&self) -> u64 {
+        let auto = (self.volume_size / 16).clamp(1 << 20, 64 << 20) / 4096 * 4096;
+        self.segment_size.map_or(auto, |s| s.next_multiple_of(4096))
+    }
+}
+
+/// Parses `1=RAFT/API,2=RAFT/API`.
+pub fn parse_initial_cluster(text: &str) -> Result<BTreeMap<u64, KvNode>, String> {
+    let mut members = BTreeMap::new();
+    for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addrs) =
+            part.split_once('=').ok_or_else(|| format!("'{part}' is not ID=RAFT_ADDR/API_ADDR"))?;
+        let id: u64 = id.trim().parse().map_err(|_| format!("'{id}' is not a node id"))?;
+        let (raft, api) =
+            addrs.split_once('/').ok_or_else(|| format!("'{addrs}' is not RAFT_ADDR/API_ADDR"))?;
+        for a in [raft, api] {
+            a.parse::<SocketAddr>().map_err(|_| format!("'{a}' is not HOST:PORT"))?;
+        }
+        if members.insert(id, KvNode { raft_addr: raft.into(), api_addr: api.into() }).is_some() {
+            return Err(format!("node {id} appears twice"));
+        }
+    }
+    if members.is_empty() {
+        return Err("the initial cluster is empty".into());
+    }
+    Ok(members)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn initial_cluster_syntax() {
+        let m = parse_initial_cluster(
+            "1=127.0.0.1:7001/127.0.0.1:8001, 2=127.0.0.1:7002/127.0.0.1:8002",
+        )
+        .unwrap();
+        assert_eq!(m.len(), 2);
+        assert_eq!(m[&2].api_addr, "127.0.0.1:8002");
+        assert!(parse_initial_cluster("1=nope").is_err());
+        assert!(parse_initial_cluster("x=1.2.3.4:1/1.2.3.4:2").is_err());
+        assert!(parse_initial_cluster("1=1.2.3.4:1/1.2.3.4:2,1=1.2.3.4:3/1.2.3.4:4").is_err());
+        assert!(parse_initial_cluster("").is_err());
+    }
+}

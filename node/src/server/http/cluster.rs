@@ -1,0 +1,133 @@
+//! `GET /v1/cluster/status`, `POST /v1/cluster/learners`, `PUT /v1/cluster/members`.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use axum::Json;
+use axum::extract::State;
+use axum::extract::rejection::JsonRejection;
+use axum::response::{IntoResponse, Response};
+use openraft::ServerState;
+use serde::{Deserialize, Serialize};
+use vellum_raft_store::KvNode;
+
+use super::{ApiError, AppState, Leader};
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Status {
+    pub id: u64,
+    pub role: String,
+    pub leader: Option<u64>,
+    pub term: u64,
+    pub last_log_index: Option<u64>,
+    pub applied_index: Option<u64>,
+    pub snapshot_index: Option<u64>,
+    pub purged_index: Option<u64>,
+    pub voters: Vec<u64>,
+    pub learners: Vec<u64>,
+    pub nodes: BTreeMap<u64, KvNode>,
+    /// On the leader: each peer's matched index.
+    pub replication: BTreeMap<u64, Option<u64>>,
+}
+
+pub async fn status(State(s): State<AppState>) -> Response {
+    let m = s.raft.metrics().borrow().clone();
+    let membership = m.membership_config.membership();
+    let voters: BTreeSet<u64> = membership.voter_ids().collect();
+    let learners: Vec<u64> = membership.learner_ids().collect();
+    let role = match m.state {
+        ServerState::Leader => "leader",
+        ServerState::Follower => "follower",
+        ServerState::Candidate => "candidate",
+        ServerState::Learner => "learner",
+        ServerState::Shutdown => "shutdown",
+    };
+    let status = Status {
+        id: s.id,
+        role: role.into(),
+        leader: m.current_leader,
+        term: m.current_term,
+        last_log_index: m.last_log_index,
+        applied_index: m.last_applied.map(|l| l.index),
+        snapshot_index: m.snapshot.map(|l| l.index),
+        purged_index: m.purged.map(|l| l.index),
+        voters: voters.into_iter().collect(),
+        learners,
+        nodes: s.nodes(),
+        replication: m
+            .replication
+            .as_ref()
+            .map(|r| r.iter().map(|(id, l)| (*id, l.map(|l| l.index))).collect())
+            .unwrap_or_default(),
+    };
+    Json(status).into_response()
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct AddLearner {
+    pub id: u64,
+    pub raft_addr: String,
+    pub api_addr: String,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ChangeMembers {
+    /// The new voter set.
+    pub members: Vec<u64>,
+}
+
+fn not_leader(s: &AppState) -> Option<Response> {
+    match s.leader() {
+        Leader::Me => None,
+        Leader::Other(id, node) => Some(
+            (
+                axum::http::StatusCode::TEMPORARY_REDIRECT,
+                [(axum::http::header::LOCATION, format!("http://{}", node.api_addr))],
+                Json(serde_json::json!({ "error": "not_leader", "leader": id, "leader_api_addr": node.api_addr })),
+            )
+                .into_response(),
+        ),
+        Leader::Unknown(leader) => Some(ApiError::NoLeader { leader }.into_response()),
+    }
+}
+
+pub async fn add_learner(
+    State(s): State<AppState>,
+    body: Result<Json<AddLearner>, JsonRejection>,
+) -> Response {
+    let Json(req) = match body {
+        Ok(b) => b,
+        Err(e) => return ApiError::BadRequest(e.body_text()).into_response(),
+    };
+    if req.id == 0 {
+        return ApiError::BadRequest("node ids start at 1".into()).into_response();
+    }
+    if let Some(r) = not_leader(&s) {
+        return r;
+    }
+    let node = KvNode { raft_addr: req.raft_addr, api_addr: req.api_addr };
+    match s.raft.add_learner(req.id, node, true).await {
+        Ok(r) => Json(serde_json::json!({ "index": r.log_id.index })).into_response(),
+        Err(e) => ApiError::Internal(e.to_string()).into_response(),
+    }
+}
+
+pub async fn change_members(
+    State(s): State<AppState>,
+    body: Result<Json<ChangeMembers>, JsonRejection>,
+) -> Response {
+    let Json(req) = match body {
+        Ok(b) => b,
+        Err(e) => return ApiError::BadRequest(e.body_text()).into_response(),
+    };
+    if req.members.is_empty() {
+        return ApiError::BadRequest("a cluster needs at least one voter".into()).into_response();
+    }
+    if let Some(r) = not_leader(&s) {
+        return r;
+    }
+    let members: BTreeSet<u64> = req.members.into_iter().collect();
+    match s.raft.change_membership(members, false).await {
+        Ok(r) => Json(serde_json::json!({ "index": r.log_id.index })).into_response(),
+        Err(e) => ApiError::BadRequest(e.to_string()).into_response(),
+    }
+}

@@ -1,0 +1,71 @@
+//! API errors: a JSON body `{"error": "...", ...}` and the HTTP status a client can act on.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// What went wrong with a request.
+#[derive(Debug)]
+pub enum ApiError {
+    /// No leader is known (an election is on, or no quorum): retry.
+    NoLeader {
+        leader: Option<u64>,
+    },
+    /// The node has no leader yet, or has not applied what it committed before.
+    NotReady,
+    NotFound,
+    NoRoute,
+    MethodNotAllowed,
+    EmptyKey,
+    KeyTooLarge {
+        len: usize,
+        max: usize,
+    },
+    ValueTooLarge {
+        max: usize,
+    },
+    BadRequest(String),
+    /// The leader could not be reached to forward to.
+    BadGateway(String),
+    Internal(String),
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, body) = match self {
+            ApiError::NoLeader { leader } => {
+                (StatusCode::SERVICE_UNAVAILABLE, json!({ "error": "no_leader", "leader": leader }))
+            }
+            ApiError::NotReady => {
+                (StatusCode::SERVICE_UNAVAILABLE, json!({ "error": "not_ready" }))
+            }
+            ApiError::NotFound => (StatusCode::NOT_FOUND, json!({ "error": "not_found" })),
+            ApiError::NoRoute => (StatusCode::NOT_FOUND, json!({ "error": "no_route" })),
+            ApiError::MethodNotAllowed => {
+                (StatusCode::METHOD_NOT_ALLOWED, json!({ "error": "method_not_allowed" }))
+            }
+            ApiError::EmptyKey => (StatusCode::BAD_REQUEST, json!({ "error": "empty_key" })),
+            ApiError::KeyTooLarge { len, max } => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                json!({ "error": "key_too_large", "len": len, "max": max }),
+            ),
+            ApiError::ValueTooLarge { max } => {
+                (StatusCode::PAYLOAD_TOO_LARGE, json!({ "error": "value_too_large", "max": max }))
+            }
+            ApiError::BadRequest(why) => {
+                (StatusCode::BAD_REQUEST, json!({ "error": "bad_request", "reason": why }))
+            }
+            ApiError::BadGateway(why) => {
+                (StatusCode::BAD_GATEWAY, json!({ "error": "leader_unreachable", "reason": why }))
+            }
+            ApiError::Internal(why) => {
+                (StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": "internal", "reason": why }))
+            }
+        };
+        let mut resp = (status, axum::Json(body)).into_response();
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        resp
+    }
+}

@@ -1,0 +1,141 @@
+//! The client API (axum, JSON errors with real status codes).
+//!
+//! Writes and linearizable reads are served by the leader. A follower forwards them to the
+//! leader (one hop, marked with `x-vellum-forwarded`), or answers 307 with the leader's
+//! address when asked with `?redirect`. Without a leader: 503 with `Retry-After`.
+
+mod cluster;
+mod errors;
+mod kv;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post, put};
+use metrics_exporter_prometheus::PrometheusHandle;
+use openraft::Raft;
+use vellum_raft_store::{KvNode, KvReader, TypeConfig};
+
+pub use cluster::Status as ClusterStatus;
+pub use errors::ApiError;
+
+use super::batcher::Proposer;
+use super::metrics as m;
+
+/// Header marking a request one node forwarded to another (never forwarded again).
+pub const FORWARDED: &str = "x-vellum-forwarded";
+
+/// Size limits of client input.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_key_bytes: usize,
+    pub max_value_bytes: usize,
+}
+
+/// What every handler can reach.
+#[derive(Clone)]
+pub struct AppState {
+    pub id: u64,
+    pub raft: Raft<TypeConfig>,
+    pub kv: KvReader,
+    pub proposer: Proposer,
+    pub limits: Limits,
+    pub ready: Arc<AtomicBool>,
+    pub prometheus: PrometheusHandle,
+    /// Client for forwarding to the leader.
+    pub http: reqwest::Client,
+}
+
+/// Who leads, as this node sees it.
+pub enum Leader {
+    Me,
+    Other(u64, KvNode),
+    Unknown(Option<u64>),
+}
+
+impl AppState {
+    pub fn leader(&self) -> Leader {
+        let m = self.raft.metrics().borrow().clone();
+        match m.current_leader {
+            Some(id) if id == self.id => Leader::Me,
+            Some(id) => match m.membership_config.membership().get_node(&id) {
+                Some(node) => Leader::Other(id, node.clone()),
+                None => Leader::Unknown(Some(id)),
+            },
+            None => Leader::Unknown(None),
+        }
+    }
+
+    /// Node addresses from the membership.
+    pub fn nodes(&self) -> BTreeMap<u64, KvNode> {
+        let m = self.raft.metrics().borrow().clone();
+        m.membership_config.membership().nodes().map(|(id, n)| (*id, n.clone())).collect()
+    }
+}
+
+pub fn router(state: AppState) -> Router {
+    let body_limit = state.limits.max_value_bytes + 1;
+    Router::new()
+        .route("/v1/kv/", get(kv::empty_key).put(kv::empty_key).delete(kv::empty_key))
+        .route("/v1/kv/{key}", get(kv::get).put(kv::put).delete(kv::delete))
+        .route("/v1/cluster/status", get(cluster::status))
+        .route("/v1/cluster/learners", post(cluster::add_learner))
+        .route("/v1/cluster/members", put(cluster::change_members))
+        .route("/livez", get(livez))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn(m::track))
+        .with_state(state)
+}
+
+async fn livez() -> Response {
+    axum::Json(serde_json::json!({ "status": "ok" })).into_response()
+}
+
+async fn readyz(State(s): State<AppState>) -> Response {
+    if s.ready.load(Ordering::Acquire) {
+        axum::Json(serde_json::json!({ "status": "ready" })).into_response()
+    } else {
+        let mut r = ApiError::NotReady.into_response();
+        r.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        r
+    }
+}
+
+async fn metrics(State(s): State<AppState>) -> Response {
+    ([(header::CONTENT_TYPE, m::CONTENT_TYPE)], s.prometheus.render()).into_response()
+}
+
+async fn not_found() -> Response {
+    ApiError::NoRoute.into_response()
+}
+
+async fn method_not_allowed() -> Response {
+    ApiError::MethodNotAllowed.into_response()
+}
+
+/// Status of a forwarded or proxied response, kept as is.
+pub fn relay(
+    status: reqwest::StatusCode,
+    headers: &reqwest::header::HeaderMap,
+    body: bytes::Bytes,
+) -> Response {
+    let status = StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
+    let mut resp = (status, body).into_response();
+    for name in [header::CONTENT_TYPE, header::RETRY_AFTER, header::LOCATION] {
+        if let Some(v) =
+            headers.get(name.as_str()).and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok())
+        {
+            resp.headers_mut().insert(name, v);
+        }
+    }
+    resp
+}

@@ -1,0 +1,139 @@
+//! The node's metrics: the Prometheus exporter (with explicit buckets, so histograms stay
+//! histograms), its upkeep, the Raft gauges fed from openraft's metrics, HTTP timings.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use axum::extract::{MatchedPath, Request};
+use axum::middleware::Next;
+use axum::response::Response;
+use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use openraft::{Raft, ServerState};
+use vellum_raft_store::TypeConfig;
+use vellum_raft_store::metrics::{BATCH_BUCKETS, HISTOGRAMS, LATENCY_BUCKETS};
+
+pub const COMMIT_DURATION: &str = "vellum_raft_commit_duration_seconds";
+pub const PROPOSAL_BATCH_ENTRIES: &str = "vellum_raft_proposal_batch_entries";
+pub const PROPOSALS_TOTAL: &str = "vellum_raft_proposals_total";
+pub const TERM: &str = "vellum_raft_term";
+pub const IS_LEADER: &str = "vellum_raft_is_leader";
+pub const LAST_LOG_INDEX: &str = "vellum_raft_last_log_index";
+pub const APPLIED_INDEX: &str = "vellum_raft_applied_index";
+pub const REPLICATION_LAG: &str = "vellum_raft_replication_lag_entries";
+pub const LEADER_CHANGES: &str = "vellum_raft_leader_changes_total";
+pub const HTTP_DURATION: &str = "vellum_http_request_duration_seconds";
+pub const BUILD_INFO: &str = "vellum_build_info";
+
+/// The Prometheus text content type Prometheus 2 and 3 both accept.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Installs the global recorder. Call once per process.
+pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError> {
+    let mut builder = PrometheusBuilder::new();
+    let node_histograms: [(&str, &[f64]); 3] = [
+        (COMMIT_DURATION, LATENCY_BUCKETS),
+        (HTTP_DURATION, LATENCY_BUCKETS),
+        (PROPOSAL_BATCH_ENTRIES, BATCH_BUCKETS),
+    ];
+    for (name, buckets) in HISTOGRAMS.iter().copied().chain(node_histograms) {
+        builder = builder.set_buckets_for_metric(Matcher::Full(name.to_string()), buckets)?;
+    }
+    let handle = builder.install_recorder()?;
+    vellum_raft_store::metrics::describe();
+    describe();
+    metrics::gauge!(BUILD_INFO, "version" => env!("CARGO_PKG_VERSION")).set(1.0);
+    Ok(handle)
+}
+
+fn describe() {
+    describe_histogram!(
+        COMMIT_DURATION,
+        Unit::Seconds,
+        "A client write, from acceptance until it is committed and applied."
+    );
+    describe_histogram!(
+        PROPOSAL_BATCH_ENTRIES,
+        "Client operations proposed together in one log entry."
+    );
+    describe_counter!(
+        PROPOSALS_TOTAL,
+        "Client operations proposed, by result (committed, not_leader, failed)."
+    );
+    describe_gauge!(TERM, "The current Raft term.");
+    describe_gauge!(IS_LEADER, "1 while this node is the leader, else 0.");
+    describe_gauge!(LAST_LOG_INDEX, "Index of the last entry in this node's log.");
+    describe_gauge!(APPLIED_INDEX, "Index of the last entry applied to the state machine.");
+    describe_gauge!(
+        REPLICATION_LAG,
+        "On the leader: entries a follower is behind the leader's log."
+    );
+    describe_counter!(LEADER_CHANGES, "Times this node saw the leader change.");
+    describe_histogram!(
+        HTTP_DURATION,
+        Unit::Seconds,
+        "Client API requests, by route, method and status code."
+    );
+    describe_gauge!(BUILD_INFO, "Always 1; the version label names the build.");
+}
+
+/// Runs the exporter's upkeep (without it, histograms grow without bound).
+pub fn spawn_upkeep(handle: PrometheusHandle) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tick.tick().await;
+            handle.run_upkeep();
+        }
+    });
+}
+
+/// Feeds the Raft gauges from openraft's metrics, and raises `ready` once there is a leader
+/// and the state machine has applied the commit index known at start-up.
+pub fn spawn_raft_watch(raft: Raft<TypeConfig>, startup_commit: u64, ready: Arc<AtomicBool>) {
+    tokio::spawn(async move {
+        let mut rx = raft.metrics();
+        let mut leader = None;
+        loop {
+            let m = rx.borrow_and_update().clone();
+            metrics::gauge!(TERM).set(m.current_term as f64);
+            metrics::gauge!(IS_LEADER).set(if m.state == ServerState::Leader { 1.0 } else { 0.0 });
+            let last = m.last_log_index.unwrap_or(0);
+            metrics::gauge!(LAST_LOG_INDEX).set(last as f64);
+            let applied = m.last_applied.map_or(0, |l| l.index);
+            metrics::gauge!(APPLIED_INDEX).set(applied as f64);
+            if let Some(repl) = &m.replication {
+                for (peer, matched) in repl {
+                    let lag = last.saturating_sub(matched.map_or(0, |l| l.index));
+                    metrics::gauge!(REPLICATION_LAG, "peer" => peer.to_string()).set(lag as f64);
+                }
+            }
+            if m.current_leader != leader {
+                if m.current_leader.is_some() {
+                    metrics::counter!(LEADER_CHANGES).increment(1);
+                }
+                leader = m.current_leader;
+            }
+            ready.store(m.current_leader.is_some() && applied >= startup_commit, Ordering::Release);
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+}
+
+/// Records every API request's duration by route, method and status.
+pub async fn track(req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let method = req.method().to_string();
+    let started = Instant::now();
+    let resp = next.run(req).await;
+    let code = resp.status().as_u16().to_string();
+    metrics::histogram!(HTTP_DURATION, "route" => route, "method" => method, "code" => code)
+        .record(started.elapsed().as_secs_f64());
+    resp
+}
