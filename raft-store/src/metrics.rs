@@ -91,4 +91,9 @@ pub fn describe() {
         "Building and committing one state-machine snapshot."
     );
     describe_gauge!(SNAPSHOT_BYTES, Unit::Bytes, "Size of the current snapshot.");
+    describe_histogram!(
+        APPLY_DURATION,
+        Unit::Seconds,
+        "Applying one batch of committed entries to the state machine."
+    );
 }

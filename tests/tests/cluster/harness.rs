@@ -1,0 +1,229 @@
+//! Starting, stopping and talking to node processes.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::blocking::Client;
+
+/// The `vellum` binary next to this test's target directory.
+pub fn vellum_bin() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(Path::parent).unwrap();
+    let bin = dir.join("vellum");
+    assert!(
+        bin.exists(),
+        "{} is missing: cargo build -p vellum-node (cargo test --workspace builds it)",
+        bin.display()
+    );
+    bin
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+pub fn phase(what: &str) {
+    eprintln!("--- {what}");
+}
+
+/// One node's addresses and process.
+pub struct Node {
+    pub id: u64,
+    pub api: u16,
+    pub raft: u16,
+    pub volume: PathBuf,
+    pub log: PathBuf,
+    child: Option<Child>,
+    extra: Vec<String>,
+}
+
+impl Node {
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.api)
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
+    /// Starts the process with `args` after the common ones.
+    pub fn start(&mut self) {
+        assert!(self.child.is_none(), "node {} already runs", self.id);
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(&self.log).unwrap();
+        let child = Command::new(vellum_bin())
+            .arg("serve")
+            .args(["--id", &self.id.to_string()])
+            .args(["--api-addr", &format!("127.0.0.1:{}", self.api)])
+            .args(["--raft-addr", &format!("127.0.0.1:{}", self.raft)])
+            .arg("--volume")
+            .arg(&self.volume)
+            .args(["--volume-size", "128MiB", "--heartbeat-ms", "50"])
+            .args(&self.extra)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        self.child = Some(child);
+    }
+
+    /// kill -9.
+    pub fn kill(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// SIGTERM, and wait for a clean exit.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = Command::new("kill").args(["-TERM", &c.id().to_string()]).status();
+            let deadline = Instant::now() + Duration::from_secs(20);
+            while Instant::now() < deadline {
+                if let Ok(Some(status)) = c.try_wait() {
+                    assert!(status.success(), "node {} exited with {status}", self.id);
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+            panic!("node {} did not stop on SIGTERM", self.id);
+        }
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A set of nodes in one temporary directory.
+pub struct Cluster {
+    pub nodes: Vec<Node>,
+    pub http: Client,
+    pub dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// `n` nodes that bootstrap together with `--initial-cluster`.
+    pub fn new(n: u64) -> Cluster {
+        let dir = tempfile::tempdir().unwrap();
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        let initial: Vec<String> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (api, raft))| format!("{}=127.0.0.1:{raft}/127.0.0.1:{api}", i + 1))
+            .collect();
+        let nodes = ports
+            .iter()
+            .enumerate()
+            .map(|(i, &(api, raft))| {
+                Cluster::node(
+                    dir.path(),
+                    i as u64 + 1,
+                    api,
+                    raft,
+                    vec!["--initial-cluster".into(), initial.join(",")],
+                )
+            })
+            .collect();
+        let http = Client::builder().no_proxy().timeout(Duration::from_secs(20)).build().unwrap();
+        Cluster { nodes, http, dir }
+    }
+
+    pub fn node(dir: &Path, id: u64, api: u16, raft: u16, extra: Vec<String>) -> Node {
+        Node {
+            id,
+            api,
+            raft,
+            volume: dir.join(format!("n{id}.vlm")),
+            log: dir.join(format!("n{id}.log")),
+            child: None,
+            extra,
+        }
+    }
+
+    pub fn start_all(&mut self) {
+        for n in &mut self.nodes {
+            n.start();
+        }
+    }
+
+    pub fn get(&self, url: &str) -> Option<reqwest::blocking::Response> {
+        self.http.get(url).send().ok()
+    }
+
+    /// Waits until every running node answers `/readyz` with 200.
+    pub fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let ready = self
+                .nodes
+                .iter()
+                .filter(|n| n.is_running())
+                .all(|n| self.get(&n.url("/readyz")).is_some_and(|r| r.status().is_success()));
+            if ready {
+                return;
+            }
+            assert!(Instant::now() < deadline, "nodes not ready in 60 s; logs: {}", self.logs());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// The leader as the running nodes report it (waiting for one).
+    pub fn leader(&self) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            for n in self.nodes.iter().filter(|n| n.is_running()) {
+                if let Some(r) = self.get(&n.url("/v1/cluster/status"))
+                    && let Ok(v) = r.json::<serde_json::Value>()
+                    && let Some(l) = v["leader"].as_u64()
+                    && self.nodes.iter().any(|m| m.id == l && m.is_running())
+                {
+                    return l;
+                }
+            }
+            assert!(Instant::now() < deadline, "no leader among the running nodes in 30 s");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn by_id(&mut self, id: u64) -> &mut Node {
+        self.nodes.iter_mut().find(|n| n.id == id).unwrap()
+    }
+
+    /// Writes `key` through `node`; true when acknowledged.
+    pub fn put(&self, node: &Node, key: &str, value: &str) -> bool {
+        self.http
+            .put(node.url(&format!("/v1/kv/{key}")))
+            .body(value.to_string())
+            .send()
+            .is_ok_and(|r| r.status().is_success())
+    }
+
+    /// Reads `key` through `node` (linearizable unless `local`).
+    pub fn read(&self, node: &Node, key: &str, local: bool) -> Option<String> {
+        let q = if local { "?consistency=local" } else { "" };
+        let r = self.http.get(node.url(&format!("/v1/kv/{key}{q}"))).send().ok()?;
+        r.status().is_success().then(|| r.text().unwrap_or_default())
+    }
+
+    pub fn logs(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| {
+                let text = std::fs::read_to_string(&n.log).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(15).collect();
+                format!(
+                    "\n== node {} ==\n{}",
+                    n.id,
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                )
+            })
+            .collect()
+    }
+}

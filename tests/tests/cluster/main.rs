@@ -1,0 +1,14 @@
+//! Cluster tests: real `vellum serve` processes on free loopback ports.
+//!
+//! They use the `vellum` binary that `cargo test --workspace` builds (the node package's own
+//! tests need it); run `cargo build --release -p vellum-node` first when running this crate
+//! alone.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+mod harness;
+mod t10_basic;
+mod t20_membership;
+mod t30_crash_restart;
+mod t40_bad_input;
+mod t50_prometheus;
