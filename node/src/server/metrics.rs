@@ -19,6 +19,7 @@ pub const PROPOSAL_BATCH_ENTRIES: &str = "vellum_raft_proposal_batch_entries";
 pub const PROPOSALS_TOTAL: &str = "vellum_raft_proposals_total";
 pub const TERM: &str = "vellum_raft_term";
 pub const IS_LEADER: &str = "vellum_raft_is_leader";
+pub const HAS_LEADER: &str = "vellum_raft_has_leader";
 pub const LAST_LOG_INDEX: &str = "vellum_raft_last_log_index";
 pub const APPLIED_INDEX: &str = "vellum_raft_applied_index";
 pub const REPLICATION_LAG: &str = "vellum_raft_replication_lag_entries";
@@ -63,6 +64,10 @@ fn describe() {
     );
     describe_gauge!(TERM, "The current Raft term.");
     describe_gauge!(IS_LEADER, "1 while this node is the leader, else 0.");
+    describe_gauge!(
+        HAS_LEADER,
+        "1 while this node knows a leader, else 0 (etcd_server_has_leader)."
+    );
     describe_gauge!(LAST_LOG_INDEX, "Index of the last entry in this node's log.");
     describe_gauge!(APPLIED_INDEX, "Index of the last entry applied to the state machine.");
     describe_gauge!(
@@ -99,6 +104,7 @@ pub fn spawn_raft_watch(raft: Raft<TypeConfig>, startup_commit: u64, ready: Arc<
             let m = rx.borrow_and_update().clone();
             metrics::gauge!(TERM).set(m.current_term as f64);
             metrics::gauge!(IS_LEADER).set(if m.state == ServerState::Leader { 1.0 } else { 0.0 });
+            metrics::gauge!(HAS_LEADER).set(if m.current_leader.is_some() { 1.0 } else { 0.0 });
             let last = m.last_log_index.unwrap_or(0);
             metrics::gauge!(LAST_LOG_INDEX).set(last as f64);
             let applied = m.last_applied.map_or(0, |l| l.index);

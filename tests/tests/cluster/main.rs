@@ -12,3 +12,4 @@ mod t20_membership;
 mod t30_crash_restart;
 mod t40_bad_input;
 mod t50_prometheus;
+mod t60_deploy;
