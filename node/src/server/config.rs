@@ -51,6 +51,9 @@ pub struct ServeArgs {
     /// Build a snapshot (and purge the log) after this many entries.
     #[arg(long, env = "VELLUM_SNAPSHOT_ENTRIES", default_value_t = 5000)]
     pub snapshot_entries: u64,
+    /// Log entries kept behind a snapshot (followers further behind get the snapshot).
+    #[arg(long, env = "VELLUM_SNAPSHOT_KEEP", default_value_t = 1000)]
+    pub snapshot_keep: u64,
     /// Most client operations proposed in one log entry.
     #[arg(long, env = "VELLUM_MAX_BATCH", default_value_t = 1024)]
     pub max_batch: usize,

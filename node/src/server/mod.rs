@@ -61,7 +61,7 @@ fn raft_config(args: &ServeArgs) -> Result<Arc<Config>, CliError> {
         election_timeout_max: hb * 8,
         install_snapshot_timeout: 10_000,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(args.snapshot_entries.max(10)),
-        max_in_snapshot_log_to_keep: 1000,
+        max_in_snapshot_log_to_keep: args.snapshot_keep,
         snapshot_max_chunk_size: 1 << 20,
         ..Config::default()
     };

@@ -35,7 +35,7 @@ pub struct Node {
     pub volume: PathBuf,
     pub log: PathBuf,
     child: Option<Child>,
-    extra: Vec<String>,
+    pub extra: Vec<String>,
 }
 
 impl Node {

@@ -13,3 +13,5 @@ mod t30_crash_restart;
 mod t40_bad_input;
 mod t50_prometheus;
 mod t60_deploy;
+mod t70_snapshot;
+mod t80_cli;
