@@ -18,7 +18,7 @@ fn a_lagging_follower_catches_up_by_snapshot() {
     c.by_id(lagging).stop();
     let writer = c.nodes.iter().find(|n| n.id != lagging).unwrap();
     for k in 0..400 {
-        assert!(c.put(writer, &format!("s{k}"), &format!("{}", "v".repeat(k % 300))));
+        assert!(c.put(writer, &format!("s{k}"), &"v".repeat(k % 300)));
     }
     phase(&format!("restart node {lagging}: it must install the snapshot"));
     c.by_id(lagging).start();
