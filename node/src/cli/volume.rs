@@ -320,24 +320,31 @@ pub fn stat(path: &Path, target: &OsStr) -> Result<(), CliError> {
     Ok(())
 }
 
-pub fn cat(path: &Path, target: &OsStr) -> Result<(), CliError> {
-    let v = open(path, true)?;
-    let f = v.open_file(target.as_bytes())?;
-    let mut out = std::io::stdout().lock();
+/// Streams a volume file into `out`, a chunk at a time.
+fn copy_out(f: &vellum_engine::File, out: &mut impl Write) -> Result<(), CliError> {
     let mut buf = vec![0u8; CHUNK];
     let mut at = 0u64;
     loop {
         let n = f.read_at(&mut buf, at)?;
         if n == 0 {
-            break;
+            return Ok(());
         }
-        match out.write_all(&buf[..n]) {
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => return Ok(()),
-            other => other.map_err(|e| CliError::Io(e, "writing to stdout".into()))?,
-        }
+        out.write_all(&buf[..n]).map_err(|e| CliError::Io(e, "writing the copy".into()))?;
         at += n as u64;
     }
-    out.flush().map_err(|e| CliError::Io(e, "writing to stdout".into()))
+}
+
+pub fn cat(path: &Path, target: &OsStr) -> Result<(), CliError> {
+    let v = open(path, true)?;
+    let f = v.open_file(target.as_bytes())?;
+    let mut out = std::io::stdout().lock();
+    match copy_out(&f, &mut out)
+        .and_then(|()| out.flush().map_err(|e| CliError::Io(e, "writing to stdout".into())))
+    {
+        // A closed pipe (`vellum cat ... | head`) is not an error.
+        Err(CliError::Io(e, _)) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
+    }
 }
 
 /// `CARRIER:/path` splits into (carrier, path) when CARRIER exists; anything else is a host
@@ -402,16 +409,7 @@ pub fn cp(src: &OsString, dst: &OsString) -> Result<(), CliError> {
             let f = v.open_file(&path)?;
             let mut out = std::fs::File::create(dst)
                 .map_err(|e| CliError::Io(e, format!("creating {}", Path::new(dst).display())))?;
-            let mut buf = vec![0u8; CHUNK];
-            let mut at = 0u64;
-            loop {
-                let n = f.read_at(&mut buf, at)?;
-                if n == 0 {
-                    break;
-                }
-                out.write_all(&buf[..n]).map_err(|e| CliError::Io(e, "writing the copy".into()))?;
-                at += n as u64;
-            }
+            copy_out(&f, &mut out)?;
             out.sync_all().map_err(|e| CliError::Io(e, "syncing the copy".into()))
         }
         (Some((a, pa)), Some((b, pb))) => {
