@@ -42,6 +42,25 @@ impl Drop for Loop {
     }
 }
 
+/// Loop-device tests run one at a time: `losetup` locks the devices it probes.
+static LOOP_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Who holds `dev` (for a failure message): the kernel's lock table and the processes with
+/// the device open.
+fn holders(dev: &Path) -> String {
+    let locks = std::fs::read_to_string("/proc/locks").unwrap_or_default();
+    let mut open_by = Vec::new();
+    for proc in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        for fd in std::fs::read_dir(proc.path().join("fd")).into_iter().flatten().flatten() {
+            if std::fs::read_link(fd.path()).is_ok_and(|t| t == dev) {
+                let comm = std::fs::read_to_string(proc.path().join("comm")).unwrap_or_default();
+                open_by.push(format!("{} ({})", proc.file_name().to_string_lossy(), comm.trim()));
+            }
+        }
+    }
+    format!("{} open by {open_by:?}; /proc/locks:\n{locks}", dev.display())
+}
+
 fn zero_file(path: &Path, len: u64) {
     let f = std::fs::File::create(path).unwrap();
     f.set_len(len).unwrap();
@@ -67,6 +86,7 @@ fn dd(from: &Path, to: &Path) {
 
 #[test]
 fn a_volume_on_a_loop_device() {
+    let _serial = LOOP_TESTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let dir = tempfile::tempdir().unwrap();
     let backing = dir.path().join("disk.img");
     zero_file(&backing, 48 << 20);
@@ -108,8 +128,8 @@ fn a_volume_on_a_loop_device() {
     drop(f);
     v.close().unwrap();
 
-    let v =
-        Volume::open_path(&lo.dev, CarrierOptions::PRODUCTION, VolumeOptions::default()).unwrap();
+    let v = Volume::open_path(&lo.dev, CarrierOptions::PRODUCTION, VolumeOptions::default())
+        .unwrap_or_else(|e| panic!("{e:?}: {}", holders(&lo.dev)));
     let mut got = [0u8; 15];
     v.open_file("/log").unwrap().read_exact_at(&mut got, 12_345).unwrap();
     assert_eq!(&got, b"unaligned bytes");
@@ -123,7 +143,7 @@ fn a_volume_on_a_loop_device() {
         VolumeOptions::default(),
     )
     .unwrap_err();
-    assert!(matches!(e, Error::NotEmpty { .. }), "{e:?}");
+    assert!(matches!(e, Error::NotEmpty { .. }), "{e:?}: {}", holders(&lo.dev));
     let forced = FormatOptions { force: true, ..FormatOptions::default() };
     Volume::create_path(&lo.dev, &forced, CarrierOptions::PRODUCTION, VolumeOptions::default())
         .unwrap()
@@ -133,6 +153,7 @@ fn a_volume_on_a_loop_device() {
 
 #[test]
 fn the_same_bytes_open_on_file_and_device_carriers() {
+    let _serial = LOOP_TESTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("vol.vlm");
     let fmt = FormatOptions { capacity_bytes: Some(32 << 20), ..FormatOptions::default() };

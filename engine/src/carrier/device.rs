@@ -22,7 +22,8 @@ use super::file::EMPTY_PROBE_LEN;
 use super::{Carrier, CarrierOptions, CarrierStats, Geometry, Medium, sys};
 use crate::error::{Error, Result};
 
-/// Attempts (25 ms apart) to take the lock before giving up with `Locked`.
+/// Attempts (25 ms apart) to open and lock the device before giving up with `Locked` or
+/// `DeviceBusy`.
 const LOCK_RETRIES: u32 = 80;
 
 /// A volume carrier on a block device.
@@ -45,43 +46,51 @@ impl DeviceCarrier {
         if !options.read_only {
             flags |= libc::O_EXCL;
         }
-        let file = match OpenOptions::new()
-            .read(true)
-            .write(!options.read_only)
-            .custom_flags(flags)
-            .open(path)
-        {
-            Ok(f) => f,
-            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => return Err(Self::busy(path)),
-            Err(e) => return Err(open_error(path, e)),
-        };
-        let meta = file.metadata().map_err(|e| open_error(path, e))?;
-        {
-            use std::os::unix::fs::FileTypeExt;
-            if !meta.file_type().is_block_device() {
-                let e = io::Error::new(io::ErrorKind::InvalidInput, "not a block device");
-                return Err(open_error(path, e));
-            }
-        }
-        // udev takes a brief shared flock while it probes a device that was just written and
-        // closed (systemd's block-device locking protocol): wait that out for a moment before
-        // calling the device locked by another opener.
+        // Another opener may hold the device for a moment: udev takes a brief shared flock
+        // while it probes a device that was just written and closed (systemd's block-device
+        // locking protocol), and losetup locks a loop device while it sets it up. Wait such
+        // holders out for a while before calling the device locked or busy.
         let mut tries = 0;
-        loop {
-            match sys::flock(file.as_fd(), !options.read_only) {
-                Ok(()) => break,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock && tries < LOCK_RETRIES => {
-                    tries += 1;
-                    std::thread::sleep(std::time::Duration::from_millis(25));
-                }
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    return Err(Error::Locked { path: path.to_owned() });
-                }
+        let file = loop {
+            let busy = match OpenOptions::new()
+                .read(true)
+                .write(!options.read_only)
+                .custom_flags(flags)
+                .open(path)
+            {
+                Err(e) if e.raw_os_error() == Some(libc::EBUSY) => true,
                 Err(e) => return Err(open_error(path, e)),
+                Ok(file) => {
+                    Self::check_block_device(&file, path)?;
+                    match sys::flock(file.as_fd(), !options.read_only) {
+                        Ok(()) => break file,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => false,
+                        Err(e) => return Err(open_error(path, e)),
+                    }
+                }
+            };
+            if tries == LOCK_RETRIES {
+                return Err(if busy {
+                    Self::busy(path)
+                } else {
+                    Error::Locked { path: path.to_owned() }
+                });
             }
-        }
+            tries += 1;
+            std::thread::sleep(std::time::Duration::from_millis(25));
+        };
         let geometry = Self::probe(&file).map_err(|e| open_error(path, e))?;
         Ok(DeviceCarrier { core: FdCore::new(file, options, geometry), path: path.to_owned() })
+    }
+
+    fn check_block_device(file: &File, path: &Path) -> Result<()> {
+        use std::os::unix::fs::FileTypeExt;
+        let meta = file.metadata().map_err(|e| open_error(path, e))?;
+        if meta.file_type().is_block_device() {
+            Ok(())
+        } else {
+            Err(open_error(path, io::Error::new(io::ErrorKind::InvalidInput, "not a block device")))
+        }
     }
 
     /// EBUSY from O_EXCL: another Vellum opener (which also holds the flock) or the kernel.
