@@ -1,14 +1,19 @@
-//! Model check of the group-commit handoff with loom: over every interleaving of two
-//! producers, the writer and close, items complete in log order, never before the write
-//! that covers them, and after a failed write every later item fails.
+//! Model check of the group-commit combiner with loom: over every interleaving (preemption
+//! bounded) of three submitters, items complete in log order, each exactly once, never before
+//! the write that covers them returned, none is left behind, and after a failed write every
+//! later item fails.
 //!
-//! The queue source is compiled here against loom's `Mutex` and `Condvar` (the library
-//! builds it against std's).
+//! The combiner source is compiled here against loom's `Mutex` (the library builds it
+//! against std's).
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 mod sync {
-    pub(crate) use loom::sync::{Condvar, Mutex};
+    pub(crate) use loom::sync::{Mutex, MutexGuard};
+
+    pub(crate) fn yield_point() {
+        loom::thread::yield_now();
+    }
 }
 
 #[allow(dead_code)]
@@ -17,7 +22,7 @@ mod queue;
 
 use loom::sync::Arc;
 use loom::sync::atomic::{AtomicU64, Ordering};
-use queue::{Complete, Queue};
+use queue::{Combiner, Complete};
 
 struct Item {
     seq: u64,
@@ -39,58 +44,61 @@ impl Complete for Item {
     }
 }
 
-fn model(fail_first_write: bool) {
-    // Bounded preemption keeps the run in seconds; three preemptions cover every handoff
-    // race of this queue (push vs take, close vs take, completion vs the next push).
+/// The writer's state: how many writes it made.
+struct Disk {
+    writes: u32,
+    fail_first: bool,
+    durable: Arc<AtomicU64>,
+}
+
+fn write(d: &mut Disk, batch: &mut [Item]) -> Result<(), ()> {
+    d.writes += 1;
+    if d.fail_first && d.writes == 1 {
+        return Err(());
+    }
+    let max = batch.iter().map(|i| i.seq).max().unwrap();
+    d.durable.store(max, Ordering::SeqCst);
+    Ok(())
+}
+
+fn model(fail_first: bool) {
     let mut builder = loom::model::Builder::new();
     builder.preemption_bound = Some(3);
     builder.check(move || {
-        let q: Arc<Queue<Item>> = Arc::new(Queue::default());
         let durable = Arc::new(AtomicU64::new(0));
         let fired = Arc::new(loom::sync::Mutex::new(Vec::new()));
-        // The log order: producers take their sequence number and push under one lock, as
-        // `LogCore::append` pushes under the index lock.
+        let c =
+            Arc::new(Combiner::new(Disk { writes: 0, fail_first, durable: Arc::clone(&durable) }));
+        // The log order: each submitter takes its sequence number and pushes under one lock,
+        // as `LogCore::append` pushes under the index lock, then drains after releasing it.
         let order = Arc::new(loom::sync::Mutex::new(0u64));
-
-        let writer = {
-            let (q, durable) = (Arc::clone(&q), Arc::clone(&durable));
-            loom::thread::spawn(move || {
-                let mut writes = 0;
-                q.run_writer(|batch| {
-                    writes += 1;
-                    if fail_first_write && writes == 1 {
-                        return Err(());
-                    }
-                    let max = batch.iter().map(|i| i.seq).max().unwrap();
-                    durable.store(max, Ordering::SeqCst);
-                    Ok(())
-                });
-            })
-        };
-        let producers: Vec<_> = (0..2)
+        let threads: Vec<_> = (0..3)
             .map(|_| {
-                let (q, durable, fired, order) =
-                    (Arc::clone(&q), Arc::clone(&durable), Arc::clone(&fired), Arc::clone(&order));
+                let (c, durable, fired, order) =
+                    (Arc::clone(&c), Arc::clone(&durable), Arc::clone(&fired), Arc::clone(&order));
                 loom::thread::spawn(move || {
-                    let mut o = order.lock().unwrap();
-                    *o += 1;
-                    let item = Item { seq: *o, durable, fired };
-                    assert!(q.push(item).is_ok());
+                    {
+                        let mut o = order.lock().unwrap();
+                        *o += 1;
+                        assert!(c.push(Item { seq: *o, durable, fired }).is_ok());
+                    }
+                    c.drain(write);
                 })
             })
             .collect();
-        for p in producers {
-            p.join().unwrap();
+        for t in threads {
+            t.join().unwrap();
         }
-        q.close();
-        writer.join().unwrap();
-
         let fired = fired.lock().unwrap().clone();
         let seqs: Vec<u64> = fired.iter().map(|f| f.0).collect();
-        assert_eq!(seqs, vec![1, 2], "completions in log order");
-        if fail_first_write {
+        assert_eq!(
+            seqs,
+            vec![1, 2, 3],
+            "every item completed once, in log order, none left behind"
+        );
+        if fail_first {
             assert!(!fired[0].1, "the first write failed");
-            assert!(!fired[1].1, "after a failure every later item fails");
+            assert!(fired.iter().all(|f| !f.1), "after a failure every later item fails");
         } else {
             assert!(fired.iter().all(|f| f.1));
         }

@@ -5,9 +5,11 @@
 //! Files, under the configured directory of the volume (docs/RAFT-LOG.md):
 //! `meta` (two alternating 4096-byte slots) and `log/NNNNNNNN.seg` (preallocated segments).
 //!
-//! Every write goes through one writer thread in the order it was asked for (openraft
-//! requires log and vote IO to be serialized): appends, truncation tombstones and meta saves
-//! are queued, and each caller is completed only after the write covering it returned.
+//! Every write goes through one queue in the order it was asked for (openraft requires log and
+//! vote IO to be serialized): appends, truncation tombstones and meta saves are queued, and
+//! each caller is completed only after the write covering it returned. Writes are combined
+//! (`queue`): a caller that finds no write in progress performs it in its own thread, and
+//! callers that arrive meanwhile share the next write.
 
 mod frame;
 mod index;
@@ -18,7 +20,6 @@ mod segments;
 mod writer;
 
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::thread::JoinHandle;
 use std::time::Instant;
 
 use vellum_engine::carrier::Medium;
@@ -31,7 +32,7 @@ use crate::error::{Error, Result, SharedError};
 use crate::metrics as m;
 use frame::{FrameKind, Parsed, SEGMENT_HEADER_LEN, SegmentHeader};
 use index::{Index, Loc};
-use queue::{Complete, Queue};
+use queue::{Combiner, Complete};
 use segments::{SegInfo, Segments, Spare, SpareMaker};
 
 /// Tuning of the log.
@@ -117,11 +118,23 @@ pub(crate) struct Shared {
     /// The newest queued meta state; saves build on it.
     pub meta: Mutex<MetaState>,
     pub meta_file: File,
-    pub queue: Queue<Item>,
     pub segments: Mutex<Segments>,
     pub failed: Mutex<Option<SharedError>>,
     /// A barrier must follow each write (a buffered carrier that is not memory).
     pub needs_barrier: bool,
+}
+
+/// The shared state and the combiner that owns the writer.
+struct Log {
+    shared: Shared,
+    combiner: Combiner<Item, writer::Writer>,
+}
+
+impl Log {
+    /// Writes what is queued, unless a write is in progress (it takes it).
+    fn drain(&self) {
+        self.combiner.drain(|w, items| w.write_batch(&self.shared, items));
+    }
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -136,38 +149,16 @@ pub(crate) fn write_lock<T>(m: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
     m.write().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-/// Stops the writer thread when the last `LogCore` clone goes away.
-struct WriterHandle {
-    shared: Arc<Shared>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-}
-
-impl WriterHandle {
-    fn stop(&self) {
-        self.shared.queue.close();
-        if let Some(h) = lock(&self.thread).take() {
-            let _ = h.join();
-        }
-    }
-}
-
-impl Drop for WriterHandle {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// The raft log on a volume. Cheap to clone; clones share one log and one writer.
+/// The raft log on a volume. Cheap to clone; clones share one log.
 #[derive(Clone)]
 pub struct LogCore {
-    shared: Arc<Shared>,
-    writer: Arc<WriterHandle>,
+    log: Arc<Log>,
     report: Arc<RecoveryReport>,
 }
 
 impl std::fmt::Debug for LogCore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LogCore").field("dir", &self.shared.config.dir).finish_non_exhaustive()
+        f.debug_struct("LogCore").field("dir", &self.log.shared.config.dir).finish_non_exhaustive()
     }
 }
 
@@ -216,17 +207,16 @@ impl LogCore {
             Self::rebuild(&mut segments, recovered, &meta_state, &mut ix, &config)?;
         report.entries = ix.len();
         let next_seq = segments.by_seq.keys().next_back().map_or(1, |s| s + 1);
-        let shared = Arc::new(Shared {
+        let shared = Shared {
             volume: volume.clone(),
             config,
             index: RwLock::new(ix),
             meta: Mutex::new(meta_state),
             meta_file,
-            queue: Queue::default(),
             segments: Mutex::new(segments),
             failed: Mutex::new(None),
             needs_barrier,
-        });
+        };
         let spares = SpareMaker::start(
             volume,
             log_dir,
@@ -236,24 +226,11 @@ impl LogCore {
             shared.config.background_spares,
         );
         let purged_batch = lock(&shared.meta).purged_batch;
-        let mut w = writer::Writer {
-            shared: Arc::clone(&shared),
-            current,
-            next_seq,
-            batch: max_batch + 1,
-            purged_batch,
-            spares,
-        };
+        let w = writer::Writer { current, next_seq, batch: max_batch + 1, purged_batch, spares };
+        let log = Arc::new(Log { shared, combiner: Combiner::new(w) });
         if let Some(torn) = report.torn {
-            w.fence(torn)?;
+            log.combiner.writer().fence(&log.shared, torn)?;
         }
-        let handle = std::thread::Builder::new()
-            .name("vellum-log-writer".into())
-            .spawn(move || {
-                let q = Arc::clone(&w.shared);
-                q.queue.run_writer(|items| w.write_batch(items));
-            })
-            .map_err(|_| Error::Config("cannot start the log writer thread"))?;
         metrics::gauge!(m::RECOVERY_DURATION).set(started.elapsed().as_secs_f64());
         metrics::gauge!(m::RECOVERY_SCANNED_BYTES).set(report.scanned_bytes as f64);
         if report.torn.is_some() {
@@ -262,11 +239,7 @@ impl LogCore {
                 "raft log recovered with a torn tail (the write in flight at the power cut)"
             );
         }
-        let writer = Arc::new(WriterHandle {
-            shared: Arc::clone(&shared),
-            thread: Mutex::new(Some(handle)),
-        });
-        Ok(LogCore { shared, writer, report: Arc::new(report) })
+        Ok(LogCore { log, report: Arc::new(report) })
     }
 
     /// Reads every segment file: active segments (by sequence), the spare, the next file
@@ -309,6 +282,23 @@ impl LogCore {
                 }
                 drop(file);
                 volume.remove(&path)?;
+                continue;
+            }
+            // A spare (all-zero header) is told apart by its first blocks: a torn activation
+            // leaves its frame area untouched, so reading all of it would only cost time.
+            let head_len = (2 * SEGMENT_HEADER_LEN).min(config.segment_bytes as usize);
+            let mut head = vec![0u8; head_len];
+            file.read_exact_at(&mut head, 0)?;
+            let is_spare = head[SEGMENT_HEADER_LEN..].iter().all(|&b| b == 0)
+                && !matches!(SegmentHeader::decode(&head, &name), Ok(Some(_)));
+            if is_spare {
+                report.scanned_bytes += head_len as u64;
+                if spare.is_none() {
+                    spare = Some(Spare { path, file: Arc::new(file) });
+                } else {
+                    drop(file);
+                    volume.remove(&path)?;
+                }
                 continue;
             }
             let bytes = read_all(&file)?;
@@ -443,15 +433,20 @@ impl LogCore {
         Ok((current, max_batch))
     }
 
+    fn shared(&self) -> &Shared {
+        &self.log.shared
+    }
+
     fn check_failed(&self) -> Result<()> {
-        match &*lock(&self.shared.failed) {
+        match &*lock(&self.shared().failed) {
             Some(e) => Err(Error::shared(e)),
             None => Ok(()),
         }
     }
 
+    /// Queues `item`; the caller writes it (or a writer in progress does) by `drain`.
     fn push(&self, item: Item) -> Result<()> {
-        self.shared.queue.push(item).map_err(|_| Error::Closed)
+        self.log.combiner.push(item).map_err(|_| Error::Closed)
     }
 
     /// What recovery found.
@@ -464,7 +459,7 @@ impl LogCore {
     pub fn append(&self, entries: Vec<LogEntry>, done: Callback) -> Result<()> {
         self.check_failed()?;
         let started = Instant::now();
-        let mut ix = write_lock(&self.shared.index);
+        let mut ix = write_lock(&self.shared().index);
         for pair in entries.windows(2) {
             if pair[1].index != pair[0].index + 1 {
                 return Err(Error::OutOfRange {
@@ -512,32 +507,41 @@ impl LogCore {
             metrics::histogram!(m::APPEND_DURATION).record(started.elapsed().as_secs_f64());
             done(r);
         });
-        // Pushed under the index lock: the queue order is the log order.
+        // Pushed under the index lock: the queue order is the log order. Written after it is
+        // released (the writer updates the index).
         let r = self.push(Item::Entries { entries, done });
         drop(ix);
-        r
+        r?;
+        self.log.drain();
+        Ok(())
     }
 
     /// Truncates every entry at or after `since`; `done` runs once the tombstone is durable.
     pub fn truncate(&self, since: u64, done: Callback) -> Result<()> {
         self.check_failed()?;
-        let mut ix = write_lock(&self.shared.index);
+        let mut ix = write_lock(&self.shared().index);
         ix.truncate(since);
         let r = self.push(Item::Truncate { since, done });
         drop(ix);
-        r
+        r?;
+        self.log.drain();
+        Ok(())
     }
 
     /// Saves a new meta state built from the newest one; `done` runs once it is durable.
     fn save_meta(&self, change: impl FnOnce(&mut MetaState), done: Callback) -> Result<()> {
         self.check_failed()?;
-        let mut meta = lock(&self.shared.meta);
+        let mut meta = lock(&self.shared().meta);
         let mut next = meta.clone();
         change(&mut next);
         next.seq += 1;
         let purge = next.purged_index != meta.purged_index;
         *meta = next.clone();
-        self.push(Item::Meta { state: next, purge, done })
+        let r = self.push(Item::Meta { state: next, purge, done });
+        drop(meta);
+        r?;
+        self.log.drain();
+        Ok(())
     }
 
     /// Saves the vote (opaque bytes, at most 1000).
@@ -563,9 +567,9 @@ impl LogCore {
                 done,
             )
         })?;
-        write_lock(&self.shared.index).purge(upto);
+        write_lock(&self.shared().index).purge(upto);
         let doomed: Vec<(u64, Vec<u8>)> = {
-            let segs = lock(&self.shared.segments);
+            let segs = lock(&self.shared().segments);
             let newest = segs.by_seq.keys().next_back().copied();
             // Only the oldest segments go, so the ones left stay consecutive.
             segs.by_seq
@@ -578,22 +582,22 @@ impl LogCore {
             return Ok(());
         }
         for (seq, path) in &doomed {
-            lock(&self.shared.segments).by_seq.remove(seq);
-            self.shared.volume.remove(path)?;
+            lock(&self.shared().segments).by_seq.remove(seq);
+            self.shared().volume.remove(path)?;
         }
-        self.shared.volume.commit()?;
+        self.shared().volume.commit()?;
         metrics::counter!(m::SEGMENTS_PURGED_TOTAL).increment(doomed.len() as u64);
         Ok(())
     }
 
     /// The newest saved (or queued) meta state.
     pub fn meta(&self) -> MetaState {
-        lock(&self.shared.meta).clone()
+        lock(&self.shared().meta).clone()
     }
 
     /// `(first index, last index)` of the entries present; `last < first` when empty.
     pub fn bounds(&self) -> (u64, Option<u64>) {
-        let ix = read_lock(&self.shared.index);
+        let ix = read_lock(&self.shared().index);
         (ix.first_index(), ix.last_index())
     }
 
@@ -601,7 +605,7 @@ impl LogCore {
     pub fn read(&self, lo: u64, hi: u64) -> Result<Vec<LogEntry>> {
         self.check_failed()?;
         let wanted: Vec<(u64, Loc)> = {
-            let ix = read_lock(&self.shared.index);
+            let ix = read_lock(&self.shared().index);
             if ix.is_empty() {
                 return Ok(Vec::new());
             }
@@ -622,7 +626,7 @@ impl LogCore {
 
     fn read_cold(&self, index: u64, loc: &Loc) -> Result<Arc<[u8]>> {
         let (file, salt, name) = {
-            let segs = lock(&self.shared.segments);
+            let segs = lock(&self.shared().segments);
             let seg =
                 segs.by_seq.get(&loc.seg).ok_or(Error::OutOfRange { index, first: 0, last: 0 })?;
             (Arc::clone(&seg.file), seg.salt, String::from_utf8_lossy(&seg.path).into_owned())
@@ -647,23 +651,23 @@ impl LogCore {
 
     /// The volume the log lives on.
     pub fn volume(&self) -> &Volume {
-        &self.shared.volume
+        &self.shared().volume
     }
 
     /// Bytes of payload in the hot window.
     pub fn hot_bytes(&self) -> usize {
-        read_lock(&self.shared.index).hot_bytes()
+        read_lock(&self.shared().index).hot_bytes()
     }
 
     /// Active segments.
     pub fn segment_count(&self) -> usize {
-        lock(&self.shared.segments).by_seq.len()
+        lock(&self.shared().segments).by_seq.len()
     }
 
-    /// Stops the writer after the queued writes complete (also done when the last clone
-    /// is dropped). Appends afterwards fail with `Closed`.
+    /// Refuses further writes (they fail with `Closed`); queued ones are written first.
     pub fn close(&self) {
-        self.writer.stop();
+        self.log.drain();
+        self.log.combiner.close();
     }
 }
 

@@ -1,15 +1,21 @@
-//! The group-commit queue: the handoff between callers and the writer thread.
+//! Group commit by combining: the handoff between the callers that queue writes and the one
+//! that performs them.
 //!
-//! Callers push items (entry batches with their flush callbacks, votes, truncations) in log
-//! order; the writer takes everything queued at once, makes it durable with as few writes as
-//! it can, and only then completes the items, in the order they were pushed. An item is never
-//! completed before the write that covers it returned, and once a write failed every later
-//! item fails too (the log is poisoned). `raft-store/tests/loom_group_commit.rs` model-checks
-//! this handoff with loom.
+//! A caller pushes its item (entries with their flush callback, a vote, a truncation) and then
+//! tries to become the writer. If no one is writing, it takes everything queued, makes it
+//! durable with as few writes as it can, completes the items in the order they were pushed,
+//! and looks again, until the queue is empty. If someone is writing, the caller returns at
+//! once: the writer takes its item in the next round. So a lone caller writes in its own
+//! thread (no handoff, no context switch), and callers that arrive during a write are
+//! combined into the next one.
+//!
+//! Guarantees (model-checked with loom in `tests/loom_group_commit.rs`): items complete in
+//! push order, never before the write that covers them returned, each exactly once, none is
+//! left behind, and after a failed write every later item fails.
 
 use std::collections::VecDeque;
 
-use crate::sync::{Condvar, Mutex};
+use crate::sync::{Mutex, yield_point};
 
 /// Something the writer completes once it is durable (or failed).
 pub trait Complete {
@@ -17,74 +23,96 @@ pub trait Complete {
     fn complete(self, result: Result<(), Self::Error>);
 }
 
-struct State<T> {
+struct State<T, E> {
     items: VecDeque<T>,
     closed: bool,
+    failed: Option<E>,
 }
 
-/// A FIFO of items for one writer.
-pub struct Queue<T> {
-    state: Mutex<State<T>>,
-    ready: Condvar,
+/// A FIFO of items and the writer state `W` that only one caller at a time holds.
+pub struct Combiner<T: Complete, W> {
+    state: Mutex<State<T, T::Error>>,
+    writer: Mutex<W>,
 }
 
-impl<T> Default for Queue<T> {
-    fn default() -> Self {
-        Queue {
-            state: Mutex::new(State { items: VecDeque::new(), closed: false }),
-            ready: Condvar::new(),
+fn lock<X>(m: &Mutex<X>) -> crate::sync::MutexGuard<'_, X> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl<T: Complete, W> Combiner<T, W> {
+    pub fn new(writer: W) -> Self {
+        Combiner {
+            state: Mutex::new(State { items: VecDeque::new(), closed: false, failed: None }),
+            writer: Mutex::new(writer),
         }
     }
-}
 
-impl<T: Complete> Queue<T> {
-    /// Queues `item`; `Err(item)` once the queue is closed.
+    /// Queues `item` (`Err(item)` once closed) without writing.
     pub fn push(&self, item: T) -> Result<(), T> {
-        let mut s = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut s = lock(&self.state);
         if s.closed {
             return Err(item);
         }
         s.items.push_back(item);
-        drop(s);
-        self.ready.notify_one();
         Ok(())
     }
 
-    /// Waits for items and takes all of them; `None` once closed and drained.
-    pub fn take_all(&self) -> Option<Vec<T>> {
-        let mut s = self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    /// Writes what is queued unless another caller is writing (it will take it).
+    pub fn drain(&self, write: impl Fn(&mut W, &mut [T]) -> Result<(), T::Error>) {
         loop {
-            if !s.items.is_empty() {
-                return Some(s.items.drain(..).collect());
+            let Ok(mut w) = self.writer.try_lock() else { return };
+            loop {
+                let (mut batch, failed) = {
+                    let mut s = lock(&self.state);
+                    (s.items.drain(..).collect::<Vec<T>>(), s.failed.clone())
+                };
+                yield_point();
+                if batch.is_empty() {
+                    break;
+                }
+                let result = match failed {
+                    Some(e) => Err(e),
+                    None => write(&mut w, &mut batch),
+                };
+                if let Err(e) = &result {
+                    lock(&self.state).failed.get_or_insert_with(|| e.clone());
+                }
+                for item in batch {
+                    item.complete(result.clone());
+                }
             }
-            if s.closed {
-                return None;
+            drop(w);
+            yield_point();
+            // An item pushed while we held the writer found it taken and left it to us.
+            if lock(&self.state).items.is_empty() {
+                return;
             }
-            s = self.ready.wait(s).unwrap_or_else(std::sync::PoisonError::into_inner);
         }
     }
 
-    /// Refuses new items; the writer drains what is queued and stops.
+    /// Queues `item` and writes (see the module docs).
+    pub fn submit(
+        &self,
+        item: T,
+        write: impl Fn(&mut W, &mut [T]) -> Result<(), T::Error>,
+    ) -> Result<(), T> {
+        self.push(item)?;
+        self.drain(write);
+        Ok(())
+    }
+
+    /// The writer state, for work outside the queue (open-time fencing).
+    pub fn writer(&self) -> crate::sync::MutexGuard<'_, W> {
+        lock(&self.writer)
+    }
+
+    /// The first failure, once a write failed.
+    pub fn failed(&self) -> Option<T::Error> {
+        lock(&self.state).failed.clone()
+    }
+
+    /// Refuses new items.
     pub fn close(&self) {
-        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner).closed = true;
-        self.ready.notify_all();
-    }
-
-    /// The writer loop: take a batch, make it durable with `write`, complete every item in
-    /// order. After the first failure every item fails with that error, unwritten.
-    pub fn run_writer(&self, mut write: impl FnMut(&mut [T]) -> Result<(), T::Error>) {
-        let mut failed: Option<T::Error> = None;
-        while let Some(mut batch) = self.take_all() {
-            let result = match &failed {
-                Some(e) => Err(e.clone()),
-                None => write(&mut batch),
-            };
-            if let Err(e) = &result {
-                failed = Some(e.clone());
-            }
-            for item in batch {
-                item.complete(result.clone());
-            }
-        }
+        lock(&self.state).closed = true;
     }
 }

@@ -1,5 +1,6 @@
-//! The writer thread: everything queued becomes as few aligned write-through writes as the
-//! segment boundaries allow, and only then are the queued items completed.
+//! The writer state (held by whichever caller is writing, see `queue.rs`): everything queued
+//! becomes as few aligned write-through writes as the segment boundaries allow, and only then
+//! are the queued items completed.
 //!
 //! Each flush is one *batch*: frames encoded back to back, padded with zeros to the next
 //! 4096-byte boundary, written with one `write_at` at a fresh aligned offset. A durable append
@@ -37,8 +38,14 @@ struct Placed {
     truncates: bool,
 }
 
+/// The frames of the write being built, and where each landed in it.
+#[derive(Default)]
+struct Pending {
+    buf: Vec<u8>,
+    placed: Vec<Placed>,
+}
+
 pub(super) struct Writer {
-    pub shared: Arc<Shared>,
     pub current: Option<Current>,
     pub next_seq: u64,
     /// Batch id of the next flush.
@@ -55,30 +62,29 @@ pub(super) fn random_salt() -> u64 {
 
 impl Writer {
     /// Makes one batch of queued items durable, in queue order.
-    pub fn write_batch(&mut self, items: &mut [Item]) -> Result<(), SharedError> {
+    pub fn write_batch(&mut self, shared: &Shared, items: &mut [Item]) -> Result<(), SharedError> {
         let started = Instant::now();
-        let result = self.write_items(items);
+        let result = self.write_items(shared, items);
         if let Err(e) = &result {
             tracing::error!(error = %e, "raft log write failed; the log is poisoned");
         }
         metrics::histogram!(m::WRITER_BATCH_DURATION).record(started.elapsed().as_secs_f64());
         result.map_err(|e| {
-            let shared = Arc::new(e);
-            *super::lock(&self.shared.failed) = Some(Arc::clone(&shared));
-            shared
+            let err = Arc::new(e);
+            *super::lock(&shared.failed) = Some(Arc::clone(&err));
+            err
         })
     }
 
-    fn write_items(&mut self, items: &mut [Item]) -> Result<()> {
-        let mut buf = Vec::new();
-        let mut placed = Vec::new();
+    fn write_items(&mut self, shared: &Shared, items: &mut [Item]) -> Result<()> {
+        let mut pending = Pending::default();
         for item in items.iter_mut() {
             match item {
                 Item::Entries { entries, .. } => {
                     for e in entries {
                         self.add_frame(
-                            &mut buf,
-                            &mut placed,
+                            shared,
+                            &mut pending,
                             FrameKind::Entry,
                             e.index,
                             e.term,
@@ -87,31 +93,31 @@ impl Writer {
                     }
                 }
                 Item::Truncate { since, .. } => {
-                    self.add_frame(&mut buf, &mut placed, FrameKind::Truncate, *since, 0, &[])?;
+                    self.add_frame(shared, &mut pending, FrameKind::Truncate, *since, 0, &[])?;
                 }
                 Item::Meta { state, purge, .. } => {
-                    self.flush(&mut buf, &mut placed)?;
+                    self.flush(shared, &mut pending)?;
                     if *purge {
                         self.purged_batch = self.batch;
                     }
                     state.purged_batch = self.purged_batch;
-                    self.write_meta(state)?;
+                    Self::write_meta(shared, state)?;
                 }
             }
         }
-        self.flush(&mut buf, &mut placed)
+        self.flush(shared, &mut pending)
     }
 
     fn add_frame(
         &mut self,
-        buf: &mut Vec<u8>,
-        placed: &mut Vec<Placed>,
+        shared: &Shared,
+        pending: &mut Pending,
         kind: FrameKind,
         index: u64,
         term: u64,
         payload: &[u8],
     ) -> Result<()> {
-        let seg_bytes = self.shared.config.segment_bytes;
+        let seg_bytes = shared.config.segment_bytes;
         let flen = frame::frame_len(payload.len());
         if (flen + SEGMENT_HEADER_LEN) as u64 > seg_bytes {
             return Err(Error::EntryTooLarge {
@@ -122,21 +128,21 @@ impl Writer {
         let fits = |cur: &Current, buffered: usize| {
             cur.pos + (buffered + flen).next_multiple_of(ALIGN) as u64 <= seg_bytes
         };
-        if buf.len() + flen > self.shared.config.max_batch_bytes && !buf.is_empty() {
-            self.flush(buf, placed)?;
+        if pending.buf.len() + flen > shared.config.max_batch_bytes && !pending.buf.is_empty() {
+            self.flush(shared, pending)?;
         }
-        if !self.current.as_ref().is_some_and(|c| fits(c, buf.len())) {
-            self.flush(buf, placed)?;
+        if !self.current.as_ref().is_some_and(|c| fits(c, pending.buf.len())) {
+            self.flush(shared, pending)?;
             if !self.current.as_ref().is_some_and(|c| fits(c, 0)) {
-                self.roll(index)?;
+                self.roll(shared, index)?;
             }
         }
         let salt = self.current.as_ref().map_or(0, |c| c.salt);
-        let offset = buf.len() as u64;
+        let offset = pending.buf.len() as u64;
         let h =
             FrameHeader { kind, payload_len: payload.len() as u32, index, term, batch: self.batch };
-        frame::encode(buf, salt, &h, payload);
-        placed.push(Placed {
+        frame::encode(&mut pending.buf, salt, &h, payload);
+        pending.placed.push(Placed {
             index,
             term,
             offset,
@@ -148,7 +154,8 @@ impl Writer {
     }
 
     /// Writes the buffered frames as one aligned write.
-    fn flush(&mut self, buf: &mut Vec<u8>, placed: &mut Vec<Placed>) -> Result<()> {
+    fn flush(&mut self, shared: &Shared, pending: &mut Pending) -> Result<()> {
+        let Pending { buf, placed } = pending;
         if buf.is_empty() {
             return Ok(());
         }
@@ -158,18 +165,18 @@ impl Writer {
         aligned.as_mut_slice()[..buf.len()].copy_from_slice(buf);
         assert!(cur.pos.is_multiple_of(ALIGN as u64), "a batch starts on a fresh aligned block");
         assert!(
-            cur.pos + len as u64 <= self.shared.config.segment_bytes,
+            cur.pos + len as u64 <= shared.config.segment_bytes,
             "a batch stays inside its segment"
         );
         cur.file.write_at(aligned.as_slice(), cur.pos)?;
-        if self.shared.needs_barrier {
-            self.shared.volume.sync()?;
+        if shared.needs_barrier {
+            shared.volume.sync()?;
         }
         let (seq, base) = (cur.seq, cur.pos);
         cur.pos += len as u64;
         let entries = placed.iter().filter(|p| p.is_entry).count();
         {
-            let mut ix = super::write_lock(&self.shared.index);
+            let mut ix = super::write_lock(&shared.index);
             for p in placed.iter().filter(|p| p.is_entry) {
                 ix.written(p.index, p.term, seq, base + p.offset, p.len);
             }
@@ -178,7 +185,7 @@ impl Writer {
         {
             // Track the newest live entry of each segment, in frame order: a truncation
             // lowers it everywhere (purge deletes a segment only when nothing in it is newer).
-            let mut segs = super::lock(&self.shared.segments);
+            let mut segs = super::lock(&shared.segments);
             for p in placed.iter() {
                 if p.is_entry {
                     if let Some(seg) = segs.by_seq.get_mut(&seq) {
@@ -200,12 +207,12 @@ impl Writer {
     }
 
     /// Activates the spare segment: one durable write of its header.
-    fn roll(&mut self, first_index: u64) -> Result<()> {
+    fn roll(&mut self, shared: &Shared, first_index: u64) -> Result<()> {
         let spare = self.spares.take()?;
         let header = SegmentHeader { seq: self.next_seq, salt: random_salt(), first_index };
         spare.file.write_at(&header.encode(), 0)?;
-        if self.shared.needs_barrier {
-            self.shared.volume.sync()?;
+        if shared.needs_barrier {
+            shared.volume.sync()?;
         }
         let info = SegInfo {
             salt: header.salt,
@@ -213,7 +220,7 @@ impl Writer {
             path: spare.path,
             max_index: 0,
         };
-        super::lock(&self.shared.segments).by_seq.insert(header.seq, info);
+        super::lock(&shared.segments).by_seq.insert(header.seq, info);
         self.current = Some(Current {
             seq: header.seq,
             salt: header.salt,
@@ -227,14 +234,14 @@ impl Writer {
 
     /// Declares a torn tail of the current segment dead: one durable `Skip` frame at its
     /// aligned end, or, with no room left there, at the start of a fresh segment.
-    pub fn fence(&mut self, torn: super::recovery::Torn) -> Result<()> {
-        let seg_bytes = self.shared.config.segment_bytes;
+    pub fn fence(&mut self, shared: &Shared, torn: super::recovery::Torn) -> Result<()> {
+        let seg_bytes = shared.config.segment_bytes;
         let room = torn.to + ALIGN as u64 <= seg_bytes;
         let (at, to) = if room {
             (torn.to, torn.to)
         } else {
-            let next = super::read_lock(&self.shared.index).next_index();
-            self.roll(next)?;
+            let next = super::read_lock(&shared.index).next_index();
+            self.roll(shared, next)?;
             (SEGMENT_HEADER_LEN as u64, super::recovery::CROSS_SEGMENT)
         };
         let cur = self.current.as_mut().expect("a torn tail lies in the current segment");
@@ -250,18 +257,18 @@ impl Writer {
         let mut aligned = AlignedBuf::zeroed(ALIGN, ALIGN);
         aligned.as_mut_slice()[..buf.len()].copy_from_slice(&buf);
         cur.file.write_at(aligned.as_slice(), at)?;
-        if self.shared.needs_barrier {
-            self.shared.volume.sync()?;
+        if shared.needs_barrier {
+            shared.volume.sync()?;
         }
         cur.pos = at + ALIGN as u64;
         self.batch += 1;
         Ok(())
     }
 
-    fn write_meta(&mut self, state: &MetaState) -> Result<()> {
-        self.shared.meta_file.write_at(&state.encode()?, state.slot_offset())?;
-        if self.shared.needs_barrier {
-            self.shared.volume.sync()?;
+    fn write_meta(shared: &Shared, state: &MetaState) -> Result<()> {
+        shared.meta_file.write_at(&state.encode()?, state.slot_offset())?;
+        if shared.needs_barrier {
+            shared.volume.sync()?;
         }
         Ok(())
     }
