@@ -25,7 +25,8 @@ pub struct ServeArgs {
     /// Address of the Raft RPC endpoint (HTTP, bincode bodies).
     #[arg(long, env = "VELLUM_RAFT_ADDR")]
     pub raft_addr: SocketAddr,
-    /// The carrier: a file (formatted if missing) or a block device.
+    /// The carrier: a file (formatted if missing), a block device, or `memory:` (a volume in
+    /// process memory, gone at exit: for tests and benchmarks only).
     #[arg(long, env = "VELLUM_VOLUME")]
     pub volume: PathBuf,
     /// Capacity when the volume file has to be created.

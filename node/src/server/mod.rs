@@ -73,12 +73,27 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     let prometheus = metrics::install().map_err(|e| fail("metrics")(e.to_string()))?;
     metrics::spawn_upkeep(prometheus.clone());
     let (path, size) = (args.volume.clone(), args.volume_size);
-    let volume = tokio::task::spawn_blocking(move || open_volume(&path, size))
-        .await
-        .map_err(|e| fail("opening the volume")(e.to_string()))?
-        .map_err(|e| {
-            fail(&format!("opening the volume {}", args.volume.display()))(e.to_string())
-        })?;
+    let volume = tokio::task::spawn_blocking(move || {
+        if path.as_os_str() == "memory:" {
+            // A volume in process memory: durability is meaningless there (it is gone at
+            // exit); for tests and as the benchmarks' upper bound.
+            tracing::warn!(
+                bytes = size,
+                "volume memory: nothing this node stores survives its exit"
+            );
+            let carrier = vellum_engine::carrier::MemoryCarrier::new(size);
+            return vellum_engine::Volume::format(
+                Box::new(carrier),
+                &vellum_engine::FormatOptions::default(),
+                vellum_engine::VolumeOptions::default(),
+            )
+            .map_err(vellum_raft_store::Error::from);
+        }
+        open_volume(&path, size)
+    })
+    .await
+    .map_err(|e| fail("opening the volume")(e.to_string()))?
+    .map_err(|e| fail(&format!("opening the volume {}", args.volume.display()))(e.to_string()))?;
     let log_config = LogConfig { segment_bytes: args.segment_bytes(), ..LogConfig::default() };
     let (log, sm) = open_store(&volume, log_config)
         .map_err(|e| fail("opening the raft store")(e.to_string()))?;
