@@ -1,6 +1,7 @@
 //! The part of the file and device carriers that is the same: positional IO on one open
 //! descriptor, direct-IO alignment absorbed through bounce buffers, write-through by
-//! `pwritev2(RWF_DSYNC)`, barriers by `fdatasync`.
+//! `pwritev2(RWF_DSYNC)` (or, on block devices, a write and one cache flush), barriers by
+//! `fdatasync`.
 
 use std::fs::File;
 use std::io;
@@ -28,6 +29,12 @@ pub(crate) struct FdCore {
     /// Set when the kernel refused RWF_DSYNC; durable writes then fall back to write +
     /// `fdatasync`, and the fallback barrier is counted.
     no_rwf_dsync: AtomicBool,
+    /// Durable writes are a plain write followed by one cache flush instead of RWF_DSYNC.
+    /// On a block device the kernel implements an O_DSYNC direct write as a FUA write *and*
+    /// a flush (`generic_write_sync` after the FUA bio), and emulates FUA with a second flush
+    /// on devices without it: two flushes where one is enough (measured by the `devops`
+    /// benchmark at the block layer's tracepoint).
+    flush_writes: bool,
     stats: CarrierStats,
 }
 
@@ -44,8 +51,15 @@ impl FdCore {
             geometry,
             rmw: Mutex::new(()),
             no_rwf_dsync: AtomicBool::new(false),
+            flush_writes: false,
             stats: CarrierStats::default(),
         }
+    }
+
+    /// Makes durable writes a write plus one flush (block devices; see `flush_writes`).
+    pub(crate) fn with_flush_writes(mut self) -> FdCore {
+        self.flush_writes = true;
+        self
     }
 
     pub(crate) fn options(&self) -> CarrierOptions {
@@ -124,6 +138,14 @@ impl FdCore {
 
     fn write_raw(&self, buf: &[u8], offset: u64, durable: bool) -> io::Result<()> {
         let started = Instant::now();
+        if durable && self.options.write_through && self.flush_writes {
+            // The write and its flush are one durable write of this carrier, not a barrier.
+            self.file.write_all_at(buf, offset)?;
+            self.file.sync_data()?;
+            self.note_len(offset + buf.len() as u64);
+            self.stats.record_write(buf.len(), Some(started.elapsed()));
+            return Ok(());
+        }
         if durable && self.options.write_through && !self.no_rwf_dsync.load(Ordering::Relaxed) {
             match self.pwrite_dsync_all(buf, offset) {
                 Ok(()) => {
