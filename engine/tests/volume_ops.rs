@@ -194,6 +194,45 @@ fn preallocated_ranges_are_written_and_overwrites_need_no_commit() {
 }
 
 #[test]
+fn a_write_over_contiguous_blocks_is_one_carrier_write_of_the_callers_bytes() {
+    let v = fresh(64 << 20);
+    let f = v.create_file("/big").unwrap();
+    f.preallocate(0, 8 << 20).unwrap();
+    v.commit().unwrap();
+    let data: Vec<u8> = (0..(3 << 20) + 100).map(|i: u32| (i % 253) as u8).collect();
+    let before = v.carrier_stats();
+    f.write_at(&data, 4096 * 7 + 13).unwrap();
+    let d = v.carrier_stats() - before;
+    assert_eq!(d.writes, 1, "3 MiB over 769 contiguous blocks: one carrier write");
+    assert_eq!(d.written_bytes, data.len() as u64, "exactly the caller's bytes");
+    let mut back = vec![0u8; data.len()];
+    f.read_exact_at(&mut back, 4096 * 7 + 13).unwrap();
+    assert!(back == data);
+}
+
+#[test]
+fn preallocation_over_reused_blocks_reads_as_zeros() {
+    // Blocks that held data are freed and preallocated again, in runs far longer than one
+    // zero-fill chunk: every byte must come back zero. The volume is small enough that the
+    // new blocks are mostly the old ones.
+    let v = fresh(26 << 20);
+    let f = v.create_file("/old").unwrap();
+    f.write_at(&vec![0xEE; 20 << 20], 0).unwrap();
+    drop(f);
+    v.remove("/old").unwrap();
+    v.commit().unwrap();
+    let g = v.create_file("/new").unwrap();
+    g.preallocate(0, 20 << 20).unwrap();
+    let got = g.read_to_end().unwrap();
+    assert_eq!(got.len(), 20 << 20);
+    assert!(got.iter().all(|&b| b == 0), "stale bytes under a preallocation");
+    drop(g);
+    let v = reopen(v);
+    let got = v.open_file("/new").unwrap().read_to_end().unwrap();
+    assert!(got.iter().all(|&b| b == 0), "stale bytes after reopen");
+}
+
+#[test]
 fn every_commit_takes_exactly_two_barriers() {
     // Write-through: data is durable when written, and a commit is its two barriers.
     let (v, _) = faulty_volume(true);

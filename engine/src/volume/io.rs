@@ -50,6 +50,8 @@ impl Piece {
 #[derive(Debug)]
 struct Segment {
     offset: u64,
+    /// Sum of the pieces' lengths.
+    len: u64,
     pieces: Vec<Piece>,
 }
 
@@ -65,14 +67,24 @@ impl Plan {
         if piece.len() == 0 {
             return;
         }
-        if let Some(last) = self.segments.last_mut() {
-            let end = last.offset + last.pieces.iter().map(|p| p.len() as u64).sum::<u64>();
-            if end == offset {
-                last.pieces.push(piece);
-                return;
+        let n = piece.len() as u64;
+        if let Some(last) = self.segments.last_mut()
+            && last.offset + last.len == offset
+        {
+            last.len += n;
+            // Adjacent pieces of the same kind merge, so a write over contiguous blocks stays
+            // one slice of the caller's buffer (no assembly copy, and direct IO straight
+            // from it when it is aligned).
+            match (last.pieces.last_mut(), piece) {
+                (Some(Piece::Data(r)), Piece::Data(next)) if r.end == next.start => {
+                    r.end = next.end
+                }
+                (Some(Piece::Zeros(z)), Piece::Zeros(more)) => *z += more,
+                (_, piece) => last.pieces.push(piece),
             }
+            return;
         }
-        self.segments.push(Segment { offset, pieces: vec![piece] });
+        self.segments.push(Segment { offset, len: n, pieces: vec![piece] });
     }
 }
 
@@ -227,7 +239,8 @@ fn execute(inner: &Inner, plan: &Plan, data: &[u8]) -> Result<()> {
     let carrier = inner.carrier()?;
     let durable = inner.carrier_options.write_through;
     for seg in &plan.segments {
-        let total: usize = seg.pieces.iter().map(Piece::len).sum();
+        let total = seg.len as usize;
+        debug_assert_eq!(total, seg.pieces.iter().map(Piece::len).sum::<usize>());
         let assembled;
         let bytes: &[u8] = match seg.pieces.as_slice() {
             [Piece::Data(r)] => &data[r.clone()],
@@ -345,13 +358,7 @@ pub(crate) fn preallocate(
         (plan, size)
     };
     for &(_, run) in &plan.new_runs.clone() {
-        let mut at = run.start * bs;
-        let run_end = run.end() * bs;
-        while at < run_end {
-            let n = (run_end - at).min(ZERO_CHUNK as u64) as usize;
-            plan.push(at, Piece::Zeros(n));
-            at += n as u64;
-        }
+        plan.push(run.start * bs, Piece::Zeros((run.len * bs) as usize));
     }
     // The zeros are written with plain writes and made durable with one barrier, before the
     // extents become visible: a later write-through overwrite then lands on written blocks,
@@ -359,11 +366,13 @@ pub(crate) fn preallocate(
     let zero = AlignedBuf::zeroed(ZERO_CHUNK, 4096);
     for seg in &plan.segments {
         let mut at = seg.offset;
-        for p in &seg.pieces {
-            let n = p.len();
-            commit::write(inner, &zero.as_slice()[..n.min(ZERO_CHUNK)], at)
-                .inspect_err(|e| inner.poison(e))?;
+        // Only zeros here; adjacent pieces have merged, so a piece may exceed one chunk.
+        let mut left = seg.len;
+        while left > 0 {
+            let n = left.min(ZERO_CHUNK as u64) as usize;
+            commit::write(inner, &zero.as_slice()[..n], at).inspect_err(|e| inner.poison(e))?;
             at += n as u64;
+            left -= n as u64;
         }
     }
     if !plan.segments.is_empty() {
