@@ -22,7 +22,7 @@ mod writer;
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
-use vellum_engine::carrier::Medium;
+use vellum_engine::carrier::{AlignedBuf, Medium};
 use vellum_engine::{File, Volume};
 
 pub use meta::MetaState;
@@ -243,7 +243,7 @@ impl LogCore {
     }
 
     /// Reads every segment file: active segments (by sequence), the spare, the next file
-    /// number, and the scan of each active segment.
+    /// number, and the scan of each active segment (read one at a time).
     fn scan_segments(
         volume: &Volume,
         log_dir: &[u8],
@@ -284,28 +284,16 @@ impl LogCore {
                 volume.remove(&path)?;
                 continue;
             }
-            // A spare (all-zero header) is told apart by its first blocks: a torn activation
-            // leaves its frame area untouched, so reading all of it would only cost time.
+            // The first blocks tell a spare (all-zero header, untouched frame area: a torn
+            // activation never reaches the frames) from an active segment, whose header they
+            // hold; the frames are read segment by segment below.
             let head_len = (2 * SEGMENT_HEADER_LEN).min(config.segment_bytes as usize);
             let mut head = vec![0u8; head_len];
             file.read_exact_at(&mut head, 0)?;
-            let is_spare = head[SEGMENT_HEADER_LEN..].iter().all(|&b| b == 0)
-                && !matches!(SegmentHeader::decode(&head, &name), Ok(Some(_)));
-            if is_spare {
-                report.scanned_bytes += head_len as u64;
-                if spare.is_none() {
-                    spare = Some(Spare { path, file: Arc::new(file) });
-                } else {
-                    drop(file);
-                    volume.remove(&path)?;
-                }
-                continue;
-            }
-            let bytes = read_all(&file)?;
-            report.scanned_bytes += bytes.len() as u64;
-            match SegmentHeader::decode(&bytes, &name) {
-                Ok(Some(h)) => found.push((h, path, Arc::new(file), bytes)),
-                Ok(None) | Err(_) if bytes[SEGMENT_HEADER_LEN..].iter().all(|&b| b == 0) => {
+            report.scanned_bytes += head_len as u64;
+            match SegmentHeader::decode(&head, &name) {
+                Ok(Some(h)) => found.push((h, path, Arc::new(file), head)),
+                Ok(None) | Err(_) if head[SEGMENT_HEADER_LEN..].iter().all(|&b| b == 0) => {
                     // Never activated (or its activation was the write in flight): a spare.
                     if spare.is_none() {
                         spare = Some(Spare { path, file: Arc::new(file) });
@@ -338,10 +326,18 @@ impl LogCore {
         let mut segments = Segments::default();
         let mut scans = Vec::new();
         let mut prev_batch = 0;
+        // One aligned buffer for every segment, in sequence order: the reads go straight from
+        // the carrier into it (direct IO, no bounce copy), and memory stays at one segment
+        // whatever the log's length.
+        let mut buf = (!found.is_empty())
+            .then(|| AlignedBuf::zeroed(config.segment_bytes as usize, frame::ALIGN));
         for i in 0..found.len() {
-            let (h, path, _, bytes) = &found[i];
+            let Some(buf) = buf.as_mut() else { break };
+            let (h, path, file, _) = &found[i];
             let name = String::from_utf8_lossy(path).into_owned();
-            let scan = recovery::scan_segment(bytes, h.salt, &name, prev_batch)?;
+            file.read_exact_at(buf.as_mut_slice(), 0)?;
+            report.scanned_bytes += config.segment_bytes - (2 * SEGMENT_HEADER_LEN) as u64;
+            let scan = recovery::scan_segment(buf.as_slice(), h.salt, &name, prev_batch)?;
             prev_batch = scan.max_batch;
             if let Some(torn) = scan.torn {
                 match found.get(i + 1) {
@@ -349,8 +345,8 @@ impl LogCore {
                     None => report.torn = Some(torn),
                     // A sealed segment may end torn only when the next one opens with the
                     // fence an earlier recovery wrote for it.
-                    Some((next, _, _, next_bytes))
-                        if recovery::fenced_from_next(next_bytes, next.salt, torn.from) => {}
+                    Some((next, _, _, next_head))
+                        if recovery::fenced_from_next(next_head, next.salt, torn.from) => {}
                     Some(_) => {
                         return Err(Error::Corrupt {
                             file: name,
