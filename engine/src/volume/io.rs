@@ -77,7 +77,7 @@ impl Plan {
             // from it when it is aligned).
             match (last.pieces.last_mut(), piece) {
                 (Some(Piece::Data(r)), Piece::Data(next)) if r.end == next.start => {
-                    r.end = next.end
+                    r.end = next.end;
                 }
                 (Some(Piece::Zeros(z)), Piece::Zeros(more)) => *z += more,
                 (_, piece) => last.pieces.push(piece),

@@ -1,0 +1,220 @@
+//! Output: the terminal table, JSON lines, and `docs/BENCHMARKS.md` with its plots.
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::path::Path;
+
+use crate::stats::{Unit, ratio};
+use crate::{SuiteResult, svg};
+
+fn fmt_value(x: f64, unit: Unit) -> String {
+    if !x.is_finite() {
+        return "-".into();
+    }
+    match unit {
+        Unit::Micros | Unit::MegabytesPerSec | Unit::OpsPerSec => format!("{x:.0}"),
+        Unit::Millis => format!("{x:.3}"),
+        Unit::PerOp => format!("{x:.2}"),
+    }
+}
+
+fn extras(m: &crate::Measurement) -> String {
+    m.extra.iter().map(|(k, v)| format!("{k} {v:.2}")).collect::<Vec<_>>().join(", ")
+}
+
+/// One markdown table per suite, with a ratio column.
+pub fn tables(results: &[SuiteResult]) -> String {
+    let mut out = String::new();
+    for r in results {
+        let _ = writeln!(out, "\n### {}\n", r.name);
+        for s in &r.skipped {
+            let _ = writeln!(out, "- skipped: {s}");
+        }
+        if r.measurements.is_empty() {
+            continue;
+        }
+        if !r.skipped.is_empty() {
+            out.push('\n');
+        }
+        let _ = writeln!(
+            out,
+            "| case | variant | n | median | p99 | spread (rep medians) | unit | ratio to baseline | other |"
+        );
+        let _ = writeln!(out, "|---|---|---|---|---|---|---|---|---|");
+        for m in &r.measurements {
+            let s = m.summary();
+            let ratio = ratio(m, &r.measurements).map_or_else(
+                || "baseline".into(),
+                |x| format!("{x:.3}x {}", m.baseline.as_deref().unwrap_or("")),
+            );
+            let _ = writeln!(
+                out,
+                "| {} | {} | {} | {} | {} | {}..{} | {} | {} | {} |",
+                m.case,
+                m.variant,
+                s.n,
+                fmt_value(s.median, m.unit),
+                fmt_value(s.p99, m.unit),
+                fmt_value(s.spread.0, m.unit),
+                fmt_value(s.spread.1, m.unit),
+                m.unit.label(),
+                if m.baseline.is_some() { ratio } else { "baseline".into() },
+                extras(m)
+            );
+        }
+        for n in &r.notes {
+            let _ = writeln!(out, "\n{n}");
+        }
+    }
+    out
+}
+
+/// The targets, met or missed.
+pub fn targets(results: &[SuiteResult]) -> String {
+    let mut out = String::new();
+    for t in results.iter().flat_map(|r| &r.targets) {
+        let verdict = match t.met {
+            Some(true) => "met",
+            Some(false) => "MISSED",
+            None => "not measured",
+        };
+        let obs = t.observed.map_or_else(String::new, |x| format!(" (observed {x:.3})"));
+        let note = if t.note.is_empty() { String::new() } else { format!(": {}", t.note) };
+        let _ = writeln!(out, "- {verdict}: [{}] {}{obs}{note}", t.suite, t.description);
+    }
+    out
+}
+
+/// Prints the human table.
+pub fn print(results: &[SuiteResult]) {
+    let mut stdout = std::io::stdout().lock();
+    let _ = writeln!(stdout, "{}", tables(results));
+    let _ = writeln!(stdout, "targets:\n{}", targets(results));
+}
+
+/// Writes one JSON object per measurement and per target.
+pub fn json_lines(results: &[SuiteResult], path: &Path) -> std::io::Result<()> {
+    let mut f = std::fs::File::create(path)?;
+    for r in results {
+        for m in &r.measurements {
+            let s = m.summary();
+            let line = serde_json::json!({
+                "suite": m.suite, "case": m.case, "variant": m.variant, "baseline": m.baseline,
+                "unit": m.unit, "n": s.n, "median": s.median, "p99": s.p99, "p999": s.p999,
+                "spread": [s.spread.0, s.spread.1], "rep_medians": m.rep_medians,
+                "ratio": ratio(m, &r.measurements), "extra": m.extra,
+            });
+            writeln!(f, "{line}")?;
+        }
+        for t in &r.targets {
+            writeln!(f, "{}", serde_json::json!({ "target": t }))?;
+        }
+        for s in &r.skipped {
+            writeln!(f, "{}", serde_json::json!({ "suite": r.name, "skipped": s }))?;
+        }
+    }
+    Ok(())
+}
+
+fn machine() -> String {
+    let run = |c: &str, a: &[&str]| {
+        std::process::Command::new(c)
+            .args(a)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
+    };
+    let cpus = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
+        .unwrap_or_default();
+    format!(
+        "{} ({cpus} vCPU, {cpu}); disks: {}",
+        run("uname", &["-sr"]),
+        run("lsblk", &["-dno", "NAME,SIZE,ROTA,MODEL"]).replace('\n', "; ")
+    )
+}
+
+/// Regenerates `docs/BENCHMARKS.md` and the plots beside it in `docs/bench/`.
+pub fn markdown(results: &[SuiteResult], docs: &Path, command: &str) -> std::io::Result<()> {
+    let plots = docs.join("bench");
+    std::fs::create_dir_all(&plots)?;
+    let mut md = String::new();
+    let _ = writeln!(md, "# Benchmarks\n");
+    let _ = writeln!(
+        md,
+        "Generated by `vellum-bench --report` from one recorded run; do not edit by hand. Every figure is"
+    );
+    let _ = writeln!(
+        md,
+        "measured next to its baseline in the same run, repetitions interleaved, and reported as a ratio:"
+    );
+    let _ = writeln!(
+        md,
+        "below 1 is faster for latencies, above 1 is faster for rates. Spread is the range of the"
+    );
+    let _ = writeln!(
+        md,
+        "per-repetition medians. Machines are noisy: compare ratios, not absolute numbers.\n"
+    );
+    let _ = writeln!(md, "- command: `{command}`");
+    let _ = writeln!(md, "- machine: {}", machine());
+    let _ = writeln!(
+        md,
+        "- date: {}\n",
+        std::process::Command::new("date")
+            .arg("-u")
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+            .unwrap_or_default()
+    );
+    let _ = writeln!(md, "## Targets\n\n{}", targets(results));
+    let _ = writeln!(md, "## Results\n{}", tables(results));
+    let mut figures = String::new();
+    for r in results {
+        for case in
+            r.measurements.iter().map(|m| m.case.clone()).collect::<std::collections::BTreeSet<_>>()
+        {
+            let series: Vec<(String, Vec<f64>)> = r
+                .measurements
+                .iter()
+                .filter(|m| {
+                    m.case == case
+                        && matches!(m.unit, Unit::Micros | Unit::Millis)
+                        && m.samples.len() > 20
+                })
+                .map(|m| (m.variant.clone(), m.samples.clone()))
+                .collect();
+            if series.len() < 2 {
+                continue;
+            }
+            let unit =
+                r.measurements.iter().find(|m| m.case == case).map_or(Unit::Micros, |m| m.unit);
+            let file = format!(
+                "{}-{}.svg",
+                r.name,
+                case.chars()
+                    .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+                    .collect::<String>()
+            );
+            std::fs::write(
+                plots.join(&file),
+                svg::cdf(
+                    &format!("{}: {case}", r.name),
+                    &format!("latency ({}) - cumulative fraction of operations", unit.label()),
+                    &series,
+                ),
+            )?;
+            let _ = writeln!(figures, "![{}: {case}](bench/{file})\n", r.name);
+        }
+    }
+    if !figures.is_empty() {
+        let _ = writeln!(md, "\n## Latency distributions\n\n{figures}");
+    }
+    std::fs::write(docs.join("BENCHMARKS.md"), md)
+}

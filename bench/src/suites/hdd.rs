@@ -1,0 +1,64 @@
+//! `hdd-model`: the device operations measured by `devops` turned into commit latency on a
+//! modelled 7,200 rpm drive. A model, not a measurement: the parameters are stated, the
+//! operation counts are the ones this run measured.
+
+use crate::SuiteResult;
+use crate::stats::{Measurement, Unit};
+
+/// 7,200 rpm: one rotation is 8.33 ms; a write waits half of one for its sector on average.
+pub const HALF_ROTATION_MS: f64 = 60_000.0 / 7_200.0 / 2.0;
+/// Average seek of a 3.5" 7,200 rpm drive.
+pub const SEEK_MS: f64 = 8.5;
+/// A cache flush with nothing left to write: one command round trip.
+pub const EMPTY_FLUSH_MS: f64 = 0.1;
+/// Media transfer rate.
+pub const TRANSFER_MB_S: f64 = 150.0;
+
+/// Modelled milliseconds for one operation of `writes` data writes of `bytes` in total and
+/// `flushes` cache flushes, on a drive with its write cache on: every data write reaches the
+/// platter (half a rotation on average) when a flush forces it out, every write after the
+/// first of the operation lands elsewhere (a seek), and a flush beyond one per write finds
+/// the cache clean (a command round trip).
+pub fn model_ms(writes: f64, flushes: f64, bytes: f64) -> f64 {
+    writes * HALF_ROTATION_MS
+        + (writes - 1.0).max(0.0) * SEEK_MS
+        + (flushes - writes).max(0.0) * EMPTY_FLUSH_MS
+        + bytes / (TRANSFER_MB_S * 1e3)
+}
+
+pub fn run(devops: Option<&SuiteResult>) -> SuiteResult {
+    let mut r = SuiteResult::new("hdd-model");
+    let Some(d) = devops.filter(|d| !d.measurements.is_empty()) else {
+        r.skipped
+            .push("needs the devops suite's counts from the same run (devops needs root)".into());
+        return r;
+    };
+    let per_fdatasync = d
+        .find("calibration", "fdatasync of the device")
+        .and_then(|m| m.extra("flushes/op"))
+        .unwrap_or(1.0)
+        .max(1e-9);
+    let floor = "raw O_DIRECT pwrite + fdatasync";
+    for m in d.measurements.iter().filter(|m| m.case != "calibration") {
+        let (w, f, b) = (
+            m.extra("data writes/op").unwrap_or(0.0),
+            m.extra("flushes/op").unwrap_or(0.0) / per_fdatasync,
+            m.extra("bytes/op").unwrap_or(0.0),
+        );
+        let mut out = Measurement::new(
+            "hdd-model",
+            &m.case,
+            &m.variant,
+            (m.case == "durable 4 KiB append" && m.variant != floor).then_some(floor),
+            Unit::Millis,
+        );
+        out.add_rep(vec![model_ms(w, f, b)]);
+        out.set_extra("data writes/op", w);
+        out.set_extra("flushes/op", f);
+        r.measurements.push(out);
+    }
+    r.notes.push(format!(
+        "A model of a 7,200 rpm drive with its write cache on and no FUA, fed with the request counts devops measured in this run: each data write costs a half rotation ({HALF_ROTATION_MS:.2} ms) when a flush forces it to the platter, each further write of the same operation a seek ({SEEK_MS} ms, assumed elsewhere on the platter: a journal, a B-tree page), each flush beyond one per write {EMPTY_FLUSH_MS} ms (the cache is already clean), transfer at {TRANSFER_MB_S} MB/s. Queueing, rotational position of consecutive appends and the drive's own reordering are not modelled."
+    ));
+    r
+}
