@@ -211,27 +211,29 @@ fn plan_write(inner: &Inner, meta: &mut Meta, ino: u64, offset: u64, len: usize)
         plan.push(at, Piece::Zeros(n));
     }
     plan.new_runs = allocate_gaps(inner, meta, ino, first, last)?;
+    // Run by run, not block by block: the blocks already mapped and the ones just allocated
+    // (fresh: zeros around the data where the write covers them only in part).
     let inode = meta.ns.get(ino).ok_or(Error::Closed)?;
-    for lb in first..=last {
-        let block_lo = lb * bs;
-        let lo = offset.max(block_lo);
-        let hi = end.min(block_lo + bs);
+    let mut runs: Vec<(u64, u64, u64, bool)> =
+        inode.mapped_runs(first, last + 1).into_iter().map(|(l, p, n)| (l, p, n, false)).collect();
+    runs.extend(plan.new_runs.iter().map(|&(l, r)| (l, r.start, r.len, true)));
+    runs.sort_unstable_by_key(|r| r.0);
+    let mut next = first;
+    for (lb, pb, n, fresh) in runs {
+        assert_eq!(lb, next, "the write's blocks are mapped without gaps or overlaps");
+        next = lb + n;
+        let (block_lo, block_hi) = (lb * bs, (lb + n) * bs);
+        let (lo, hi) = (offset.max(block_lo), end.min(block_hi));
         let data = Piece::Data((lo - offset) as usize..(hi - offset) as usize);
-        if let Some(pb) = inode.physical_of(lb) {
-            plan.push(pb * bs + (lo - block_lo), data);
-        } else {
-            let (start, run) = plan
-                .new_runs
-                .iter()
-                .find(|(s, r)| lb >= *s && lb < s + r.len)
-                .copied()
-                .expect("every unmapped block was just allocated");
-            let pb = run.start + (lb - start);
+        if fresh {
             plan.push(pb * bs, Piece::Zeros((lo - block_lo) as usize));
             plan.push(pb * bs + (lo - block_lo), data);
-            plan.push(pb * bs + (hi - block_lo), Piece::Zeros((block_lo + bs - hi) as usize));
+            plan.push(pb * bs + (hi - block_lo), Piece::Zeros((block_hi - hi) as usize));
+        } else {
+            plan.push(pb * bs + (lo - block_lo), data);
         }
     }
+    assert_eq!(next, last + 1, "every block of the write is mapped");
     Ok(plan)
 }
 

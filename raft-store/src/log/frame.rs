@@ -73,21 +73,28 @@ fn frame_crc(salt: u64, header: &[u8], payload: &[u8]) -> u32 {
 
 /// Appends one frame to `out`.
 pub fn encode(out: &mut Vec<u8>, salt: u64, h: &FrameHeader, payload: &[u8]) {
-    assert_eq!(h.payload_len as usize, payload.len());
     let start = out.len();
-    out.extend_from_slice(&FRAME_MAGIC);
-    out.push(h.kind as u8);
-    out.extend_from_slice(&[0; 3]);
-    out.extend_from_slice(&h.payload_len.to_le_bytes());
-    out.extend_from_slice(&[0; 4]); // checksum, below
-    out.extend_from_slice(&h.index.to_le_bytes());
-    out.extend_from_slice(&h.term.to_le_bytes());
-    out.extend_from_slice(&h.batch.to_le_bytes());
-    debug_assert_eq!(out.len() - start, FRAME_HEADER_LEN);
-    out.extend_from_slice(payload);
     out.resize(start + frame_len(payload.len()), 0);
-    let crc = frame_crc(salt, &out[start..start + FRAME_HEADER_LEN], payload);
-    out[start + CRC_AT..start + CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+    encode_into(&mut out[start..], salt, h, payload);
+}
+
+/// Encodes one frame into `out`, exactly `frame_len(payload.len())` bytes (padding included).
+pub fn encode_into(out: &mut [u8], salt: u64, h: &FrameHeader, payload: &[u8]) {
+    assert_eq!(h.payload_len as usize, payload.len());
+    assert_eq!(out.len(), frame_len(payload.len()), "a frame fills its slot exactly");
+    out[..KIND_AT].copy_from_slice(&FRAME_MAGIC);
+    out[KIND_AT] = h.kind as u8;
+    out[FLAGS_AT..PAYLOAD_LEN_AT].fill(0);
+    out[PAYLOAD_LEN_AT..CRC_AT].copy_from_slice(&h.payload_len.to_le_bytes());
+    out[CRC_AT..INDEX_AT].fill(0); // checksum, below
+    out[INDEX_AT..TERM_AT].copy_from_slice(&h.index.to_le_bytes());
+    out[TERM_AT..BATCH_AT].copy_from_slice(&h.term.to_le_bytes());
+    out[BATCH_AT..FRAME_HEADER_LEN].copy_from_slice(&h.batch.to_le_bytes());
+    let (header, rest) = out.split_at_mut(FRAME_HEADER_LEN);
+    rest[..payload.len()].copy_from_slice(payload);
+    rest[payload.len()..].fill(0);
+    let crc = frame_crc(salt, header, payload);
+    header[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// What lies at a position of a segment.

@@ -226,7 +226,7 @@ impl LogCore {
             shared.config.background_spares,
         );
         let purged_batch = lock(&shared.meta).purged_batch;
-        let w = writer::Writer { current, next_seq, batch: max_batch + 1, purged_batch, spares };
+        let w = writer::Writer::new(current, next_seq, max_batch + 1, purged_batch, spares);
         let log = Arc::new(Log { shared, combiner: Combiner::new(w) });
         if let Some(torn) = report.torn {
             log.combiner.writer().fence(&log.shared, torn)?;

@@ -38,11 +38,52 @@ struct Placed {
     truncates: bool,
 }
 
-/// The frames of the write being built, and where each landed in it.
-#[derive(Default)]
+/// The frames of the write being built, encoded straight into the aligned buffer the write
+/// goes out from (kept from flush to flush: no allocation, no copy per flush), and where
+/// each landed in it.
 struct Pending {
-    buf: Vec<u8>,
+    buf: AlignedBuf,
+    /// Bytes of frames in `buf`.
+    len: usize,
     placed: Vec<Placed>,
+}
+
+impl Default for Pending {
+    fn default() -> Self {
+        Pending { buf: AlignedBuf::zeroed(0, ALIGN), len: 0, placed: Vec::new() }
+    }
+}
+
+impl Pending {
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The next `n` bytes, growing the buffer (keeping what it holds) so that the padded
+    /// write always fits.
+    fn slot(&mut self, n: usize) -> &mut [u8] {
+        let need = (self.len + n).next_multiple_of(ALIGN);
+        if self.buf.len() < need {
+            let mut bigger = AlignedBuf::zeroed(need.next_power_of_two(), ALIGN);
+            bigger.as_mut_slice()[..self.len].copy_from_slice(&self.buf.as_slice()[..self.len]);
+            self.buf = bigger;
+        }
+        let at = self.len;
+        self.len += n;
+        &mut self.buf.as_mut_slice()[at..at + n]
+    }
+
+    /// The frames padded with zeros to the next 4096-byte boundary: the bytes of one write.
+    fn padded(&mut self) -> &[u8] {
+        let end = self.len.next_multiple_of(ALIGN);
+        self.buf.as_mut_slice()[self.len..end].fill(0);
+        &self.buf.as_slice()[..end]
+    }
+
+    fn clear(&mut self) {
+        self.len = 0;
+        self.placed.clear();
+    }
 }
 
 pub(super) struct Writer {
@@ -53,6 +94,8 @@ pub(super) struct Writer {
     /// The first batch after the newest purge (stamped into every meta save).
     pub purged_batch: u64,
     pub spares: SpareMaker,
+    /// The write being built, kept from flush to flush.
+    scratch: Pending,
 }
 
 pub(super) fn random_salt() -> u64 {
@@ -61,6 +104,16 @@ pub(super) fn random_salt() -> u64 {
 }
 
 impl Writer {
+    pub fn new(
+        current: Option<Current>,
+        next_seq: u64,
+        batch: u64,
+        purged_batch: u64,
+        spares: SpareMaker,
+    ) -> Writer {
+        Writer { current, next_seq, batch, purged_batch, spares, scratch: Pending::default() }
+    }
+
     /// Makes one batch of queued items durable, in queue order.
     pub fn write_batch(&mut self, shared: &Shared, items: &mut [Item]) -> Result<(), SharedError> {
         let started = Instant::now();
@@ -77,14 +130,30 @@ impl Writer {
     }
 
     fn write_items(&mut self, shared: &Shared, items: &mut [Item]) -> Result<()> {
-        let mut pending = Pending::default();
+        let mut pending = std::mem::take(&mut self.scratch);
+        let result = self.write_into(shared, items, &mut pending);
+        pending.clear();
+        // One oversized entry must not pin its buffer for the life of the log.
+        if pending.buf.len() > 2 * shared.config.max_batch_bytes.next_multiple_of(ALIGN) {
+            pending = Pending::default();
+        }
+        self.scratch = pending;
+        result
+    }
+
+    fn write_into(
+        &mut self,
+        shared: &Shared,
+        items: &mut [Item],
+        pending: &mut Pending,
+    ) -> Result<()> {
         for item in items.iter_mut() {
             match item {
                 Item::Entries { entries, .. } => {
                     for e in entries {
                         self.add_frame(
                             shared,
-                            &mut pending,
+                            pending,
                             FrameKind::Entry,
                             e.index,
                             e.term,
@@ -93,10 +162,10 @@ impl Writer {
                     }
                 }
                 Item::Truncate { since, .. } => {
-                    self.add_frame(shared, &mut pending, FrameKind::Truncate, *since, 0, &[])?;
+                    self.add_frame(shared, pending, FrameKind::Truncate, *since, 0, &[])?;
                 }
                 Item::Meta { state, purge, .. } => {
-                    self.flush(shared, &mut pending)?;
+                    self.flush(shared, pending)?;
                     if *purge {
                         self.purged_batch = self.batch;
                     }
@@ -105,7 +174,7 @@ impl Writer {
                 }
             }
         }
-        self.flush(shared, &mut pending)
+        self.flush(shared, pending)
     }
 
     fn add_frame(
@@ -128,20 +197,20 @@ impl Writer {
         let fits = |cur: &Current, buffered: usize| {
             cur.pos + (buffered + flen).next_multiple_of(ALIGN) as u64 <= seg_bytes
         };
-        if pending.buf.len() + flen > shared.config.max_batch_bytes && !pending.buf.is_empty() {
+        if pending.len + flen > shared.config.max_batch_bytes && !pending.is_empty() {
             self.flush(shared, pending)?;
         }
-        if !self.current.as_ref().is_some_and(|c| fits(c, pending.buf.len())) {
+        if !self.current.as_ref().is_some_and(|c| fits(c, pending.len)) {
             self.flush(shared, pending)?;
             if !self.current.as_ref().is_some_and(|c| fits(c, 0)) {
                 self.roll(shared, index)?;
             }
         }
         let salt = self.current.as_ref().map_or(0, |c| c.salt);
-        let offset = pending.buf.len() as u64;
+        let offset = pending.len as u64;
         let h =
             FrameHeader { kind, payload_len: payload.len() as u32, index, term, batch: self.batch };
-        frame::encode(&mut pending.buf, salt, &h, payload);
+        frame::encode_into(pending.slot(flen), salt, &h, payload);
         pending.placed.push(Placed {
             index,
             term,
@@ -155,25 +224,24 @@ impl Writer {
 
     /// Writes the buffered frames as one aligned write.
     fn flush(&mut self, shared: &Shared, pending: &mut Pending) -> Result<()> {
-        let Pending { buf, placed } = pending;
-        if buf.is_empty() {
+        if pending.is_empty() {
             return Ok(());
         }
         let cur = self.current.as_mut().expect("frames are only buffered into a current segment");
-        let len = buf.len().next_multiple_of(ALIGN);
-        let mut aligned = AlignedBuf::zeroed(len, ALIGN);
-        aligned.as_mut_slice()[..buf.len()].copy_from_slice(buf);
+        let bytes = pending.padded();
+        let len = bytes.len();
         assert!(cur.pos.is_multiple_of(ALIGN as u64), "a batch starts on a fresh aligned block");
         assert!(
             cur.pos + len as u64 <= shared.config.segment_bytes,
             "a batch stays inside its segment"
         );
-        cur.file.write_at(aligned.as_slice(), cur.pos)?;
+        cur.file.write_at(bytes, cur.pos)?;
         if shared.needs_barrier {
             shared.volume.sync()?;
         }
         let (seq, base) = (cur.seq, cur.pos);
         cur.pos += len as u64;
+        let placed = &pending.placed;
         let entries = placed.iter().filter(|p| p.is_entry).count();
         {
             let mut ix = super::write_lock(&shared.index);
@@ -186,7 +254,7 @@ impl Writer {
             // Track the newest live entry of each segment, in frame order: a truncation
             // lowers it everywhere (purge deletes a segment only when nothing in it is newer).
             let mut segs = super::lock(&shared.segments);
-            for p in placed.iter() {
+            for p in placed {
                 if p.is_entry {
                     if let Some(seg) = segs.by_seq.get_mut(&seq) {
                         seg.max_index = seg.max_index.max(p.index);
@@ -201,8 +269,7 @@ impl Writer {
         metrics::histogram!(m::APPEND_BATCH_ENTRIES).record(entries as f64);
         metrics::counter!(m::APPENDED_ENTRIES_TOTAL).increment(entries as u64);
         self.batch += 1;
-        buf.clear();
-        placed.clear();
+        pending.clear();
         Ok(())
     }
 
