@@ -326,38 +326,58 @@ impl LogCore {
         let mut segments = Segments::default();
         let mut scans = Vec::new();
         let mut prev_batch = 0;
-        // One aligned buffer for every segment, in sequence order: the reads go straight from
-        // the carrier into it (direct IO, no bounce copy), and memory stays at one segment
-        // whatever the log's length.
-        let mut buf = (!found.is_empty())
-            .then(|| AlignedBuf::zeroed(config.segment_bytes as usize, frame::ALIGN));
-        for i in 0..found.len() {
-            let Some(buf) = buf.as_mut() else { break };
-            let (h, path, file, _) = &found[i];
-            let name = String::from_utf8_lossy(path).into_owned();
-            file.read_exact_at(buf.as_mut_slice(), 0)?;
-            report.scanned_bytes += config.segment_bytes - (2 * SEGMENT_HEADER_LEN) as u64;
-            let scan = recovery::scan_segment(buf.as_slice(), h.salt, &name, prev_batch)?;
-            prev_batch = scan.max_batch;
-            if let Some(torn) = scan.torn {
-                match found.get(i + 1) {
-                    // The torn end of the last segment: the write in flight. Open fences it.
-                    None => report.torn = Some(torn),
-                    // A sealed segment may end torn only when the next one opens with the
-                    // fence an earlier recovery wrote for it.
-                    Some((next, _, _, next_head))
-                        if recovery::fenced_from_next(next_head, next.salt, torn.from) => {}
-                    Some(_) => {
-                        return Err(Error::Corrupt {
-                            file: name,
-                            offset: torn.from,
-                            reason: "damage inside a sealed segment",
-                        });
+        // Segments are read in sequence order into two aligned buffers that take turns: a
+        // reader thread fills one (direct IO straight into it, no copy) while this thread
+        // scans the other, so the scan hides behind the reads, and memory stays at two
+        // segments whatever the log's length.
+        let files: Vec<Arc<File>> = found.iter().map(|(_, _, f, _)| Arc::clone(f)).collect();
+        let seg_len = config.segment_bytes as usize;
+        std::thread::scope(|scope| -> Result<()> {
+            let (full_tx, full_rx) = std::sync::mpsc::sync_channel(1);
+            let (empty_tx, empty_rx) = std::sync::mpsc::channel::<AlignedBuf>();
+            for _ in 0..2.min(files.len()) {
+                let _ = empty_tx.send(AlignedBuf::zeroed(seg_len, frame::ALIGN));
+            }
+            scope.spawn(move || {
+                for file in files {
+                    let Ok(mut buf) = empty_rx.recv() else { return };
+                    let read = file.read_exact_at(buf.as_mut_slice(), 0).map(|()| buf);
+                    let failed = read.is_err();
+                    if full_tx.send(read).is_err() || failed {
+                        return;
                     }
                 }
+            });
+            for i in 0..found.len() {
+                let buf = full_rx.recv().map_err(|_| Error::Closed)??;
+                let (h, path, _, _) = &found[i];
+                let name = String::from_utf8_lossy(path).into_owned();
+                report.scanned_bytes += config.segment_bytes - (2 * SEGMENT_HEADER_LEN) as u64;
+                let scan = recovery::scan_segment(buf.as_slice(), h.salt, &name, prev_batch)?;
+                let _ = empty_tx.send(buf);
+                prev_batch = scan.max_batch;
+                if let Some(torn) = scan.torn {
+                    match found.get(i + 1) {
+                        // The torn end of the last segment: the write in flight. Open fences
+                        // it.
+                        None => report.torn = Some(torn),
+                        // A sealed segment may end torn only when the next one opens with the
+                        // fence an earlier recovery wrote for it.
+                        Some((next, _, _, next_head))
+                            if recovery::fenced_from_next(next_head, next.salt, torn.from) => {}
+                        Some(_) => {
+                            return Err(Error::Corrupt {
+                                file: name,
+                                offset: torn.from,
+                                reason: "damage inside a sealed segment",
+                            });
+                        }
+                    }
+                }
+                scans.push(scan);
             }
-            scans.push(scan);
-        }
+            Ok(())
+        })?;
         for (h, path, file, _) in found {
             segments.by_seq.insert(h.seq, SegInfo { salt: h.salt, file, path, max_index: 0 });
         }
