@@ -22,6 +22,11 @@ fn extras(m: &crate::Measurement) -> String {
     m.extra.iter().map(|(k, v)| format!("{k} {v:.2}")).collect::<Vec<_>>().join(", ")
 }
 
+/// A table cell: a `|` in a name (`O_DIRECT|O_DSYNC`) must not end the cell.
+fn cell(text: &str) -> String {
+    text.replace('|', "\\|")
+}
+
 /// One markdown table per suite, with a ratio column.
 pub fn tables(results: &[SuiteResult]) -> String {
     let mut out = String::new();
@@ -50,15 +55,15 @@ pub fn tables(results: &[SuiteResult]) -> String {
             let _ = writeln!(
                 out,
                 "| {} | {} | {} | {} | {} | {}..{} | {} | {} | {} |",
-                m.case,
-                m.variant,
+                cell(&m.case),
+                cell(&m.variant),
                 s.n,
                 fmt_value(s.median, m.unit),
                 fmt_value(s.p99, m.unit),
                 fmt_value(s.spread.0, m.unit),
                 fmt_value(s.spread.1, m.unit),
                 m.unit.label(),
-                if m.baseline.is_some() { ratio } else { "baseline".into() },
+                cell(&if m.baseline.is_some() { ratio } else { "baseline".into() }),
                 extras(m)
             );
         }
@@ -133,11 +138,16 @@ fn machine() -> String {
                 .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
         })
         .unwrap_or_default();
-    format!(
-        "{} ({cpus} vCPU, {cpu}); disks: {}",
-        run("uname", &["-sr"]),
-        run("lsblk", &["-dno", "NAME,SIZE,ROTA,MODEL"]).replace('\n', "; ")
-    )
+    let disks: Vec<String> = run("lsblk", &["-dbno", "NAME,SIZE,ROTA,TYPE"])
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            let (name, size, rota) = (f.first()?, f.get(1)?.parse::<u64>().ok()?, f.get(2)?);
+            (size > 0 && f.get(3) == Some(&"disk"))
+                .then(|| format!("{name} {} GiB, rotational={rota}", size >> 30))
+        })
+        .collect();
+    format!("{} ({cpus} vCPU, {cpu}); disks: {}", run("uname", &["-sr"]), disks.join("; "))
 }
 
 /// Regenerates `docs/BENCHMARKS.md` and the plots beside it in `docs/bench/`.

@@ -244,6 +244,8 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
                 "mean proposal batch",
                 if batch[k].1 > 0.0 { batch[k].0 / batch[k].1 } else { 0.0 },
             );
+            let p999 = m.summary().p999;
+            m.set_extra("p999 ms", p999);
         }
         r.measurements.extend(lat);
         r.measurements.extend(rate);

@@ -96,6 +96,9 @@ impl Appender for Fdatasync {
     }
 }
 
+/// The variant without segment rolls.
+pub const NO_ROLL: &str = "vellum log, one big segment (no roll, no spare)";
+
 /// The CPU-only variant's name.
 pub const MEMORY: &str = "vellum log on memory: (CPU only, not durable)";
 
@@ -113,6 +116,18 @@ pub fn appenders(
     )?;
     let config = LogConfig { segment_bytes: 64 << 20, ..LogConfig::default() };
     let core = LogCore::open(volume, config.clone()).map_err(e("log open"))?;
+    // The same log with one segment that holds the whole run and no spare: no segment is
+    // activated and none is preallocated (64 MiB of zeros each) while the timings run, so
+    // its gap to the row above is the cost of rolling segments.
+    let big_segment = opts.bytes(512 << 20, 64 << 20);
+    let big_volume = fresh_volume(
+        &dir.join("log-big.vlm"),
+        big_segment + (64 << 20),
+        CarrierOptions::PRODUCTION,
+    )?;
+    let big_config =
+        LogConfig { segment_bytes: big_segment, background_spares: false, ..LogConfig::default() };
+    let big = LogCore::open(big_volume, big_config).map_err(e("log open"))?;
     let floor_len = 64 << 20;
     zero_file(&dir.join("floor.bin"), floor_len).map_err(e("floor file"))?;
     let floor = Floor {
@@ -137,13 +152,17 @@ pub fn appenders(
     let mut out: Vec<Box<dyn Appender>> = vec![
         Box::new(floor),
         Box::new(Vellum { core, next: 1, name: "vellum log" }),
+        Box::new(Vellum { core: big, next: 1, name: NO_ROLL }),
         Box::new(framed),
         Box::new(Fdatasync { file: naive }),
     ];
     // The same log on a volume in memory: no IO at all, so its time is vellum's own CPU cost
     // per append (framing, checksums, index, callbacks); not durable, not a competitor.
+    // Every page of the carrier is touched first (from_bytes copies into it), so first-touch
+    // page faults of the memory carrier are not counted as vellum's CPU.
+    let zeros = vec![0u8; opts.bytes(1 << 30, 256 << 20) as usize];
     let memory = vellum_engine::Volume::format(
-        Box::new(vellum_engine::carrier::MemoryCarrier::new(opts.bytes(1 << 30, 256 << 20))),
+        Box::new(vellum_engine::carrier::MemoryCarrier::from_bytes(&zeros)),
         &vellum_engine::FormatOptions::default(),
         vellum_engine::VolumeOptions::default(),
     )
@@ -218,29 +237,44 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
     r.skipped = skipped;
     measure("log", &mut engines, opts, &mut r);
     let single = "single 256 B entry";
-    r.target(
-        "single-entry vellum median <= 1.05x the raw O_DSYNC floor (256 B)",
-        r.ratio(single, "vellum log"),
-        |x| x <= 1.05,
-        "",
-    );
-    r.target(
-        "single-entry vellum median <= 1.05x the raw O_DSYNC floor (4 KiB)",
-        r.ratio("single 4 KiB entry", "vellum log"),
-        |x| x <= 1.05,
-        "",
-    );
+    // What bounds the single-entry figures, measured in this run: the framed floor (the same
+    // bytes vellum writes, written raw) and vellum's CPU time per append (memory carrier).
+    for (case, label) in [(single, "256 B"), ("single 4 KiB entry", "4 KiB")] {
+        let median = |v: &str| r.find(case, v).map(|m| m.summary().median);
+        let bound = match (
+            r.ratio(case, "raw O_DSYNC of the framed bytes"),
+            median(MEMORY),
+            median("raw O_DSYNC floor"),
+        ) {
+            (Some(framed), Some(cpu), Some(floor)) => format!(
+                "bound: the bytes vellum writes (entry + 40-byte frame header, padded to 4 KiB) written raw cost {framed:.3}x the floor; vellum's CPU per append (memory carrier) is {cpu:.1} us = {:.3}x the floor",
+                cpu / floor
+            ),
+            _ => String::new(),
+        };
+        r.target(
+            &format!("single-entry vellum median <= 1.05x the raw O_DSYNC floor ({label})"),
+            r.ratio(case, "vellum log"),
+            |x| x <= 1.05,
+            &bound,
+        );
+    }
     let vs = |r: &SuiteResult, case: &str, a: &str, b: &str| {
         let (x, y) = (r.find(case, a)?, r.find(case, b)?);
         Some(x.summary().median / y.summary().median)
     };
     for case in [single, "single 4 KiB entry"] {
         let ratio = vs(&r, case, "raft-engine 0.4 (stock)", "vellum log");
+        let bound = if case == single {
+            "bound: raft-engine appends 256 B into its page cache and fdatasyncs; sixteen appends share one 4 KiB block, and only the first of them changes file metadata, so it averages about 1 data write + 1 flush per append, as vellum does (devops, 'durable 256 B append'): at this size both sit at the floor"
+        } else {
+            ""
+        };
         r.target(
             &format!("{case}: stock raft-engine median / vellum median >= 1.5"),
             ratio,
             |x| x >= 1.5,
-            "",
+            bound,
         );
     }
     let batch_vs =

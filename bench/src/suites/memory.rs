@@ -50,18 +50,18 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
     let chunks = (total >> 20) as usize;
     let case = "1 MiB writes, one writer";
     let base = "memcpy";
-    let mut vm = Measurement::new(
+    let vm = Measurement::new(
         "memory",
         case,
         "vellum memory: volume",
         Some(base),
         Unit::MegabytesPerSec,
     );
-    let mut mm = Measurement::new("memory", case, base, None, Unit::MegabytesPerSec);
+    let mm = Measurement::new("memory", case, base, None, Unit::MegabytesPerSec);
     let v = memory_volume(total + (64 << 20), WriteConcurrency::Serial)?;
     let f = v.create_file("/big").map_err(e("create"))?;
     f.preallocate(0, total).map_err(e("preallocate"))?;
-    let src = vec![0x5Au8; 1 << 20];
+    let src = crate::payload(1 << 20, 9);
     // Both sides warm: every page of the carrier and of the memcpy target is touched first, so
     // neither pays first-touch page faults inside the timings.
     let mut dst = vec![0u8; total as usize];
@@ -70,24 +70,27 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
         f.write_at(&src, (i as u64) << 20).map_err(e("warm-up"))?;
     }
     let bar = opts.bar("memory", (opts.reps * (2 * chunks + 3)) as u64);
-    for _ in 0..opts.reps {
-        let mut s = Vec::with_capacity(chunks);
-        for i in 0..chunks {
-            let us = time_us(|| {
-                f.write_at(&src, (i as u64) << 20).unwrap_or_else(|e| panic!("write: {e}"));
-            });
-            s.push(1.048_576 / (us / 1e6));
+    let mut ms = [vm, mm];
+    crate::stats::interleaved(
+        &mut ms,
+        (opts.reps, chunks, 8),
+        &mut dst,
+        |_| {},
+        |dst, v, i| {
             bar.inc(1);
-        }
-        vm.add_rep(s);
-        let mut s = Vec::with_capacity(chunks);
-        for i in 0..chunks {
-            let us = time_us(|| dst[i << 20..(i + 1) << 20].copy_from_slice(&src));
-            s.push(1.048_576 / (us / 1e6));
-            bar.inc(1);
-        }
-        mm.add_rep(s);
-    }
+            let us = if v == 0 {
+                time_us(|| {
+                    f.write_at(&src, (i % chunks) as u64 * (1 << 20))
+                        .unwrap_or_else(|e| panic!("write: {e}"));
+                })
+            } else {
+                let at = (i % chunks) << 20;
+                time_us(|| dst[at..at + (1 << 20)].copy_from_slice(&src))
+            };
+            1.048_576 / (us / 1e6)
+        },
+    );
+    let [vm, mm] = ms;
     std::hint::black_box(&dst);
     r.measurements.push(vm);
     r.measurements.push(mm);
