@@ -141,14 +141,7 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
     ) -> Result<(), StorageError<C::NodeId>> {
         let write = |e: &Error| storage_error(ErrorSubject::Store, ErrorVerb::Write, e);
         let bytes = committed.as_ref().map(encode).transpose().map_err(|e| write(&e))?;
-        // Saving the committed id is optional to openraft (after a power cut the store may
-        // report an older one): it is queued, in order with the other writes, and written
-        // off the raft core's path, so a commit does not wait for a second durable write
-        // before it is applied.
-        self.core.queue_committed(bytes).map_err(|e| write(&e))?;
-        let core = self.core.clone();
-        drop(tokio::task::spawn_blocking(move || core.write_queued()));
-        Ok(())
+        completed(|done| self.core.save_committed(bytes, done)).await.map_err(|e| write(&e))
     }
 
     async fn read_committed(

@@ -546,14 +546,6 @@ impl LogCore {
 
     /// Saves a new meta state built from the newest one; `done` runs once it is durable.
     fn save_meta(&self, change: impl FnOnce(&mut MetaState), done: Callback) -> Result<()> {
-        self.queue_meta(change, done)?;
-        self.log.drain();
-        Ok(())
-    }
-
-    /// Queues a meta save without writing it: the next caller that writes (or
-    /// [`LogCore::write_queued`]) takes it, in order with everything queued around it.
-    fn queue_meta(&self, change: impl FnOnce(&mut MetaState), done: Callback) -> Result<()> {
         self.check_failed()?;
         let mut meta = lock(&self.shared().meta);
         let mut next = meta.clone();
@@ -563,12 +555,9 @@ impl LogCore {
         *meta = next.clone();
         let r = self.push(Item::Meta { state: next, purge, done });
         drop(meta);
-        r
-    }
-
-    /// Writes whatever is queued, unless a write is in progress (which then takes it).
-    pub fn write_queued(&self) {
+        r?;
         self.log.drain();
+        Ok(())
     }
 
     /// Saves the vote (opaque bytes, at most 1000).
@@ -579,14 +568,6 @@ impl LogCore {
     /// Saves the committed log id (opaque bytes, at most 1000).
     pub fn save_committed(&self, committed: Option<Vec<u8>>, done: Callback) -> Result<()> {
         self.save_meta(|m| m.committed = committed, done)
-    }
-
-    /// Queues the committed log id without writing it (`read_committed` sees it at once):
-    /// for callers to whom its durability is optional, as to openraft. It is written in order
-    /// with the log's other writes, by the next writer or [`LogCore::write_queued`]; a
-    /// failed write poisons the log as any other.
-    pub fn queue_committed(&self, committed: Option<Vec<u8>>) -> Result<()> {
-        self.queue_meta(|m| m.committed = committed, Box::new(|_| {}))
     }
 
     /// Purges every entry at or before `upto` (`purged` is the caller's encoding of the
