@@ -1,0 +1,146 @@
+//! Golden raft volumes: small volumes holding a node's raft store (log segments with a
+//! truncation and a purge, a vote, a committed id, a snapshot), written by the build of each
+//! raft-log format version and committed under `tests/golden/vN/`. This and every later build
+//! must open them and read the same entries, vote, committed id and snapshot.
+//!
+//! Regenerate only for a new format version, into a new directory:
+//! `VELLUM_BLESS_GOLDEN=<version> cargo test -p vellum-raft-store --test golden`.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use openraft::storage::{RaftLogStorage, RaftStateMachine};
+use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftLogReader, RaftSnapshotBuilder};
+use vellum_engine::carrier::MemoryCarrier;
+use vellum_engine::{FormatOptions, Volume, VolumeOptions};
+use vellum_raft_store::log::{self, LogConfig, LogEntry};
+use vellum_raft_store::types::Vote;
+use vellum_raft_store::{KvOp, KvRequest, TypeConfig, open_store};
+
+/// Bytes of every golden raft volume.
+const VOLUME_BYTES: usize = 1 << 20;
+/// The segment size the golden volumes were written with (smaller than any default, so a
+/// build that does not take the size from the log itself would misread them).
+const SEGMENT_BYTES: u64 = 64 << 10;
+
+fn golden_path(version: u32) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(format!("tests/golden/v{version}/raft.vlm"))
+}
+
+fn value(index: u64, term: u64) -> Vec<u8> {
+    (0..3000u64).map(|i| (i.wrapping_mul(7) ^ index.wrapping_mul(131) ^ term) as u8).collect()
+}
+
+fn entry(index: u64, term: u64) -> Entry<TypeConfig> {
+    let op = KvOp::Put { key: format!("k{index}"), value: value(index, term) };
+    Entry {
+        log_id: LogId::new(CommittedLeaderId::new(term, 1), index),
+        payload: EntryPayload::Normal(KvRequest { ops: vec![op] }),
+    }
+}
+
+fn log_id(term: u64, index: u64) -> LogId<u64> {
+    LogId::new(CommittedLeaderId::new(term, 1), index)
+}
+
+/// The term of each entry the golden log holds after its truncation (index 55 on came from a
+/// new leader in term 2).
+fn term_of(index: u64) -> u64 {
+    if index >= 55 { 2 } else { 1 }
+}
+
+fn config() -> LogConfig {
+    LogConfig { segment_bytes: SEGMENT_BYTES, background_spares: false, ..LogConfig::default() }
+}
+
+async fn build(volume: &Volume) {
+    let (mut store, mut sm) = open_store(volume, config()).unwrap();
+    let core = store.core().clone();
+    let encode = |e: &Entry<TypeConfig>| -> LogEntry {
+        let bytes = bincode::serde::encode_to_vec(e, bincode::config::standard()).unwrap();
+        LogEntry { index: e.log_id.index, term: e.log_id.leader_id.term, payload: Arc::from(bytes) }
+    };
+    let append = |entries: Vec<Entry<TypeConfig>>| {
+        let batch: Vec<LogEntry> = entries.iter().map(encode).collect();
+        log::wait(|done| core.append(batch, done)).unwrap();
+    };
+    store.save_vote(&Vote::new(1, 1)).await.unwrap();
+    for first in (1..=60).step_by(5) {
+        append((first..first + 5).map(|i| entry(i, 1)).collect());
+    }
+    store.truncate(log_id(1, 55)).await.unwrap();
+    store.save_vote(&Vote::new_committed(2, 1)).await.unwrap();
+    for first in (55..=70).step_by(4) {
+        append((first..first + 4).map(|i| entry(i, 2)).collect());
+    }
+    sm.apply((1..=30).map(|i| entry(i, term_of(i)))).await.unwrap();
+    let snap = sm.get_snapshot_builder().await.build_snapshot().await.unwrap();
+    assert_eq!(snap.meta.last_log_id, Some(log_id(1, 30)));
+    store.purge(log_id(1, 25)).await.unwrap();
+    store.save_committed(Some(log_id(2, 66))).await.unwrap();
+    core.close();
+}
+
+/// Opens `bytes` as a node's store and checks everything the golden volume holds.
+async fn verify(bytes: &[u8], log: LogConfig) {
+    let volume = Volume::open(Box::new(MemoryCarrier::from_bytes(bytes)), VolumeOptions::default())
+        .unwrap();
+    let (mut store, mut sm) = open_store(&volume, log).unwrap();
+    let state = store.get_log_state().await.unwrap();
+    assert_eq!(state.last_purged_log_id, Some(log_id(1, 25)));
+    assert_eq!(state.last_log_id, Some(log_id(2, 70)));
+    let entries = store.try_get_log_entries(0..1000).await.unwrap();
+    let want: Vec<Entry<TypeConfig>> = (26..=70).map(|i| entry(i, term_of(i))).collect();
+    assert_eq!(entries.len(), want.len());
+    for (got, want) in entries.iter().zip(&want) {
+        assert_eq!(got.log_id, want.log_id);
+        assert_eq!(got.payload, want.payload, "entry {}", want.log_id.index);
+    }
+    assert_eq!(store.read_vote().await.unwrap(), Some(Vote::new_committed(2, 1)));
+    assert_eq!(store.read_committed().await.unwrap(), Some(log_id(2, 66)));
+    let snap = sm.get_current_snapshot().await.unwrap().expect("a snapshot");
+    assert_eq!(snap.meta.last_log_id, Some(log_id(1, 30)));
+    let (applied, _) = sm.applied_state().await.unwrap();
+    assert_eq!(applied, Some(log_id(1, 30)));
+    let kv = sm.reader();
+    assert_eq!(kv.len(), 30);
+    assert_eq!(kv.get("k7"), Some(value(7, 1)));
+    // The store takes appends after the golden content.
+    let next = entry(71, 2);
+    let bytes = bincode::serde::encode_to_vec(&next, bincode::config::standard()).unwrap();
+    let le = LogEntry { index: 71, term: 2, payload: Arc::from(bytes) };
+    log::wait(|done| store.core().append(vec![le], done)).unwrap();
+    assert_eq!(store.get_log_state().await.unwrap().last_log_id, Some(log_id(2, 71)));
+    store.core().close();
+    drop((store, sm));
+    volume.close().unwrap();
+}
+
+fn bless(version: u32) {
+    let path = golden_path(version);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let carrier = Arc::new(MemoryCarrier::new(VOLUME_BYTES as u64));
+    let fmt = FormatOptions::default();
+    let volume =
+        Volume::format(Box::new(Arc::clone(&carrier)), &fmt, VolumeOptions::default()).unwrap();
+    tokio::runtime::Runtime::new().unwrap().block_on(build(&volume));
+    volume.close().unwrap();
+    std::fs::write(&path, carrier.to_bytes()).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn golden_raft_volumes_open_and_read_identically() {
+    if let Some(v) = std::env::var("VELLUM_BLESS_GOLDEN").ok().and_then(|v| v.parse().ok()) {
+        tokio::task::spawn_blocking(move || bless(v)).await.unwrap();
+    }
+    let mut versions = 0;
+    for version in 1..=9 {
+        let Ok(bytes) = std::fs::read(golden_path(version)) else { continue };
+        assert_eq!(bytes.len(), VOLUME_BYTES, "golden v{version}");
+        verify(&bytes, config()).await;
+        versions += 1;
+    }
+    assert!(versions >= 1, "no golden raft volume found under tests/golden/");
+}
