@@ -31,7 +31,6 @@ fn non_sparse_preallocation_writes_every_byte() {
     v.close().unwrap();
     assert_eq!(std::fs::metadata(&path).unwrap().len(), 32 << 20);
     assert!(allocated_bytes(&path) >= 32 << 20, "every block is backed");
-    assert!(dir.path().join("v.vlm.lock").exists());
 }
 
 #[test]
@@ -156,10 +155,10 @@ fn a_second_opener_is_locked_out_here_and_in_another_process() {
         matches!(FileCarrier::open(&path, ro), Err(Error::Locked { .. })),
         "readers wait for the writer"
     );
-    // Another process using the same flock on the companion file is refused too.
+    // Another process taking the same flock on the carrier file is refused too.
     let status = std::process::Command::new("flock")
         .args(["--nonblock", "--conflict-exit-code", "99"])
-        .arg(dir.path().join("v.vlm.lock"))
+        .arg(&path)
         .arg("true")
         .status()
         .unwrap();
@@ -168,6 +167,51 @@ fn a_second_opener_is_locked_out_here_and_in_another_process() {
     let again =
         Volume::open_path(&path, CarrierOptions::BUFFERED, VolumeOptions::default()).unwrap();
     again.close().unwrap();
+}
+
+#[test]
+fn the_lock_holds_whatever_path_reaches_the_carrier() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v.vlm");
+    let v = Volume::create_path(
+        &path,
+        &production(16 << 20),
+        CarrierOptions::BUFFERED,
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    let symlink = dir.path().join("alias.vlm");
+    std::os::unix::fs::symlink(&path, &symlink).unwrap();
+    let hard = dir.path().join("hard.vlm");
+    std::fs::hard_link(&path, &hard).unwrap();
+    for other in [&symlink, &hard] {
+        let e = Volume::open_path(other, CarrierOptions::BUFFERED, VolumeOptions::default())
+            .unwrap_err();
+        assert!(matches!(e, Error::Locked { .. }), "{}: {e:?}", other.display());
+    }
+    v.close().unwrap();
+    Volume::open_path(&symlink, CarrierOptions::BUFFERED, VolumeOptions::default())
+        .unwrap()
+        .close()
+        .unwrap();
+}
+
+#[test]
+fn creating_a_carrier_makes_its_directory_entry_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("v.vlm");
+    let v = Volume::create_path(
+        &path,
+        &production(16 << 20),
+        CarrierOptions::BUFFERED,
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(v.carrier_stats().dir_syncs, 1, "the parent directory is fsynced once");
+    v.close().unwrap();
+    let v = Volume::open_path(&path, CarrierOptions::BUFFERED, VolumeOptions::default()).unwrap();
+    assert_eq!(v.carrier_stats().dir_syncs, 0, "opening changes no directory");
+    v.close().unwrap();
 }
 
 #[test]

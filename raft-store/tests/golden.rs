@@ -85,8 +85,8 @@ async fn build(volume: &Volume) {
 
 /// Opens `bytes` as a node's store and checks everything the golden volume holds.
 async fn verify(bytes: &[u8], log: LogConfig) {
-    let volume = Volume::open(Box::new(MemoryCarrier::from_bytes(bytes)), VolumeOptions::default())
-        .unwrap();
+    let volume =
+        Volume::open(Box::new(MemoryCarrier::from_bytes(bytes)), VolumeOptions::default()).unwrap();
     let (mut store, mut sm) = open_store(&volume, log).unwrap();
     let state = store.get_log_state().await.unwrap();
     assert_eq!(state.last_purged_log_id, Some(log_id(1, 25)));

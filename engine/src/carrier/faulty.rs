@@ -10,6 +10,10 @@
 //! Mutating operations (writes of either kind, barriers, grows) are numbered from 0, so a
 //! crash point is "at operation N" or "at the K-th barrier", and a seeded [`FaultRng`] decides
 //! each pending write's fate: the same seed gives the same crash image.
+//!
+//! For races, a write hook runs inside every write before it takes effect (the write is
+//! issued but has not landed), so a test can hold one thread's write there while another
+//! thread commits. Unreadable ranges make reads fail with EIO, as a medium error would.
 
 use std::io;
 use std::sync::Mutex;
@@ -70,6 +74,9 @@ pub struct InjectedError {
     pub errno: i32,
 }
 
+/// Called inside each write before it lands: `(offset, len, durable)`.
+pub type WriteHook = std::sync::Arc<dyn Fn(u64, usize, bool) + Send + Sync>;
+
 #[derive(Debug)]
 struct Pending {
     offset: u64,
@@ -86,6 +93,8 @@ struct State {
     plan: CrashPlan,
     inject: Option<InjectedError>,
     crashed: bool,
+    /// Byte ranges whose reads fail with EIO.
+    unreadable: Vec<std::ops::Range<u64>>,
 }
 
 /// The power-loss model carrier. See the module docs.
@@ -94,7 +103,19 @@ pub struct FaultyCarrier {
     state: Mutex<State>,
     len_bytes: u64,
     write_through: bool,
+    physical_sector: u32,
+    hook: Mutex<HookSlot>,
     stats: CarrierStats,
+}
+
+/// The armed write hook (a newtype, for `Debug`).
+#[derive(Default)]
+struct HookSlot(Option<WriteHook>);
+
+impl std::fmt::Debug for HookSlot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "HookSlot(armed)" } else { "HookSlot(none)" })
+    }
 }
 
 fn power_cut() -> io::Error {
@@ -119,13 +140,32 @@ impl FaultyCarrier {
             plan: CrashPlan::Never,
             inject: None,
             crashed: false,
+            unreadable: Vec::new(),
         };
         FaultyCarrier {
             state: Mutex::new(state),
             len_bytes,
             write_through,
+            physical_sector: 512,
+            hook: Mutex::new(HookSlot::default()),
             stats: CarrierStats::default(),
         }
+    }
+
+    /// Reports `bytes` as the physical sector (the unit the medium writes atomically).
+    pub fn with_physical_sector(mut self, bytes: u32) -> FaultyCarrier {
+        self.physical_sector = bytes;
+        self
+    }
+
+    /// Runs `hook` inside every later write, before the write lands (`None` removes it).
+    pub fn set_write_hook(&self, hook: Option<WriteHook>) {
+        *self.hook.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = HookSlot(hook);
+    }
+
+    /// Makes every read that touches `range` fail with EIO (a medium error).
+    pub fn make_unreadable(&self, range: std::ops::Range<u64>) {
+        self.lock().unreadable.push(range);
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
@@ -218,6 +258,10 @@ impl FaultyCarrier {
 
     fn write(&self, buf: &[u8], offset: u64, durable: bool) -> io::Result<()> {
         self.check_range(offset, buf.len())?;
+        let hook = self.hook.lock().unwrap_or_else(std::sync::PoisonError::into_inner).0.clone();
+        if let Some(hook) = hook {
+            hook(offset, buf.len(), durable);
+        }
         let mut state = self.lock();
         let at = offset as usize;
         if let Err(e) = Self::begin(&mut state, false) {
@@ -281,6 +325,10 @@ impl Carrier for FaultyCarrier {
         if state.crashed {
             return Err(power_cut());
         }
+        let end = offset + buf.len() as u64;
+        if state.unreadable.iter().any(|r| r.start < end && offset < r.end) {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
         let at = offset as usize;
         buf.copy_from_slice(&state.current[at..at + buf.len()]);
         drop(state);
@@ -333,7 +381,7 @@ impl Carrier for FaultyCarrier {
         Geometry {
             len_bytes: self.len_bytes,
             logical_sector: 512,
-            physical_sector: 512,
+            physical_sector: self.physical_sector,
             mem_align: 1,
             offset_align: 1,
         }

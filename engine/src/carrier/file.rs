@@ -1,14 +1,20 @@
-//! `FileCarrier`: one file on the host file system, plus a companion `NAME.lock`.
+//! `FileCarrier`: one file on the host file system.
 //!
-//! The lock is a BSD `flock` on the companion file, exclusive for writers and shared for
-//! read-only openers, so a second opener in this or another process gets `Locked`. Classic
-//! POSIX locks are never used: they vanish when any descriptor of the file closes.
+//! The lock is a BSD `flock` on the carrier file itself (on a descriptor held for the
+//! carrier's lifetime), exclusive for writers and shared for read-only openers, so a second
+//! opener in this or another process gets `Locked`, whatever path it came by: a symlink, a
+//! hard link or a bind mount reaches the same inode and so the same lock. The data descriptor
+//! is opened after the lock is held and must name the same inode (`st_dev`, `st_ino`), so a
+//! file swapped in under the path between the two opens is refused. Classic POSIX locks are
+//! never used: they vanish when any descriptor of the file closes.
 //!
 //! Creation decides the physical knobs. Preallocated non-sparse writes the zeros for real
 //! (buffered, then one `fdatasync`, then the file is reopened for direct IO): `fallocate`
 //! alone leaves unwritten extents, and every first O_DSYNC write into one is a host journal
 //! commit. Preallocated sparse sets the length only. Thin starts empty and grows as the
-//! volume allocates.
+//! volume allocates. A created file's directory entry is made durable too (`fsync` of the
+//! parent directory): POSIX promises it with nothing less, and a volume whose carrier's name
+//! vanished at a power cut is a lost volume.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -59,39 +65,54 @@ impl std::fmt::Debug for CreateOptions<'_> {
 pub struct FileCarrier {
     core: FdCore,
     path: PathBuf,
-    /// Held for the carrier's lifetime; closing it releases the `flock`.
+    /// A descriptor of the carrier file that holds its `flock` for the carrier's lifetime.
     _lock: File,
-}
-
-/// Path of the companion lock file: `NAME.lock` beside `NAME`.
-pub fn lock_path(path: &Path) -> PathBuf {
-    let mut name = path.as_os_str().to_owned();
-    name.push(".lock");
-    PathBuf::from(name)
 }
 
 fn open_error(path: &Path, source: io::Error) -> Error {
     Error::Open { path: path.to_owned(), source }
 }
 
-/// Takes the companion lock of `path`.
-fn take_lock(path: &Path, exclusive: bool) -> Result<File> {
-    let lock_file = lock_path(path);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o644)
-        .open(&lock_file)
-        .map_err(|e| open_error(&lock_file, e))?;
-    match sys::flock(file.as_fd(), exclusive) {
-        Ok(()) => Ok(file),
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-            Err(Error::Locked { path: path.to_owned() })
+/// Attempts (10 ms apart) to take the lock before giving up with `Locked`.
+const LOCK_RETRIES: u32 = 20;
+
+/// Takes the carrier's `flock` on `file` (a descriptor of the carrier itself).
+///
+/// A lock just released may still be held for a moment by a copy of the descriptor: a
+/// process forked by this one (any `Command::spawn`) holds every descriptor until its
+/// `exec` closes them, and a `flock` lives as long as any copy. Such a holder is waited out
+/// briefly before the carrier is called locked.
+fn take_lock(file: File, path: &Path, exclusive: bool) -> Result<File> {
+    let mut tries = 0;
+    loop {
+        match sys::flock(file.as_fd(), exclusive) {
+            Ok(()) => return Ok(file),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock && tries < LOCK_RETRIES => {
+                tries += 1;
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return Err(Error::Locked { path: path.to_owned() });
+            }
+            Err(e) => return Err(open_error(path, e)),
         }
-        Err(e) => Err(open_error(&lock_file, e)),
     }
+}
+
+/// Makes the directory entry of `path` durable: `fsync` of its parent directory.
+fn sync_parent_dir(path: &Path) -> io::Result<()> {
+    let parent = match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    File::open(parent)?.sync_all()
+}
+
+/// True when `a` and `b` are descriptors of the same file (device and inode).
+fn same_file(a: &File, b: &File) -> io::Result<bool> {
+    use std::os::unix::fs::MetadataExt;
+    let (ma, mb) = (a.metadata()?, b.metadata()?);
+    Ok(ma.dev() == mb.dev() && ma.ino() == mb.ino())
 }
 
 /// True when the first bytes of `file` are all zero (or the file is empty).
@@ -115,7 +136,6 @@ impl FileCarrier {
         create: &CreateOptions<'_>,
         options: CarrierOptions,
     ) -> Result<FileCarrier> {
-        let lock = take_lock(path, true)?;
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -124,6 +144,9 @@ impl FileCarrier {
             .mode(0o644)
             .open(path)
             .map_err(|e| open_error(path, e))?;
+        // Locked before anything is checked or written: a second creator, or an opener of the
+        // file by another name, waits for nothing and gets `Locked`.
+        let file = take_lock(file, path, true)?;
         let len = file.metadata().map_err(|e| open_error(path, e))?.len();
         if !create.force && len > 0 && !looks_empty(&file, len).map_err(|e| open_error(path, e))? {
             return Err(Error::NotEmpty { path: path.to_owned() });
@@ -136,22 +159,23 @@ impl FileCarrier {
                     zero_fill(f, create.capacity_bytes, create.progress)?;
                 }
             }
-            f.sync_all()
+            f.sync_all()?;
+            sync_parent_dir(path)
         };
         fill(&file).map_err(|e| open_error(path, e))?;
-        drop(file);
-        Self::open_locked(path, options, lock)
+        let carrier = Self::open_locked(path, options, file)?;
+        carrier.core.stats().record_dir_sync();
+        Ok(carrier)
     }
 
     /// Opens an existing carrier file.
     pub fn open(path: &Path, options: CarrierOptions) -> Result<FileCarrier> {
-        if !path.exists() {
-            return Err(open_error(path, io::Error::from(io::ErrorKind::NotFound)));
-        }
-        let lock = take_lock(path, !options.read_only)?;
+        let file = File::open(path).map_err(|e| open_error(path, e))?;
+        let lock = take_lock(file, path, !options.read_only)?;
         Self::open_locked(path, options, lock)
     }
 
+    /// Opens the data descriptor of a carrier whose lock `lock` holds.
     fn open_locked(path: &Path, options: CarrierOptions, lock: File) -> Result<FileCarrier> {
         let mut open = OpenOptions::new();
         open.read(true).write(!options.read_only);
@@ -170,6 +194,10 @@ impl FileCarrier {
         let meta = file.metadata().map_err(|e| open_error(path, e))?;
         if !meta.is_file() {
             let e = io::Error::new(io::ErrorKind::InvalidInput, "not a regular file");
+            return Err(open_error(path, e));
+        }
+        if !same_file(&lock, &file).map_err(|e| open_error(path, e))? {
+            let e = io::Error::other("the file at this path changed while it was being opened");
             return Err(open_error(path, e));
         }
         let (mem_align, offset_align) = if options.direct_io {

@@ -26,7 +26,7 @@ use std::path::Path;
 
 pub use aligned::AlignedBuf;
 pub use device::DeviceCarrier;
-pub use faulty::{CrashPlan, FaultRng, FaultyCarrier, InjectedError};
+pub use faulty::{CrashPlan, FaultRng, FaultyCarrier, InjectedError, WriteHook};
 pub use file::{CreateOptions, FileCarrier};
 pub use memory::MemoryCarrier;
 pub use stats::names as stats_names;
@@ -37,7 +37,7 @@ use crate::error::{Error, Knob, Result};
 /// Which kind of medium a carrier is; decides what each knob means on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Medium {
-    /// One file on the host file system (plus `NAME.lock`).
+    /// One file on the host file system (locked with `flock` on the file itself).
     File,
     /// A Linux block device or partition.
     Device,

@@ -16,6 +16,7 @@ pub struct CarrierStats {
     written_bytes: AtomicU64,
     durable_writes: AtomicU64,
     barriers: AtomicU64,
+    dir_syncs: AtomicU64,
 }
 
 /// A point-in-time copy of [`CarrierStats`]; subtract two to count what happened between.
@@ -30,6 +31,8 @@ pub struct StatsSnapshot {
     pub durable_writes: u64,
     /// Barriers that reached the medium (`fdatasync` on files and devices).
     pub barriers: u64,
+    /// `fsync`s of the carrier's directory (a created file carrier's name made durable).
+    pub dir_syncs: u64,
 }
 
 impl std::ops::Sub for StatsSnapshot {
@@ -42,6 +45,7 @@ impl std::ops::Sub for StatsSnapshot {
             written_bytes: self.written_bytes - rhs.written_bytes,
             durable_writes: self.durable_writes - rhs.durable_writes,
             barriers: self.barriers - rhs.barriers,
+            dir_syncs: self.dir_syncs - rhs.dir_syncs,
         }
     }
 }
@@ -64,6 +68,7 @@ impl CarrierStats {
             written_bytes: self.written_bytes.load(Ordering::Relaxed),
             durable_writes: self.durable_writes.load(Ordering::Relaxed),
             barriers: self.barriers.load(Ordering::Relaxed),
+            dir_syncs: self.dir_syncs.load(Ordering::Relaxed),
         }
     }
 
@@ -82,6 +87,10 @@ impl CarrierStats {
             self.durable_writes.fetch_add(1, Ordering::Relaxed);
             metrics::histogram!(names::DURABLE_WRITE_DURATION).record(took.as_secs_f64());
         }
+    }
+
+    pub(crate) fn record_dir_sync(&self) {
+        self.dir_syncs.fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn record_barrier(&self, took: Duration) {

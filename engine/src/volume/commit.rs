@@ -42,7 +42,12 @@ pub(crate) fn barrier(inner: &Inner) -> Result<()> {
 }
 
 /// A barrier if buffered data writes are outstanding (nothing otherwise).
-pub(crate) fn flush_data(inner: &Inner) -> Result<()> {
+///
+/// Takes the metadata guard as proof that the caller holds the metadata mutex: a caller that
+/// finds the flag already cleared by another thread's swap must not return before that
+/// thread's barrier did, and the mutex (held by that thread until its barrier returned) is
+/// what makes it wait.
+pub(crate) fn flush_data(inner: &Inner, _meta: &mut Meta) -> Result<()> {
     if inner.unflushed.swap(false, Ordering::AcqRel) {
         barrier(inner).inspect_err(|e| inner.poison(e))?;
     }
@@ -103,7 +108,7 @@ fn commit_inner(inner: &Inner, meta: &mut Meta, state: VolumeState) -> Result<()
     // get a barrier of their own first, so no superblock can become durable while the data
     // it references is not. Write-through data is durable already, and then a commit takes
     // exactly its two barriers.
-    flush_data(inner)?;
+    flush_data(inner, meta)?;
     let layout = inner.layout;
     let generation = meta.sb.generation + 1;
     let old_root = (meta.sb.generation > 0).then_some(meta.sb.root);

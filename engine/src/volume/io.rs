@@ -13,7 +13,7 @@
 use std::sync::MutexGuard;
 use std::sync::atomic::Ordering;
 
-use super::{Inner, InodeIo, Meta, WriteConcurrency, commit, lock, now_ns};
+use super::{CommitMutation, Inner, InodeIo, Meta, WriteConcurrency, commit, lock, now_ns};
 use crate::carrier::AlignedBuf;
 use crate::error::{Error, Invalid, IoOp, Result};
 use crate::format::consts::MAX_FILE_SIZE;
@@ -263,16 +263,27 @@ fn execute(inner: &Inner, plan: &Plan, data: &[u8]) -> Result<()> {
             seg.offset + total as u64 <= inner.layout.capacity_bytes(),
             "data write past the volume end"
         );
+        let mutant = inner.options.mutation == Some(CommitMutation::UnflushedBeforeWrite);
         let result = if durable {
             carrier.write_durable_at(bytes, seg.offset)
         } else {
-            inner.unflushed.store(true, Ordering::Release);
+            if mutant {
+                inner.unflushed.store(true, Ordering::Release);
+            }
             carrier.write_all_at(bytes, seg.offset)
         };
         result.map_err(|source| {
             let op = if durable { IoOp::DurableWrite } else { IoOp::Write };
             Error::Io { op, offset: seg.offset, len: total as u64, source }
         })?;
+        if !durable && !mutant {
+            // Only after the write returned: a barrier issued before that (by a commit on
+            // another thread) does not cover it, so the flag must outlive that barrier. Set
+            // before the write, a concurrent commit could clear it and flush while the write
+            // was still on its way, and the writer's own `sync` would then skip the barrier
+            // and acknowledge bytes that sit in a cache.
+            inner.unflushed.store(true, Ordering::Release);
+        }
     }
     Ok(())
 }

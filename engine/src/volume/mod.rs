@@ -74,6 +74,8 @@ pub(crate) struct Inner {
     /// write can reach the carrier after the lock on it was released.
     pub(crate) carrier: RwLock<Option<Box<dyn Carrier>>>,
     pub(crate) medium: Medium,
+    /// The unit the carrier writes atomically (its geometry at open).
+    pub(crate) physical_sector: u32,
     pub(crate) carrier_options: CarrierOptions,
     /// Carrier counts at close, for `carrier_stats` afterwards.
     pub(crate) final_stats: Mutex<StatsSnapshot>,
@@ -208,6 +210,8 @@ pub struct VolumeInfo {
     pub layout: Layout,
     pub medium: Medium,
     pub carrier: CarrierOptions,
+    /// The unit the carrier writes atomically: a torn write damages whole units of this size.
+    pub physical_sector: u32,
     pub thin: bool,
     pub sparse: bool,
     pub read_only: bool,
@@ -271,6 +275,7 @@ impl Volume {
             layout: self.inner.layout,
             medium: self.inner.medium,
             carrier: self.inner.carrier_options,
+            physical_sector: self.inner.physical_sector,
             thin: meta.sb.layout_flags & LAYOUT_THIN != 0,
             sparse: meta.sb.layout_flags & LAYOUT_SPARSE != 0,
             read_only: self.inner.read_only,
@@ -312,7 +317,7 @@ impl Volume {
         if meta.is_dirty() {
             commit::commit(&self.inner, &mut meta, VolumeState::Dirty)
         } else {
-            commit::flush_data(&self.inner)
+            commit::flush_data(&self.inner, &mut meta)
         }
     }
 

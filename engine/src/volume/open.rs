@@ -149,6 +149,7 @@ fn build(
         Meta { ns, alloc, sb: sb.clone(), open: std::collections::HashMap::new(), carrier_len };
     let inner = Inner {
         medium: carrier.medium(),
+        physical_sector: carrier.geometry().physical_sector,
         carrier_options: carrier.options(),
         final_stats: Mutex::new(crate::carrier::StatsSnapshot::default()),
         carrier: std::sync::RwLock::new(Some(carrier)),

@@ -22,6 +22,9 @@ pub enum CommitMutation {
     /// Let this commit reuse the blocks the previous commit freed, before this commit is
     /// durable (the deferred-free rule broken).
     ReuseFreedBlocksEarly,
+    /// Mark buffered data unflushed before its carrier write instead of after it returned
+    /// (a commit racing the write may then take the only barrier before the write lands).
+    UnflushedBeforeWrite,
 }
 
 /// Open-time options of the volume layer (the carrier's own knobs are `CarrierOptions`).

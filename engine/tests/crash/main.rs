@@ -12,6 +12,7 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+mod concurrent;
 mod model;
 
 use std::sync::Arc;
