@@ -19,10 +19,29 @@ pub enum Error {
     /// The store was closed.
     #[error("the raft store is closed")]
     Closed,
-    /// One entry does not fit into a segment.
-    #[error("entry of {len} bytes does not fit a {max}-byte segment")]
+    /// One entry does not fit into a segment: that append alone is refused (nothing was
+    /// queued or written, the log keeps working). Propose smaller entries.
+    #[error("an entry of {len} bytes is larger than the {max} bytes one log segment holds")]
     EntryTooLarge { len: usize, max: u64 },
-    /// An append that would leave a hole, or an index outside the log.
+    /// The log's files use a format newer than this build reads: upgrade, do not rewrite.
+    #[error("raft log file {file} uses {what} ({found}); this build cannot read it")]
+    Unsupported { file: String, what: &'static str, found: u64 },
+    /// The carrier's physical sector is larger than the log's write alignment, so a torn
+    /// write could damage an acknowledged frame: use a carrier with sectors of at most 4 KiB.
+    #[error(
+        "the carrier writes {sector}-byte physical sectors; the raft log needs {align} bytes          or less"
+    )]
+    SectorTooLarge { sector: u32, align: usize },
+    /// No spare segment could be prepared (the maker keeps retrying; the metric
+    /// `vellum_log_spare_failures_total` counts its attempts): usually the volume is full.
+    #[error("no spare log segment is ready: {0}")]
+    NoSpare(SharedError),
+    /// The log writer panicked (a bug, reported with the panic message on stderr): every
+    /// write after it fails; reopen the store.
+    #[error("the raft log writer panicked (a bug); reopen the store")]
+    WriterPanicked,
+    /// An append that would leave a hole or reach before the log's first entry, entries that
+    /// are not consecutive, or an index outside the log: refused, the log unchanged.
     #[error("log index {index} is outside the log ({first}..={last})")]
     OutOfRange { index: u64, first: u64, last: u64 },
     /// A value could not be encoded.

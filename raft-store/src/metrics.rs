@@ -13,6 +13,8 @@ pub const APPENDED_ENTRIES_TOTAL: &str = "vellum_log_appended_entries_total";
 pub const WRITER_BATCH_DURATION: &str = "vellum_log_writer_batch_duration_seconds";
 pub const SEGMENTS_ROLLED_TOTAL: &str = "vellum_log_segments_rolled_total";
 pub const SEGMENTS_PURGED_TOTAL: &str = "vellum_log_segments_purged_total";
+pub const SPARE_FAILURES_TOTAL: &str = "vellum_log_spare_failures_total";
+pub const SPARE_READY: &str = "vellum_log_spare_ready";
 pub const COLD_READS_TOTAL: &str = "vellum_log_cold_reads_total";
 pub const RECOVERY_DURATION: &str = "vellum_log_recovery_duration_seconds";
 pub const RECOVERY_SCANNED_BYTES: &str = "vellum_log_recovery_scanned_bytes";
@@ -75,6 +77,11 @@ pub fn describe() {
     );
     describe_counter!(SEGMENTS_ROLLED_TOTAL, "Log segments activated.");
     describe_counter!(SEGMENTS_PURGED_TOTAL, "Log segments deleted by purges.");
+    describe_counter!(
+        SPARE_FAILURES_TOTAL,
+        "Failed attempts to prepare a spare log segment (each is retried)."
+    );
+    describe_gauge!(SPARE_READY, "1 while a spare log segment is ready for the next roll.");
     describe_counter!(
         COLD_READS_TOTAL,
         "Log entries read back from segments because they left the hot window."

@@ -190,12 +190,18 @@ fn matches(model: &Model, got: &Recovered) -> bool {
     model.candidates().iter().any(|c| c.log == got.0 && c.vote == got.1 && c.committed == got.2)
 }
 
-/// Opens a crash image (sometimes cutting power again during recovery), checks it against the
-/// model, appends, reopens.
+/// Opens a crash image (sometimes cutting power again during recovery, at any of its
+/// operations), checks it against the model, appends, reopens.
 fn verify(image: Vec<u8>, model: &Model, rng: &mut FaultRng) -> Result<(), String> {
     let image = if rng.chance(20) {
+        // Count the carrier operations of this recovery (volume open, log open, fence), then
+        // cut power at any one of them.
+        let dry = Arc::new(FaultyCarrier::from_bytes(image.clone(), true));
+        if let Ok(v) = Volume::open(Box::new(Arc::clone(&dry)), VolumeOptions::default()) {
+            drop(LogCore::open(v, config(false)));
+        }
         let second = Arc::new(FaultyCarrier::from_bytes(image, true));
-        second.set_crash_plan(CrashPlan::AtOp(rng.below(8)));
+        second.set_crash_plan(CrashPlan::AtOp(rng.below(dry.ops().max(1))));
         if let Ok(v) = Volume::open(Box::new(Arc::clone(&second)), VolumeOptions::default()) {
             drop(LogCore::open(v, config(false)));
         }

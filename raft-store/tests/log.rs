@@ -295,3 +295,35 @@ fn an_append_that_does_not_continue_the_log_truncates_it_durably() {
         "a hole inside one append is refused"
     );
 }
+
+/// A writer that panics (an assertion protecting the disk) fails its batch and every later
+/// item; nothing waits forever on it.
+#[test]
+fn a_panicking_writer_fails_its_batch_and_everything_after_it() {
+    use std::sync::Mutex;
+    use vellum_raft_store::log::queue::{Combiner, Complete};
+
+    type Seen = Arc<Mutex<Vec<(u32, Result<(), &'static str>)>>>;
+    struct Item(u32, Seen);
+    impl Complete for Item {
+        type Error = &'static str;
+        fn complete(self, result: Result<(), &'static str>) {
+            self.1.lock().unwrap().push((self.0, result));
+        }
+        fn writer_panicked() -> &'static str {
+            "panicked"
+        }
+    }
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let combiner: Combiner<Item, u32> = Combiner::new(0);
+    let write = |w: &mut u32, _: &mut [Item]| -> Result<(), &'static str> {
+        *w += 1;
+        assert!(*w > 1, "the first write trips an assertion");
+        Ok(())
+    };
+    assert!(combiner.submit(Item(1, Arc::clone(&seen)), write).is_ok());
+    assert!(combiner.submit(Item(2, Arc::clone(&seen)), write).is_ok());
+    assert_eq!(*seen.lock().unwrap(), vec![(1, Err("panicked")), (2, Err("panicked"))]);
+    assert_eq!(combiner.failed(), Some("panicked"));
+    assert_eq!(*combiner.writer(), 1, "the state is not written with after the panic");
+}

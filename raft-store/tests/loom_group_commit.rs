@@ -10,6 +10,7 @@
 
 mod sync {
     pub(crate) use loom::sync::{Mutex, MutexGuard};
+    pub(crate) use std::sync::TryLockError;
 
     pub(crate) fn yield_point() {
         loom::thread::yield_now();
@@ -42,6 +43,7 @@ impl Complete for Item {
         }
         self.fired.lock().unwrap().push((self.seq, result.is_ok()));
     }
+    fn writer_panicked() {}
 }
 
 /// The writer's state: how many writes it made.

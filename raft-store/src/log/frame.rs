@@ -3,8 +3,13 @@
 //! A segment file starts with a 4096-byte header; frames follow from byte 4096. Every flush
 //! writes one *batch*: frames back to back, starting on a fresh 4096-byte boundary and padded
 //! with zeros to the next one, so a flush never rewrites a sector that holds an acknowledged
-//! frame. Each frame is checksummed with the segment's random salt: bytes left in a reused
-//! block, or frames of another segment, never verify as entries of this one.
+//! frame. Each frame is checksummed with its segment's [`Seal`]: the segment's random salt
+//! (bytes left in a reused block, or frames of another segment, never verify as entries of
+//! this one) and, from segment format 2 on, the frame's own offset in the segment (a frame
+//! written to the wrong place never verifies there).
+//!
+//! Decoding never panics on bytes read from the carrier: every length is checked against
+//! the buffer before it is used.
 
 use crate::error::{Error, Result};
 
@@ -12,7 +17,20 @@ pub const SEGMENT_HEADER_LEN: usize = 4096;
 pub const ALIGN: usize = 4096;
 pub const FRAME_HEADER_LEN: usize = 40;
 pub const FRAME_MAGIC: [u8; 4] = *b"VLFR";
-pub const SEGMENT_MAGIC: [u8; 8] = *b"VLMSEG01";
+/// Magic of a segment header without its two version digits.
+pub const SEGMENT_MAGIC_PREFIX: [u8; 6] = *b"VLMSEG";
+/// The segment format new segments are written in.
+pub const SEGMENT_VERSION: u8 = 2;
+/// The oldest segment format this build reads.
+pub const SEGMENT_VERSION_MIN: u8 = 1;
+
+/// What a segment's frames are checksummed with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Seal {
+    pub salt: u64,
+    /// The segment format: 1 (salt only) or 2 (salt and the frame's offset).
+    pub version: u8,
+}
 
 // Frame header fields, each derived from the one before.
 const KIND_AT: usize = FRAME_MAGIC.len();
@@ -64,24 +82,30 @@ fn u32_at(b: &[u8], at: usize) -> u32 {
     u32::from_le_bytes(w)
 }
 
-fn frame_crc(salt: u64, header: &[u8], payload: &[u8]) -> u32 {
-    let mut c = crc32c::crc32c(&salt.to_le_bytes());
+fn frame_crc(seal: Seal, offset: u64, header: &[u8], payload: &[u8]) -> u32 {
+    let mut c = crc32c::crc32c(&seal.salt.to_le_bytes());
+    if seal.version >= 2 {
+        c = crc32c::crc32c_append(c, &offset.to_le_bytes());
+    }
     c = crc32c::crc32c_append(c, &header[..CRC_AT]);
     c = crc32c::crc32c_append(c, &header[INDEX_AT..FRAME_HEADER_LEN]);
     crc32c::crc32c_append(c, payload)
 }
 
-/// Appends one frame to `out`.
-pub fn encode(out: &mut Vec<u8>, salt: u64, h: &FrameHeader, payload: &[u8]) {
+/// Appends one frame that will sit at segment offset `offset` to `out`.
+#[cfg(any(test, feature = "internals"))]
+pub fn encode(out: &mut Vec<u8>, seal: Seal, offset: u64, h: &FrameHeader, payload: &[u8]) {
     let start = out.len();
     out.resize(start + frame_len(payload.len()), 0);
-    encode_into(&mut out[start..], salt, h, payload);
+    encode_into(&mut out[start..], seal, offset, h, payload);
 }
 
-/// Encodes one frame into `out`, exactly `frame_len(payload.len())` bytes (padding included).
-pub fn encode_into(out: &mut [u8], salt: u64, h: &FrameHeader, payload: &[u8]) {
+/// Encodes one frame that will sit at segment offset `offset` into `out`, exactly
+/// `frame_len(payload.len())` bytes (padding included).
+pub fn encode_into(out: &mut [u8], seal: Seal, offset: u64, h: &FrameHeader, payload: &[u8]) {
     assert_eq!(h.payload_len as usize, payload.len());
     assert_eq!(out.len(), frame_len(payload.len()), "a frame fills its slot exactly");
+    assert!(offset.is_multiple_of(8), "frames start on 8-byte boundaries");
     out[..KIND_AT].copy_from_slice(&FRAME_MAGIC);
     out[KIND_AT] = h.kind as u8;
     out[FLAGS_AT..PAYLOAD_LEN_AT].fill(0);
@@ -93,7 +117,7 @@ pub fn encode_into(out: &mut [u8], salt: u64, h: &FrameHeader, payload: &[u8]) {
     let (header, rest) = out.split_at_mut(FRAME_HEADER_LEN);
     rest[..payload.len()].copy_from_slice(payload);
     rest[payload.len()..].fill(0);
-    let crc = frame_crc(salt, header, payload);
+    let crc = frame_crc(seal, offset, header, payload);
     header[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
 }
 
@@ -108,8 +132,9 @@ pub enum Parsed {
     Invalid,
 }
 
-/// Parses the frame at the start of `buf` (the rest of the segment from there).
-pub fn parse(buf: &[u8], salt: u64) -> Parsed {
+/// Parses the frame at the start of `buf` (the rest of the segment from there), which lies
+/// at segment offset `offset`.
+pub fn parse(buf: &[u8], seal: Seal, offset: u64) -> Parsed {
     if buf.len() < FRAME_HEADER_LEN {
         return if buf.iter().all(|&b| b == 0) { Parsed::Zero } else { Parsed::Invalid };
     }
@@ -132,7 +157,7 @@ pub fn parse(buf: &[u8], salt: u64) -> Parsed {
         return Parsed::Invalid;
     }
     let payload = &buf[FRAME_HEADER_LEN..FRAME_HEADER_LEN + payload_len as usize];
-    if frame_crc(salt, h, payload) != u32_at(h, CRC_AT) {
+    if frame_crc(seal, offset, h, payload) != u32_at(h, CRC_AT) {
         return Parsed::Invalid;
     }
     if buf[FRAME_HEADER_LEN + payload_len as usize..len].iter().any(|&b| b != 0) {
@@ -151,6 +176,8 @@ pub fn parse(buf: &[u8], salt: u64) -> Parsed {
 /// The header of an active segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentHeader {
+    /// The segment format (`SEGMENT_VERSION_MIN..=SEGMENT_VERSION`).
+    pub version: u8,
     /// Order of the segment in the log (strictly increasing, consecutive).
     pub seq: u64,
     pub salt: u64,
@@ -158,50 +185,69 @@ pub struct SegmentHeader {
     pub first_index: u64,
 }
 
+const SEQ_AT: usize = 8;
+const SALT_AT: usize = SEQ_AT + 8;
+const FIRST_INDEX_AT: usize = SALT_AT + 8;
+const RESERVED_AT: usize = FIRST_INDEX_AT + 8;
+const HEADER_CRC_AT: usize = SEGMENT_HEADER_LEN - 4;
+
 impl SegmentHeader {
+    /// The seal of this segment's frames.
+    pub fn seal(&self) -> Seal {
+        Seal { salt: self.salt, version: self.version }
+    }
+
     pub fn encode(&self) -> [u8; SEGMENT_HEADER_LEN] {
+        assert!(
+            (SEGMENT_VERSION_MIN..=SEGMENT_VERSION).contains(&self.version),
+            "segment format {} is not one this build writes",
+            self.version
+        );
         let mut b = [0u8; SEGMENT_HEADER_LEN];
-        b[..8].copy_from_slice(&SEGMENT_MAGIC);
-        b[8..16].copy_from_slice(&self.seq.to_le_bytes());
-        b[16..24].copy_from_slice(&self.salt.to_le_bytes());
-        b[24..32].copy_from_slice(&self.first_index.to_le_bytes());
-        let crc = crc32c::crc32c(&b[..SEGMENT_HEADER_LEN - 4]);
-        b[SEGMENT_HEADER_LEN - 4..].copy_from_slice(&crc.to_le_bytes());
+        b[..6].copy_from_slice(&SEGMENT_MAGIC_PREFIX);
+        b[6] = b'0' + self.version / 10;
+        b[7] = b'0' + self.version % 10;
+        b[SEQ_AT..SALT_AT].copy_from_slice(&self.seq.to_le_bytes());
+        b[SALT_AT..FIRST_INDEX_AT].copy_from_slice(&self.salt.to_le_bytes());
+        b[FIRST_INDEX_AT..RESERVED_AT].copy_from_slice(&self.first_index.to_le_bytes());
+        let crc = crc32c::crc32c(&b[..HEADER_CRC_AT]);
+        b[HEADER_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         b
     }
 
     /// `Ok(None)` for an all-zero header (a spare segment, never activated).
     pub fn decode(b: &[u8], file: &str) -> Result<Option<SegmentHeader>> {
+        let corrupt = |offset: u64, reason| Error::Corrupt { file: file.into(), offset, reason };
         if b.len() < SEGMENT_HEADER_LEN {
-            return Err(Error::Corrupt {
-                file: file.into(),
-                offset: 0,
-                reason: "short segment header",
-            });
+            return Err(corrupt(0, "short segment header"));
         }
         let b = &b[..SEGMENT_HEADER_LEN];
         if b.iter().all(|&x| x == 0) {
             return Ok(None);
         }
-        let crc = u32_at(b, SEGMENT_HEADER_LEN - 4);
-        if b[..8] != SEGMENT_MAGIC || crc32c::crc32c(&b[..SEGMENT_HEADER_LEN - 4]) != crc {
-            return Err(Error::Corrupt {
+        let crc = u32_at(b, HEADER_CRC_AT);
+        if b[..6] != SEGMENT_MAGIC_PREFIX || crc32c::crc32c(&b[..HEADER_CRC_AT]) != crc {
+            return Err(corrupt(0, "bad segment header"));
+        }
+        let version = match (b[6], b[7]) {
+            (d1 @ b'0'..=b'9', d2 @ b'0'..=b'9') => (d1 - b'0') * 10 + (d2 - b'0'),
+            _ => return Err(corrupt(6, "bad segment header")),
+        };
+        if !(SEGMENT_VERSION_MIN..=SEGMENT_VERSION).contains(&version) {
+            return Err(Error::Unsupported {
                 file: file.into(),
-                offset: 0,
-                reason: "bad segment header",
+                what: "a raft log segment format newer than this build reads",
+                found: u64::from(version),
             });
         }
-        if b[32..SEGMENT_HEADER_LEN - 4].iter().any(|&x| x != 0) {
-            return Err(Error::Corrupt {
-                file: file.into(),
-                offset: 32,
-                reason: "non-zero reserved bytes in segment header",
-            });
+        if b[RESERVED_AT..HEADER_CRC_AT].iter().any(|&x| x != 0) {
+            return Err(corrupt(RESERVED_AT as u64, "non-zero reserved bytes in segment header"));
         }
         Ok(Some(SegmentHeader {
-            seq: u64_at(b, 8),
-            salt: u64_at(b, 16),
-            first_index: u64_at(b, 24),
+            version,
+            seq: u64_at(b, SEQ_AT),
+            salt: u64_at(b, SALT_AT),
+            first_index: u64_at(b, FIRST_INDEX_AT),
         }))
     }
 }
@@ -210,32 +256,59 @@ impl SegmentHeader {
 mod tests {
     use super::*;
 
+    const V2: Seal = Seal { salt: 77, version: 2 };
+
     fn frame(kind: FrameKind, index: u64, payload: &[u8]) -> FrameHeader {
         FrameHeader { kind, payload_len: payload.len() as u32, index, term: 3, batch: 9 }
     }
 
     #[test]
-    fn frames_round_trip_and_bind_to_their_salt() {
+    fn frames_round_trip_and_bind_to_their_salt_and_place() {
         let mut buf = Vec::new();
         let h = frame(FrameKind::Entry, 42, b"payload!!");
-        encode(&mut buf, 77, &h, b"payload!!");
+        encode(&mut buf, V2, 4096, &h, b"payload!!");
         assert_eq!(buf.len(), frame_len(9));
-        assert_eq!(parse(&buf, 77), Parsed::Valid { header: h, len: buf.len() });
-        assert_eq!(parse(&buf, 78), Parsed::Invalid, "another segment's salt");
+        assert_eq!(parse(&buf, V2, 4096), Parsed::Valid { header: h, len: buf.len() });
+        assert_eq!(parse(&buf, Seal { salt: 78, ..V2 }, 4096), Parsed::Invalid, "another salt");
+        assert_eq!(parse(&buf, V2, 8192), Parsed::Invalid, "a frame written to the wrong place");
         let mut torn = buf.clone();
         torn[45] ^= 1;
-        assert_eq!(parse(&torn, 77), Parsed::Invalid);
-        assert_eq!(parse(&[0u8; 64], 77), Parsed::Zero);
-        assert_eq!(parse(&buf[..20], 77), Parsed::Invalid);
+        assert_eq!(parse(&torn, V2, 4096), Parsed::Invalid);
+        assert_eq!(parse(&[0u8; 64], V2, 4096), Parsed::Zero);
+        assert_eq!(parse(&buf[..20], V2, 4096), Parsed::Invalid);
     }
 
     #[test]
-    fn segment_headers_round_trip() {
-        let h = SegmentHeader { seq: 5, salt: 0xABCD, first_index: 1000 };
-        assert_eq!(SegmentHeader::decode(&h.encode(), "s").unwrap(), Some(h));
+    fn format_1_frames_do_not_bind_their_offset() {
+        let v1 = Seal { salt: 77, version: 1 };
+        let mut buf = Vec::new();
+        let h = frame(FrameKind::Entry, 42, b"old");
+        encode(&mut buf, v1, 4096, &h, b"old");
+        assert!(matches!(parse(&buf, v1, 12_288), Parsed::Valid { .. }));
+        assert_eq!(parse(&buf, V2, 4096), Parsed::Invalid, "the formats do not mix");
+    }
+
+    #[test]
+    fn segment_headers_round_trip_and_refuse_unknown_formats() {
+        for version in [1, 2] {
+            let h = SegmentHeader { version, seq: 5, salt: 0xABCD, first_index: 1000 };
+            assert_eq!(SegmentHeader::decode(&h.encode(), "s").unwrap(), Some(h));
+        }
+        let h = SegmentHeader { version: 2, seq: 5, salt: 0xABCD, first_index: 1000 };
+        assert_eq!(&h.encode()[..8], b"VLMSEG02");
         assert_eq!(SegmentHeader::decode(&[0u8; 4096], "s").unwrap(), None);
         let mut bad = h.encode();
         bad[9] ^= 1;
-        assert!(SegmentHeader::decode(&bad, "s").is_err());
+        assert!(matches!(SegmentHeader::decode(&bad, "s"), Err(Error::Corrupt { .. })));
+        let mut newer = h.encode();
+        newer[7] = b'3';
+        let crc = crc32c::crc32c(&newer[..HEADER_CRC_AT]);
+        newer[HEADER_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(SegmentHeader::decode(&newer, "s"), Err(Error::Unsupported { .. })));
+        let mut reserved = h.encode();
+        reserved[100] = 1;
+        let crc = crc32c::crc32c(&reserved[..HEADER_CRC_AT]);
+        reserved[HEADER_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        assert!(matches!(SegmentHeader::decode(&reserved, "s"), Err(Error::Corrupt { .. })));
     }
 }

@@ -12,15 +12,22 @@
 //! Guarantees (model-checked with loom in `tests/loom_group_commit.rs`): items complete in
 //! push order, never before the write that covers them returned, each exactly once, none is
 //! left behind, and after a failed write every later item fails.
+//!
+//! A writer that panics (a bug: an assertion about to protect the disk) fails like a write
+//! that returned an error: its batch and every later item complete with
+//! `Complete::writer_panicked`, and the writer state is never written with again. Nothing
+//! waits forever on a writer that is gone.
 
 use std::collections::VecDeque;
 
-use crate::sync::{Mutex, yield_point};
+use crate::sync::{Mutex, TryLockError, yield_point};
 
 /// Something the writer completes once it is durable (or failed).
 pub trait Complete {
     type Error: Clone;
     fn complete(self, result: Result<(), Self::Error>);
+    /// The error of the items of a write that panicked, and of every item after it.
+    fn writer_panicked() -> Self::Error;
 }
 
 struct State<T, E> {
@@ -60,7 +67,13 @@ impl<T: Complete, W> Combiner<T, W> {
     /// Writes what is queued unless another caller is writing (it will take it).
     pub fn drain(&self, write: impl Fn(&mut W, &mut [T]) -> Result<(), T::Error>) {
         loop {
-            let Ok(mut w) = self.writer.try_lock() else { return };
+            let mut w = match self.writer.try_lock() {
+                Ok(w) => w,
+                Err(TryLockError::WouldBlock) => return,
+                // Only a panic in a completion callback poisons it (a panicking write is
+                // caught below): the writer state is whole, and `failed` decides the rest.
+                Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            };
             loop {
                 let (mut batch, failed) = {
                     let mut s = lock(&self.state);
@@ -72,7 +85,10 @@ impl<T: Complete, W> Combiner<T, W> {
                 }
                 let result = match failed {
                     Some(e) => Err(e),
-                    None => write(&mut w, &mut batch),
+                    None => std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                        write(&mut w, &mut batch)
+                    }))
+                    .unwrap_or_else(|_| Err(T::writer_panicked())),
                 };
                 if let Err(e) = &result {
                     lock(&self.state).failed.get_or_insert_with(|| e.clone());

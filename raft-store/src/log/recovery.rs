@@ -1,5 +1,5 @@
-//! Recovery: scan the segments, classify the tail, rebuild the entry index
-//! (docs/RAFT-LOG.md, "Recovery").
+//! Recovery's scan of one segment: classify every byte after the header as frames, padding,
+//! a gap an earlier recovery fenced, a torn tail, or damage (docs/RAFT-LOG.md, "Recovery").
 //!
 //! A segment is scanned frame by frame from byte 4096. Parsing stops at the first position E
 //! that is not a valid frame (zero padding inside a block just skips to the next block). What
@@ -8,14 +8,17 @@
 //! - nothing but zeros: the clean end of the segment;
 //! - a `Skip` frame that names E: an earlier recovery abandoned `[E, skip)`; scanning goes on
 //!   after it;
-//! - in the **last** segment, bytes of the one write that was in flight at the power cut
-//!   (valid frames of a single batch, the one at E or the next, and/or garbage): a torn tail.
-//!   It is dropped, and open writes a `Skip` behind it before anything else;
-//! - anything else (valid frames of another batch, or any bytes in a sealed segment): the log
-//!   is damaged where no crash can have left it, and open refuses. Truncating there would turn
-//!   a voter into an amnesiac.
+//! - bytes of the one write that was in flight at the power cut (valid frames of a single
+//!   batch, the one at E or the next, and/or garbage): a torn tail. Only the log's last
+//!   write can have left one, which the caller (`open.rs`) checks: it is the last segment's,
+//!   or the segment before a last one that holds no frame yet;
+//! - anything else (valid frames of another batch): the log is damaged where no crash can
+//!   have left it, and open refuses. Truncating there would turn a voter into an amnesiac.
+//!
+//! Pure functions of the bytes: nothing here reads the carrier or panics on what it finds.
 
-use super::frame::{self, ALIGN, FrameHeader, FrameKind, Parsed, SEGMENT_HEADER_LEN};
+use super::frame::{self, ALIGN, FrameHeader, FrameKind, Parsed, SEGMENT_HEADER_LEN, Seal};
+use super::state::Torn;
 use crate::error::{Error, Result};
 
 /// The `to` of a `Skip` frame at the start of a segment that fences the previous segment's
@@ -24,9 +27,9 @@ pub const CROSS_SEGMENT: u64 = u64::MAX;
 
 /// True when `next` (the following segment's bytes) opens with the fence for a torn end at
 /// `from` of the segment before it.
-pub fn fenced_from_next(next: &[u8], salt: u64, from: u64) -> bool {
+pub fn fenced_from_next(next: &[u8], seal: Seal, from: u64) -> bool {
     matches!(
-        frame::parse(&next[SEGMENT_HEADER_LEN.min(next.len())..], salt),
+        frame::parse(&next[SEGMENT_HEADER_LEN.min(next.len())..], seal, SEGMENT_HEADER_LEN as u64),
         Parsed::Valid { header, .. } if header.kind == FrameKind::Skip && header.index == from && header.term == CROSS_SEGMENT
     )
 }
@@ -37,16 +40,6 @@ pub struct ScannedFrame {
     pub header: FrameHeader,
     pub offset: u64,
     pub len: u32,
-}
-
-/// A torn tail: the bytes `[from, to)` of the last segment are abandoned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Torn {
-    pub from: u64,
-    /// Aligned end of the damaged bytes; the `Skip` frame goes here.
-    pub to: u64,
-    /// Valid frames of the in-flight write found in the torn region (dropped).
-    pub dropped_frames: usize,
 }
 
 /// The scan of one segment.
@@ -60,13 +53,24 @@ pub struct SegmentScan {
     pub max_batch: u64,
 }
 
+impl SegmentScan {
+    /// Nothing was ever written after the header but, at most, the write in flight into its
+    /// first block (no valid frame, no damage past that block): a segment that a roll or a
+    /// cross-segment fence had just activated.
+    pub fn is_frameless(&self) -> bool {
+        let first_block_end = (SEGMENT_HEADER_LEN + ALIGN) as u64;
+        self.frames.is_empty()
+            && self.torn.is_none_or(|t| t.dropped_frames == 0 && t.to <= first_block_end)
+    }
+}
+
 fn corrupt(file: &str, offset: usize, reason: &'static str) -> Error {
     Error::Corrupt { file: file.into(), offset: offset as u64, reason }
 }
 
 /// The next valid frame at or after `from` (frames start on 8-byte boundaries), skipping
 /// all-zero blocks quickly.
-fn next_valid(bytes: &[u8], from: usize, salt: u64) -> Option<(usize, FrameHeader, usize)> {
+fn next_valid(bytes: &[u8], from: usize, seal: Seal) -> Option<(usize, FrameHeader, usize)> {
     let mut pos = from.next_multiple_of(8);
     while pos + frame::FRAME_HEADER_LEN <= bytes.len() {
         if pos.is_multiple_of(ALIGN)
@@ -76,7 +80,7 @@ fn next_valid(bytes: &[u8], from: usize, salt: u64) -> Option<(usize, FrameHeade
             continue;
         }
         if bytes[pos..pos + 4] == frame::FRAME_MAGIC
-            && let Parsed::Valid { header, len } = frame::parse(&bytes[pos..], salt)
+            && let Parsed::Valid { header, len } = frame::parse(&bytes[pos..], seal, pos as u64)
         {
             return Some((pos, header, len));
         }
@@ -89,8 +93,16 @@ fn last_nonzero(bytes: &[u8], from: usize) -> Option<usize> {
     bytes[from..].iter().rposition(|&b| b != 0).map(|i| from + i)
 }
 
-/// Scans one segment. `prev_batch` is the highest batch id of the segments before it.
-pub fn scan_segment(bytes: &[u8], salt: u64, file: &str, prev_batch: u64) -> Result<SegmentScan> {
+/// Scans one segment. `prev_batch` is the highest batch id of the segments before it;
+/// `unreadable` are the byte ranges a read error (EIO) left unknown (filled with non-zero
+/// garbage in `bytes`, so they never pass for padding or frames).
+pub fn scan_segment(
+    bytes: &[u8],
+    seal: Seal,
+    file: &str,
+    prev_batch: u64,
+    unreadable: &[std::ops::Range<u64>],
+) -> Result<SegmentScan> {
     let mut frames = Vec::new();
     let mut last_batch = prev_batch;
     let mut pos = SEGMENT_HEADER_LEN;
@@ -106,7 +118,7 @@ pub fn scan_segment(bytes: &[u8], salt: u64, file: &str, prev_batch: u64) -> Res
             pos = boundary;
             continue;
         }
-        match frame::parse(&bytes[pos..], salt) {
+        match frame::parse(&bytes[pos..], seal, pos as u64) {
             Parsed::Valid { header, len } => {
                 if header.kind == FrameKind::Skip {
                     // Only a fence for the previous segment's torn end may stand here.
@@ -127,7 +139,18 @@ pub fn scan_segment(bytes: &[u8], salt: u64, file: &str, prev_batch: u64) -> Res
             Parsed::Zero if !pos.is_multiple_of(ALIGN) => pos = boundary,
             Parsed::Zero | Parsed::Invalid => {
                 let end = pos;
-                match gap(bytes, end, salt, last_batch, file)? {
+                let gap = gap(bytes, end, seal, last_batch, file).map_err(|e| {
+                    if unreadable.iter().any(|r| r.end > end as u64) {
+                        corrupt(
+                            file,
+                            end,
+                            "blocks that cannot be read (EIO) lie before valid entries",
+                        )
+                    } else {
+                        e
+                    }
+                })?;
+                match gap {
                     Gap::Skip { resume, batch } => {
                         last_batch = last_batch.max(batch);
                         pos = resume;
@@ -141,12 +164,20 @@ pub fn scan_segment(bytes: &[u8], salt: u64, file: &str, prev_batch: u64) -> Res
                         });
                     }
                     Gap::Torn { dropped, max_batch } => {
-                        // In a sealed segment this is damage, unless the next segment opens
-                        // with a fence for it (the caller checks, with `fenced_from_next`).
+                        // Damage, unless it is the log's last write (the caller decides).
                         let to =
                             last_nonzero(bytes, end).map_or(end, |i| i + 1).next_multiple_of(ALIGN);
-                        let torn =
-                            Torn { from: end as u64, to: to as u64, dropped_frames: dropped };
+                        let unreadable_bytes = unreadable
+                            .iter()
+                            .map(|r| r.end.min(to as u64).saturating_sub(r.start.max(end as u64)))
+                            .sum();
+                        let torn = Torn {
+                            from: end as u64,
+                            to: to as u64,
+                            dropped_frames: dropped,
+                            unreadable_bytes,
+                            in_previous_segment: false,
+                        };
                         return Ok(SegmentScan {
                             frames,
                             next_write: to as u64 + ALIGN as u64,
@@ -170,11 +201,11 @@ enum Gap {
 }
 
 /// Classifies what follows the end of the valid frames at `end`.
-fn gap(bytes: &[u8], end: usize, salt: u64, last_batch: u64, file: &str) -> Result<Gap> {
+fn gap(bytes: &[u8], end: usize, seal: Seal, last_batch: u64, file: &str) -> Result<Gap> {
     let mut torn_batch: Option<u64> = None;
     let mut dropped = 0;
     let mut at = end + 8;
-    while let Some((pos, header, len)) = next_valid(bytes, at, salt) {
+    while let Some((pos, header, len)) = next_valid(bytes, at, seal) {
         if header.kind == FrameKind::Skip {
             if header.index != end as u64 || header.term != pos as u64 {
                 return Err(corrupt(file, pos, "a skip frame that names another gap"));
@@ -201,16 +232,21 @@ fn gap(bytes: &[u8], end: usize, salt: u64, last_batch: u64, file: &str) -> Resu
 mod tests {
     use super::*;
 
-    const SALT: u64 = 0x5A17;
+    const SALT: Seal = Seal { salt: 0x5A17, version: 2 };
 
     fn batch(out: &mut Vec<u8>, batch: u64, first: u64, n: u64) {
         for i in first..first + n {
             let payload = vec![i as u8; 100];
             let h =
                 FrameHeader { kind: FrameKind::Entry, payload_len: 100, index: i, term: 1, batch };
-            frame::encode(out, SALT, &h, &payload);
+            let at = out.len() as u64;
+            frame::encode(out, SALT, at, &h, &payload);
         }
         out.resize(out.len().next_multiple_of(ALIGN), 0);
+    }
+
+    fn scan(s: &[u8], prev: u64) -> Result<SegmentScan> {
+        scan_segment(s, SALT, "s", prev, &[])
     }
 
     fn segment(batches: &[(u64, u64, u64)]) -> Vec<u8> {
@@ -229,7 +265,7 @@ mod tests {
     #[test]
     fn a_clean_segment_scans_to_its_end() {
         let s = segment(&[(1, 1, 3), (2, 4, 2)]);
-        let scan = scan_segment(&s, SALT, "s", 0).unwrap();
+        let scan = scan(&s, 0).unwrap();
         assert_eq!(indexes(&scan), vec![1, 2, 3, 4, 5]);
         assert_eq!(scan.torn, None);
         assert_eq!(scan.next_write, 3 * 4096);
@@ -242,7 +278,7 @@ mod tests {
         for b in &mut s[4096 * 2 + 512..4096 * 2 + 1024] {
             *b = 0xEE;
         }
-        let scan = scan_segment(&s, SALT, "s", 0).unwrap();
+        let scan = scan(&s, 0).unwrap();
         let torn = scan.torn.expect("torn tail");
         assert!(indexes(&scan).starts_with(&[1, 2, 3, 4]));
         assert!(torn.dropped_frames > 0, "later frames of the torn batch are dropped");
@@ -254,7 +290,7 @@ mod tests {
     fn valid_entries_after_damage_are_corruption() {
         let mut s = segment(&[(1, 1, 3), (2, 4, 3), (3, 7, 3)]);
         s[4096 + 50] ^= 0xFF; // inside batch 1, with batches 2 and 3 intact behind it
-        assert!(matches!(scan_segment(&s, SALT, "s", 0), Err(Error::Corrupt { .. })));
+        assert!(matches!(scan(&s, 0), Err(Error::Corrupt { .. })));
     }
 
     #[test]
@@ -270,12 +306,12 @@ mod tests {
             term: 1,
             batch: 1,
         };
-        frame::encode(&mut s, SALT, &h, &payload);
+        frame::encode(&mut s, SALT, 4096, &h, &payload);
         assert_eq!(s.len(), 8192 - 8);
         s.resize(8192, 0);
         batch(&mut s, 2, 2, 3);
         s.resize(64 * 1024, 0);
-        let scan = scan_segment(&s, SALT, "s", 0).unwrap();
+        let scan = scan(&s, 0).unwrap();
         assert_eq!(indexes(&scan), vec![1, 2, 3, 4]);
         assert_eq!(scan.torn, None);
     }
@@ -284,7 +320,7 @@ mod tests {
     fn torn_tail_of_a_sealed_segment_needs_a_fence_in_the_next() {
         let mut s = segment(&[(1, 1, 3)]);
         s[4096 * 3] = 1;
-        let torn = scan_segment(&s, SALT, "s", 0).unwrap().torn.expect("torn");
+        let torn = scan(&s, 0).unwrap().torn.expect("torn");
         let mut next = vec![0u8; 64 * 1024];
         assert!(!fenced_from_next(&next, SALT, torn.from));
         let h = FrameHeader {
@@ -295,10 +331,10 @@ mod tests {
             batch: 5,
         };
         let mut f = Vec::new();
-        frame::encode(&mut f, SALT, &h, &[]);
+        frame::encode(&mut f, SALT, 4096, &h, &[]);
         next[SEGMENT_HEADER_LEN..SEGMENT_HEADER_LEN + f.len()].copy_from_slice(&f);
         assert!(fenced_from_next(&next, SALT, torn.from));
-        assert!(scan_segment(&next, SALT, "n", 1).unwrap().frames.is_empty());
+        assert!(scan(&next, 1).unwrap().frames.is_empty());
     }
 
     #[test]
@@ -306,6 +342,7 @@ mod tests {
         let mut s = segment(&[(1, 1, 3)]);
         s[8192..8192 + 700].fill(0xAB); // a torn write that an earlier recovery found
         let mut skip = Vec::new();
+        let at = 12288;
         let h = FrameHeader {
             kind: FrameKind::Skip,
             payload_len: 0,
@@ -313,12 +350,12 @@ mod tests {
             term: 12288,
             batch: 3,
         };
-        frame::encode(&mut skip, SALT, &h, &[]);
+        frame::encode(&mut skip, SALT, at, &h, &[]);
         s[12288..12288 + skip.len()].copy_from_slice(&skip);
-        let mut after = Vec::new();
+        let mut after = vec![0u8; 16384];
         batch(&mut after, 4, 4, 2);
-        s[16384..16384 + after.len()].copy_from_slice(&after);
-        let scan = scan_segment(&s, SALT, "s", 0).unwrap();
+        s[16384..after.len()].copy_from_slice(&after[16384..]);
+        let scan = scan(&s, 0).unwrap();
         assert_eq!(indexes(&scan), vec![1, 2, 3, 4, 5]);
         assert_eq!(scan.torn, None);
     }

@@ -6,19 +6,36 @@
 //! ready (created, preallocated, zero-filled, committed; its header all zero). Rolling to a
 //! new segment is one durable write of the spare's header; creating and deleting segments
 //! are the only metadata commits the log makes.
+//!
+//! The maker never gives up: a failure (a volume briefly full, say) is counted
+//! (`vellum_log_spare_failures_total`), logged, and retried with a growing pause, so a roll
+//! hours later finds a spare once space is back. A roll that finds none waits a bounded time
+//! for the maker before it fails.
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use vellum_engine::{File, Volume};
 
+use super::frame::Seal;
+use super::state::lock;
 use crate::error::{Error, Result, SharedError};
+use crate::metrics as m;
+
+/// The first pause after a failed spare, doubled per failure up to `RETRY_MAX`.
+const RETRY_FIRST: Duration = Duration::from_millis(50);
+const RETRY_MAX: Duration = Duration::from_secs(5);
+/// How long a roll waits for a spare the maker is still retrying.
+const TAKE_WAIT: Duration = Duration::from_secs(2);
 
 /// One active segment.
 #[derive(Debug)]
 pub struct SegInfo {
-    pub salt: u64,
+    pub seal: Seal,
+    /// Bytes of the segment file.
+    pub len: u64,
     pub file: Arc<File>,
     pub path: Vec<u8>,
     /// Highest entry index written into it (0: none yet).
@@ -36,13 +53,27 @@ pub struct Segments {
 pub struct Spare {
     pub path: Vec<u8>,
     pub file: Arc<File>,
+    pub len: u64,
+}
+
+/// How the maker is doing.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SpareStatus {
+    /// A spare is ready to activate.
+    pub ready: bool,
+    /// Failed attempts since the maker started.
+    pub failures: u64,
+    /// Failed attempts since its last success (0: healthy).
+    pub failing: u64,
 }
 
 #[derive(Debug, Default)]
 struct SpareState {
     ready: Option<Spare>,
     shutdown: bool,
-    failed: Option<SharedError>,
+    failures: u64,
+    failing: u64,
+    last_error: Option<SharedError>,
     next_file_no: u64,
 }
 
@@ -55,10 +86,6 @@ pub struct SpareMaker {
     inline: Option<(Volume, Vec<u8>, u64)>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
 /// Path of segment file number `n` under `dir`.
 pub fn segment_path(dir: &[u8], n: u64) -> Vec<u8> {
     let mut p = dir.to_vec();
@@ -66,12 +93,17 @@ pub fn segment_path(dir: &[u8], n: u64) -> Vec<u8> {
     p
 }
 
-/// Creates, preallocates (written zeros) and commits one segment file.
-pub fn create_segment(volume: &Volume, path: &[u8], bytes: u64) -> Result<Arc<File>> {
+/// Creates, preallocates (written zeros) and commits one segment file. On failure nothing
+/// of it stays behind to be committed later by someone else.
+pub fn create_segment(volume: &Volume, path: &[u8], bytes: u64) -> Result<Spare> {
     let file = volume.create_file(path)?;
-    file.preallocate(0, bytes)?;
-    volume.commit()?;
-    Ok(Arc::new(file))
+    let made = file.preallocate(0, bytes).and_then(|()| volume.commit());
+    if let Err(e) = made {
+        drop(file);
+        let _ = volume.remove(path);
+        return Err(e.into());
+    }
+    Ok(Spare { path: path.to_vec(), file: Arc::new(file), len: bytes })
 }
 
 impl SpareMaker {
@@ -102,10 +134,11 @@ impl SpareMaker {
 
     fn run(state: &(Mutex<SpareState>, Condvar), volume: &Volume, dir: &[u8], segment_bytes: u64) {
         let (m, cv) = state;
+        let mut pause = RETRY_FIRST;
         loop {
             let n = {
                 let mut s = lock(m);
-                while (s.ready.is_some() || s.failed.is_some()) && !s.shutdown {
+                while s.ready.is_some() && !s.shutdown {
                     s = cv.wait(s).unwrap_or_else(std::sync::PoisonError::into_inner);
                 }
                 if s.shutdown {
@@ -114,21 +147,51 @@ impl SpareMaker {
                 s.next_file_no += 1;
                 s.next_file_no - 1
             };
-            let path = segment_path(dir, n);
-            let made = create_segment(volume, &path, segment_bytes);
+            let made = create_segment(volume, &segment_path(dir, n), segment_bytes);
             let mut s = lock(m);
             match made {
-                Ok(file) => s.ready = Some(Spare { path, file }),
+                Ok(spare) => {
+                    if s.failing > 0 {
+                        tracing::info!(after = s.failing, "a spare log segment is ready again");
+                    }
+                    s.ready = Some(spare);
+                    s.failing = 0;
+                    s.last_error = None;
+                    pause = RETRY_FIRST;
+                }
                 Err(e) => {
-                    tracing::error!(error = %e, "creating a spare log segment failed");
-                    s.failed = Some(Arc::new(e));
+                    s.failures += 1;
+                    s.failing += 1;
+                    metrics::counter!(m::SPARE_FAILURES_TOTAL).increment(1);
+                    if s.failing == 1 || s.failing.is_power_of_two() {
+                        tracing::error!(
+                            error = %e,
+                            attempts = s.failing,
+                            retry_in = ?pause,
+                            "creating a spare log segment failed; retrying"
+                        );
+                    }
+                    s.last_error = Some(Arc::new(e));
+                    cv.notify_all();
+                    // Wait before the retry (woken early only by shutdown).
+                    let deadline = Instant::now() + pause;
+                    while !s.shutdown && Instant::now() < deadline {
+                        let left = deadline.saturating_duration_since(Instant::now());
+                        s = cv
+                            .wait_timeout(s, left)
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .0;
+                    }
+                    pause = (pause * 2).min(RETRY_MAX);
                 }
             }
+            metrics::gauge!(m::SPARE_READY).set(if s.ready.is_some() { 1.0 } else { 0.0 });
             cv.notify_all();
         }
     }
 
-    /// Takes the spare, waiting for the maker if it is still at work.
+    /// Takes the spare, waiting for the maker if it is still at work (a bounded time while
+    /// it is failing).
     pub fn take(&self) -> Result<Spare> {
         let (m, cv) = &*self.state;
         let mut s = lock(m);
@@ -138,22 +201,31 @@ impl SpareMaker {
             }
             s.next_file_no += 1;
             let path = segment_path(dir, s.next_file_no - 1);
-            let file = create_segment(volume, &path, *bytes)?;
-            return Ok(Spare { path, file });
+            return create_segment(volume, &path, *bytes);
         }
+        let deadline = Instant::now() + TAKE_WAIT;
         loop {
             if let Some(spare) = s.ready.take() {
+                metrics::gauge!(m::SPARE_READY).set(0.0);
                 cv.notify_all();
                 return Ok(spare);
-            }
-            if let Some(e) = &s.failed {
-                return Err(Error::shared(e));
             }
             if s.shutdown || self.thread.is_none() {
                 return Err(Error::Closed);
             }
-            s = cv.wait(s).unwrap_or_else(std::sync::PoisonError::into_inner);
+            let now = Instant::now();
+            if s.failing > 0 && now >= deadline {
+                return Err(s.last_error.clone().map_or(Error::Closed, Error::NoSpare));
+            }
+            let left = if s.failing > 0 { deadline - now } else { TAKE_WAIT };
+            s = cv.wait_timeout(s, left).unwrap_or_else(std::sync::PoisonError::into_inner).0;
         }
+    }
+
+    /// How the maker is doing (for tests and metrics).
+    pub fn status(&self) -> SpareStatus {
+        let s = lock(&self.state.0);
+        SpareStatus { ready: s.ready.is_some(), failures: s.failures, failing: s.failing }
     }
 
     /// Stops the maker thread.

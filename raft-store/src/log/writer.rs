@@ -6,16 +6,22 @@
 //! 4096-byte boundary, written with one `write_at` at a fresh aligned offset. A durable append
 //! is that write returning: under write-through there is no `fsync`; without write-through
 //! (buffered carriers) a barrier follows each flush.
+//!
+//! Invariants, asserted before each write: a batch starts on a fresh aligned block of the
+//! current segment and ends inside it; every frame is sealed for the offset it lands at.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use vellum_engine::carrier::AlignedBuf;
 
-use super::frame::{self, ALIGN, FrameHeader, FrameKind, SEGMENT_HEADER_LEN, SegmentHeader};
+use super::frame::{
+    self, ALIGN, FrameHeader, FrameKind, SEGMENT_HEADER_LEN, SEGMENT_VERSION, Seal, SegmentHeader,
+};
 use super::meta::MetaState;
+use super::recovery::CROSS_SEGMENT;
 use super::segments::{SegInfo, SpareMaker};
-use super::{Item, Shared};
+use super::state::{Item, Shared, Torn, lock, read_lock, write_lock};
 use crate::error::{Error, Result, SharedError};
 use crate::metrics as m;
 
@@ -23,7 +29,9 @@ use crate::metrics as m;
 #[derive(Debug)]
 pub(super) struct Current {
     pub seq: u64,
-    pub salt: u64,
+    pub seal: Seal,
+    /// Bytes of the segment file.
+    pub len: u64,
     pub file: Arc<vellum_engine::File>,
     pub pos: u64,
 }
@@ -114,7 +122,8 @@ impl Writer {
         Writer { current, next_seq, batch, purged_batch, spares, scratch: Pending::default() }
     }
 
-    /// Makes one batch of queued items durable, in queue order.
+    /// Makes one batch of queued items durable, in queue order. A failure fails the batch
+    /// and (through the combiner) every later item: the log is poisoned until reopened.
     pub fn write_batch(&mut self, shared: &Shared, items: &mut [Item]) -> Result<(), SharedError> {
         let started = Instant::now();
         let result = self.write_items(shared, items);
@@ -122,11 +131,7 @@ impl Writer {
             tracing::error!(error = %e, "raft log write failed; the log is poisoned");
         }
         metrics::histogram!(m::WRITER_BATCH_DURATION).record(started.elapsed().as_secs_f64());
-        result.map_err(|e| {
-            let err = Arc::new(e);
-            *super::lock(&shared.failed) = Some(Arc::clone(&err));
-            err
-        })
+        result.map_err(Arc::new)
     }
 
     fn write_items(&mut self, shared: &Shared, items: &mut [Item]) -> Result<()> {
@@ -186,16 +191,15 @@ impl Writer {
         term: u64,
         payload: &[u8],
     ) -> Result<()> {
-        let seg_bytes = shared.config.segment_bytes;
         let flen = frame::frame_len(payload.len());
-        if (flen + SEGMENT_HEADER_LEN) as u64 > seg_bytes {
-            return Err(Error::EntryTooLarge {
-                len: payload.len(),
-                max: seg_bytes - SEGMENT_HEADER_LEN as u64,
-            });
+        // `LogCore::append` refuses entries that cannot fit before they are queued; this is
+        // the last line, and it must never be reached with a segment half written.
+        let max = shared.segment_bytes - SEGMENT_HEADER_LEN as u64;
+        if flen as u64 > max {
+            return Err(Error::EntryTooLarge { len: payload.len(), max });
         }
         let fits = |cur: &Current, buffered: usize| {
-            cur.pos + (buffered + flen).next_multiple_of(ALIGN) as u64 <= seg_bytes
+            cur.pos + (buffered + flen).next_multiple_of(ALIGN) as u64 <= cur.len
         };
         if pending.len + flen > shared.config.max_batch_bytes && !pending.is_empty() {
             self.flush(shared, pending)?;
@@ -206,11 +210,11 @@ impl Writer {
                 self.roll(shared, index)?;
             }
         }
-        let salt = self.current.as_ref().map_or(0, |c| c.salt);
+        let cur = self.current.as_ref().expect("a current segment after the roll");
         let offset = pending.len as u64;
         let h =
             FrameHeader { kind, payload_len: payload.len() as u32, index, term, batch: self.batch };
-        frame::encode_into(pending.slot(flen), salt, &h, payload);
+        frame::encode_into(pending.slot(flen), cur.seal, cur.pos + offset, &h, payload);
         pending.placed.push(Placed {
             index,
             term,
@@ -231,10 +235,7 @@ impl Writer {
         let bytes = pending.padded();
         let len = bytes.len();
         assert!(cur.pos.is_multiple_of(ALIGN as u64), "a batch starts on a fresh aligned block");
-        assert!(
-            cur.pos + len as u64 <= shared.config.segment_bytes,
-            "a batch stays inside its segment"
-        );
+        assert!(cur.pos + len as u64 <= cur.len, "a batch stays inside its segment");
         cur.file.write_at(bytes, cur.pos)?;
         if shared.needs_barrier {
             shared.volume.sync()?;
@@ -244,7 +245,7 @@ impl Writer {
         let placed = &pending.placed;
         let entries = placed.iter().filter(|p| p.is_entry).count();
         {
-            let mut ix = super::write_lock(&shared.index);
+            let mut ix = write_lock(&shared.index);
             for p in placed.iter().filter(|p| p.is_entry) {
                 ix.written(p.index, p.term, seq, base + p.offset, p.len);
             }
@@ -253,7 +254,7 @@ impl Writer {
         {
             // Track the newest live entry of each segment, in frame order: a truncation
             // lowers it everywhere (purge deletes a segment only when nothing in it is newer).
-            let mut segs = super::lock(&shared.segments);
+            let mut segs = lock(&shared.segments);
             for p in placed {
                 if p.is_entry {
                     if let Some(seg) = segs.by_seq.get_mut(&seq) {
@@ -276,21 +277,28 @@ impl Writer {
     /// Activates the spare segment: one durable write of its header.
     fn roll(&mut self, shared: &Shared, first_index: u64) -> Result<()> {
         let spare = self.spares.take()?;
-        let header = SegmentHeader { seq: self.next_seq, salt: random_salt(), first_index };
+        let header = SegmentHeader {
+            version: SEGMENT_VERSION,
+            seq: self.next_seq,
+            salt: random_salt(),
+            first_index,
+        };
         spare.file.write_at(&header.encode(), 0)?;
         if shared.needs_barrier {
             shared.volume.sync()?;
         }
         let info = SegInfo {
-            salt: header.salt,
+            seal: header.seal(),
+            len: spare.len,
             file: Arc::clone(&spare.file),
             path: spare.path,
             max_index: 0,
         };
-        super::lock(&shared.segments).by_seq.insert(header.seq, info);
+        lock(&shared.segments).by_seq.insert(header.seq, info);
         self.current = Some(Current {
             seq: header.seq,
-            salt: header.salt,
+            seal: header.seal(),
+            len: spare.len,
             file: spare.file,
             pos: SEGMENT_HEADER_LEN as u64,
         });
@@ -299,20 +307,24 @@ impl Writer {
         Ok(())
     }
 
-    /// Declares a torn tail of the current segment dead: one durable `Skip` frame at its
-    /// aligned end, or, with no room left there, at the start of a fresh segment.
-    pub fn fence(&mut self, shared: &Shared, torn: super::recovery::Torn) -> Result<()> {
-        let seg_bytes = shared.config.segment_bytes;
-        let room = torn.to + ALIGN as u64 <= seg_bytes;
-        let (at, to) = if room {
+    /// Declares a torn tail dead with one durable `Skip` frame: at the torn bytes' aligned
+    /// end in the current segment; or, with no room left there, at the start of a fresh
+    /// segment (a roll first: two writes, and a power cut between them leaves a torn segment
+    /// followed by a frame-less one, which recovery accepts and fences again); or at the
+    /// start of the current segment when the torn bytes end the one before it.
+    pub fn fence(&mut self, shared: &Shared, torn: Torn) -> Result<()> {
+        let (at, to) = if torn.in_previous_segment {
+            let cur = self.current.as_ref().expect("a frame-less last segment follows");
+            assert_eq!(cur.pos, SEGMENT_HEADER_LEN as u64, "the last segment holds no frame");
+            (SEGMENT_HEADER_LEN as u64, CROSS_SEGMENT)
+        } else if self.current.as_ref().is_some_and(|c| torn.to + ALIGN as u64 <= c.len) {
             (torn.to, torn.to)
         } else {
-            let next = super::read_lock(&shared.index).next_index();
+            let next = read_lock(&shared.index).next_index();
             self.roll(shared, next)?;
-            (SEGMENT_HEADER_LEN as u64, super::recovery::CROSS_SEGMENT)
+            (SEGMENT_HEADER_LEN as u64, CROSS_SEGMENT)
         };
         let cur = self.current.as_mut().expect("a torn tail lies in the current segment");
-        let mut buf = Vec::new();
         let h = FrameHeader {
             kind: FrameKind::Skip,
             payload_len: 0,
@@ -320,9 +332,15 @@ impl Writer {
             term: to,
             batch: self.batch,
         };
-        frame::encode(&mut buf, cur.salt, &h, &[]);
         let mut aligned = AlignedBuf::zeroed(ALIGN, ALIGN);
-        aligned.as_mut_slice()[..buf.len()].copy_from_slice(&buf);
+        frame::encode_into(
+            &mut aligned.as_mut_slice()[..frame::frame_len(0)],
+            cur.seal,
+            at,
+            &h,
+            &[],
+        );
+        assert!(at.is_multiple_of(ALIGN as u64) && at + ALIGN as u64 <= cur.len);
         cur.file.write_at(aligned.as_slice(), at)?;
         if shared.needs_barrier {
             shared.volume.sync()?;

@@ -1,0 +1,425 @@
+//! Opening the log: read the meta file, classify and scan the segments, rebuild the entry
+//! index, find the torn tail and fence it (docs/RAFT-LOG.md, "Recovery").
+//!
+//! Segments are classified by their first 8 KiB: an all-zero header with an untouched first
+//! frame block is a spare (or an activation that was the write in flight); a valid header is
+//! an active segment; anything else is damage. Active segments must have consecutive
+//! sequence numbers. They are read in sequence order into two aligned buffers that take
+//! turns (a reader thread fills one while this thread scans the other), so memory stays at
+//! two segments whatever the log's length.
+//!
+//! Only the log's last write may be torn: the tail of the last segment, or the tail of the
+//! segment before a last one that holds no frame yet (a cross-segment fence was in flight).
+//! A read error (EIO) in the last segment is read around block by block and treated like
+//! torn bytes when it lies in that window; anywhere else it refuses with a named error.
+//!
+//! The segment size of an existing log is the size of its segments; the configured size
+//! applies to a log that has none.
+
+use std::sync::{Arc, Mutex, RwLock};
+
+use vellum_engine::carrier::{AlignedBuf, Medium};
+use vellum_engine::{File, Volume};
+
+use super::frame::{ALIGN, FrameKind, SEGMENT_HEADER_LEN, SegmentHeader};
+use super::index::{Index, Loc};
+use super::meta::{self, MetaState};
+use super::recovery::{self, SegmentScan};
+use super::segments::{SegInfo, Segments, Spare, SpareMaker};
+use super::state::{LogConfig, RecoveryReport, Shared, Torn, join};
+use super::writer::{Current, Writer};
+use crate::error::{Error, Result};
+
+/// Everything open produced: the shared state and the writer, ready to write.
+pub(super) struct Opened {
+    pub shared: Shared,
+    pub writer: Writer,
+    pub report: RecoveryReport,
+}
+
+/// An active segment found at open, with its first blocks.
+struct Found {
+    header: SegmentHeader,
+    path: Vec<u8>,
+    name: String,
+    file: Arc<File>,
+    len: u64,
+    head: Vec<u8>,
+}
+
+/// What the classification of the segment files found.
+struct Classified {
+    active: Vec<Found>,
+    spare: Option<Spare>,
+    next_file_no: u64,
+    scanned_bytes: u64,
+}
+
+pub(super) fn open(volume: Volume, config: LogConfig) -> Result<Opened> {
+    if config.segment_bytes < 2 * SEGMENT_HEADER_LEN as u64
+        || !config.segment_bytes.is_multiple_of(ALIGN as u64)
+    {
+        return Err(Error::Config("segment_bytes must be a multiple of 4096 and at least 8192"));
+    }
+    let info = volume.info();
+    // A torn write damages whole physical sectors; the log's design (a fresh aligned block
+    // per flush, never rewriting an acknowledged one) holds only if none spans two flushes.
+    if info.physical_sector as usize > ALIGN {
+        return Err(Error::SectorTooLarge { sector: info.physical_sector, align: ALIGN });
+    }
+    let needs_barrier = !info.carrier.write_through && info.medium != Medium::Memory;
+    let log_dir = join(&config.dir, "log");
+    volume.create_dir_all(&log_dir)?;
+    let meta_path = join(&config.dir, "meta");
+    let meta_file = if volume.exists(&meta_path)? {
+        volume.open_file(&meta_path)?
+    } else {
+        let f = volume.create_file(&meta_path)?;
+        f.preallocate(0, meta::FILE_LEN)?;
+        volume.commit()?;
+        f
+    };
+    let meta_state = MetaState::recover(&meta_file.read_to_end()?, &config.dir)?;
+    let classified = classify(&volume, &log_dir, config.segment_bytes)?;
+    let segment_bytes = log_segment_bytes(&classified, &config);
+    let mut report = RecoveryReport {
+        scanned_bytes: classified.scanned_bytes,
+        segment_bytes,
+        ..RecoveryReport::default()
+    };
+    let (segments, scans) = scan_all(classified.active, &mut report)?;
+    if report.segments > 0 {
+        volume.commit()?; // spares and partial files removed by `classify`
+    }
+    let mut ix = Index::new(meta_state.purged_index.map_or(0, |p| p + 1), config.hot_window_bytes);
+    let mut segments = segments;
+    let (mut current, max_batch) = rebuild(&mut segments, scans, &meta_state, &mut ix, &config)?;
+    if let (Some(cur), Some(torn)) = (current.as_mut(), report.torn)
+        && torn.in_previous_segment
+    {
+        // The fence goes again where the one in flight was meant to land.
+        cur.pos = SEGMENT_HEADER_LEN as u64;
+    }
+    report.entries = ix.len();
+    let next_seq = segments.by_seq.keys().next_back().map_or(1, |s| s + 1);
+    let purged_batch = meta_state.purged_batch;
+    let shared = Shared {
+        volume: volume.clone(),
+        config,
+        segment_bytes,
+        index: RwLock::new(ix),
+        meta: Mutex::new(meta_state),
+        meta_file,
+        segments: Mutex::new(segments),
+        needs_barrier,
+    };
+    let spares = SpareMaker::start(
+        volume,
+        log_dir,
+        segment_bytes,
+        classified.spare,
+        classified.next_file_no,
+        shared.config.background_spares,
+    );
+    let mut writer = Writer::new(current, next_seq, max_batch + 1, purged_batch, spares);
+    if let Some(torn) = report.torn {
+        writer.fence(&shared, torn)?;
+    }
+    Ok(Opened { shared, writer, report })
+}
+
+/// The size of the segments the log makes: that of its newest segment, or of its spare, or
+/// the configured one for a log with neither.
+fn log_segment_bytes(c: &Classified, config: &LogConfig) -> u64 {
+    let found = c.active.last().map(|f| f.len).or(c.spare.as_ref().map(|s| s.len));
+    if let Some(len) = found
+        && len != config.segment_bytes
+    {
+        tracing::warn!(
+            log = len,
+            configured = config.segment_bytes,
+            "the raft log keeps the segment size it was created with; the configured size \
+             applies to new logs only"
+        );
+    }
+    found.unwrap_or(config.segment_bytes)
+}
+
+fn lossy(path: &[u8]) -> String {
+    String::from_utf8_lossy(path).into_owned()
+}
+
+/// Sorts the files of `DIR/log` into active segments (with their first blocks), one spare,
+/// and leftovers (removed; committed by the caller).
+fn classify(volume: &Volume, log_dir: &[u8], config_bytes: u64) -> Result<Classified> {
+    let mut c = Classified { active: Vec::new(), spare: None, next_file_no: 1, scanned_bytes: 0 };
+    for entry in volume.list(log_dir)? {
+        let mut path = log_dir.to_vec();
+        path.push(b'/');
+        path.extend_from_slice(&entry.name);
+        let name = lossy(&path);
+        if let Some(n) = std::str::from_utf8(&entry.name)
+            .ok()
+            .and_then(|s| s.strip_suffix(".seg"))
+            .and_then(|s| s.parse::<u64>().ok())
+        {
+            c.next_file_no = c.next_file_no.max(n + 1);
+        }
+        let file = volume.open_file(&path)?;
+        let len = file.metadata()?.size;
+        let head_len = (2 * SEGMENT_HEADER_LEN).min(len as usize);
+        let mut head = vec![0u8; head_len];
+        file.read_exact_at(&mut head, 0)?;
+        c.scanned_bytes += head_len as u64;
+        let usable = len >= 2 * SEGMENT_HEADER_LEN as u64 && len.is_multiple_of(ALIGN as u64);
+        if !usable {
+            // Never a segment the log made (they are created and sized in one commit): a
+            // file left by something else. Refuse rather than guess if it holds anything.
+            if head.iter().any(|&b| b != 0) {
+                return Err(Error::Corrupt {
+                    file: name,
+                    offset: 0,
+                    reason: "a log segment of an impossible size",
+                });
+            }
+            drop(file);
+            volume.remove(&path)?;
+            continue;
+        }
+        match SegmentHeader::decode(&head, &name) {
+            Ok(Some(header)) => {
+                c.active.push(Found { header, path, name, file: Arc::new(file), len, head });
+            }
+            Ok(None) | Err(Error::Corrupt { .. })
+                if head[SEGMENT_HEADER_LEN..].iter().all(|&b| b == 0) =>
+            {
+                // Never activated (or its activation was the write in flight): a spare. One
+                // of the size new segments get is kept; others go.
+                let keep = c.spare.is_none() && (len == config_bytes || c.active.is_empty());
+                if keep {
+                    c.spare = Some(Spare { path, file: Arc::new(file), len });
+                } else {
+                    drop(file);
+                    volume.remove(&path)?;
+                }
+            }
+            Ok(None) => {
+                return Err(Error::Corrupt {
+                    file: name,
+                    offset: 0,
+                    reason: "frames in a segment without a header",
+                });
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    c.active.sort_by_key(|f| f.header.seq);
+    for pair in c.active.windows(2) {
+        if pair[1].header.seq != pair[0].header.seq + 1 {
+            return Err(Error::Corrupt {
+                file: pair[1].name.clone(),
+                offset: 0,
+                reason: "a segment is missing before this one",
+            });
+        }
+    }
+    // A spare of another size than the log's segments is not worth keeping.
+    if let (Some(spare), Some(last)) = (&c.spare, c.active.last())
+        && spare.len != last.len
+    {
+        let path = spare.path.clone();
+        c.spare = None;
+        volume.remove(&path)?;
+    }
+    Ok(c)
+}
+
+/// A segment's bytes (a prefix of `buf`), read whole, and the byte ranges a read error left
+/// unknown.
+struct Read {
+    buf: AlignedBuf,
+    unreadable: Vec<std::ops::Range<u64>>,
+}
+
+/// True for a read error of the medium (EIO) under the volume.
+fn is_eio(e: &vellum_engine::Error) -> bool {
+    matches!(e, vellum_engine::Error::Io { source, .. } if source.raw_os_error() == Some(libc::EIO))
+}
+
+/// Reads `file` into `bytes`; for the last segment, a read error is read around block by
+/// block (unreadable blocks become non-zero garbage, which the scan never takes for frames
+/// or padding). Returns the unreadable ranges.
+fn read_segment(file: &File, bytes: &mut [u8], last: bool) -> Result<Vec<std::ops::Range<u64>>> {
+    match file.read_exact_at(bytes, 0) {
+        Ok(()) => return Ok(Vec::new()),
+        Err(e) if !(last && is_eio(&e)) => return Err(e.into()),
+        Err(_) => {}
+    }
+    let mut unreadable: Vec<std::ops::Range<u64>> = Vec::new();
+    for (i, block) in bytes.chunks_mut(ALIGN).enumerate() {
+        let at = (i * ALIGN) as u64;
+        match file.read_exact_at(block, at) {
+            Ok(()) => {}
+            Err(e) if is_eio(&e) => {
+                block.fill(0xEE);
+                match unreadable.last_mut() {
+                    Some(r) if r.end == at => r.end = at + block.len() as u64,
+                    _ => unreadable.push(at..at + block.len() as u64),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    tracing::warn!(?unreadable, "the last log segment has blocks that cannot be read (EIO)");
+    Ok(unreadable)
+}
+
+/// Reads and scans every active segment in order, deciding which torn tail is the log's last
+/// write and which is damage.
+fn scan_all(
+    found: Vec<Found>,
+    report: &mut RecoveryReport,
+) -> Result<(Segments, Vec<SegmentScan>)> {
+    let mut scans: Vec<SegmentScan> = Vec::new();
+    let mut prev_batch = 0;
+    let buf_len = found.iter().map(|f| f.len).max().unwrap_or(0) as usize;
+    let files: Vec<(Arc<File>, u64)> = found.iter().map(|f| (Arc::clone(&f.file), f.len)).collect();
+    let count = found.len();
+    // A torn sealed segment waiting for the verdict of the next (the last) one.
+    let mut torn_before: Option<(usize, recovery::SegmentScan)> = None;
+    std::thread::scope(|scope| -> Result<()> {
+        let (full_tx, full_rx) = std::sync::mpsc::sync_channel(1);
+        let (empty_tx, empty_rx) = std::sync::mpsc::channel::<AlignedBuf>();
+        for _ in 0..2.min(count) {
+            let _ = empty_tx.send(AlignedBuf::zeroed(buf_len, ALIGN));
+        }
+        scope.spawn(move || {
+            for (i, (file, len)) in files.into_iter().enumerate() {
+                let Ok(mut buf) = empty_rx.recv() else { return };
+                let read =
+                    read_segment(&file, &mut buf.as_mut_slice()[..len as usize], i + 1 == count)
+                        .map(|unreadable| Read { buf, unreadable });
+                let failed = read.is_err();
+                if full_tx.send(read).is_err() || failed {
+                    return;
+                }
+            }
+        });
+        for (i, f) in found.iter().enumerate() {
+            let read = full_rx.recv().map_err(|_| Error::Closed)??;
+            report.scanned_bytes += f.len - (2 * SEGMENT_HEADER_LEN) as u64;
+            let bytes = &read.buf.as_slice()[..f.len as usize];
+            let scan = recovery::scan_segment(
+                bytes,
+                f.header.seal(),
+                &f.name,
+                prev_batch,
+                &read.unreadable,
+            )?;
+            let _ = empty_tx.send(read.buf);
+            prev_batch = scan.max_batch;
+            if let Some((before, torn_scan)) = torn_before.take() {
+                // The segment before this one ended torn, and no fence for it opens this one:
+                // that is the log's last write only if this is the last segment and holds no
+                // frame yet (the cross-segment fence was in flight).
+                let torn = torn_scan.torn.expect("kept for its torn tail");
+                if i + 1 == count && scan.is_frameless() {
+                    report.torn = Some(Torn { in_previous_segment: true, ..torn });
+                } else {
+                    return Err(damaged(&found[before].name, torn.from));
+                }
+            }
+            if let Some(torn) = scan.torn {
+                match found.get(i + 1) {
+                    None => {
+                        if report.torn.is_none() {
+                            report.torn = Some(torn);
+                        }
+                    }
+                    Some(next)
+                        if recovery::fenced_from_next(
+                            &next.head,
+                            next.header.seal(),
+                            torn.from,
+                        ) => {}
+                    Some(_) => torn_before = Some((i, scan.clone())),
+                }
+            }
+            scans.push(scan);
+        }
+        Ok(())
+    })?;
+    let mut segments = Segments::default();
+    for f in found {
+        let info =
+            SegInfo { seal: f.header.seal(), len: f.len, file: f.file, path: f.path, max_index: 0 };
+        segments.by_seq.insert(f.header.seq, info);
+    }
+    report.segments = segments.by_seq.len();
+    Ok((segments, scans))
+}
+
+fn damaged(file: &str, offset: u64) -> Error {
+    Error::Corrupt { file: file.into(), offset, reason: "damage inside a sealed segment" }
+}
+
+/// Applies the scanned frames in order: entries must be consecutive, truncations drop
+/// their suffix, everything at or below the purged index is gone.
+fn rebuild(
+    segments: &mut Segments,
+    scans: Vec<SegmentScan>,
+    meta: &MetaState,
+    ix: &mut Index,
+    config: &LogConfig,
+) -> Result<(Option<Current>, u64)> {
+    let mut max_batch = 0;
+    let mut current = None;
+    let mut kept: Vec<(u64, u64, u64, u64, u32)> = Vec::new(); // index, term, seq, offset, len
+    let last_seq = segments.by_seq.keys().next_back().copied();
+    for ((&seq, seg), scan) in segments.by_seq.iter().zip(scans) {
+        max_batch = max_batch.max(scan.max_batch);
+        for f in &scan.frames {
+            match f.header.kind {
+                FrameKind::Entry => {
+                    let idx = f.header.index;
+                    if meta.purged_index.is_some_and(|p| idx <= p)
+                        && f.header.batch < meta.purged_batch
+                    {
+                        continue; // purged
+                    }
+                    if let Some(&(last, ..)) = kept.last()
+                        && idx != last + 1
+                    {
+                        return Err(Error::Corrupt {
+                            file: lossy(&seg.path),
+                            offset: f.offset,
+                            reason: "entry indexes are not consecutive",
+                        });
+                    }
+                    kept.push((idx, f.header.term, seq, f.offset, f.len));
+                }
+                FrameKind::Truncate => kept.retain(|k| k.0 < f.header.index),
+                FrameKind::Skip => {}
+            }
+        }
+        if Some(seq) == last_seq {
+            current = Some(Current {
+                seq,
+                seal: seg.seal,
+                len: seg.len,
+                file: Arc::clone(&seg.file),
+                pos: scan.next_write,
+            });
+        }
+    }
+    if let Some(&(first, ..)) = kept.first() {
+        *ix = Index::new(first, config.hot_window_bytes);
+    }
+    for (idx, term, seq, offset, len) in kept {
+        if let Some(seg) = segments.by_seq.get_mut(&seq) {
+            seg.max_index = seg.max_index.max(idx);
+        }
+        ix.push(idx, Loc { term, seg: seq, offset, len, durable: true, hot: None });
+    }
+    Ok((current, max_batch))
+}

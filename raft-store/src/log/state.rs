@@ -1,0 +1,154 @@
+//! What the log's parts share: the configuration, the entry type, the queued items, and the
+//! state behind the locks (`Shared`). A leaf of `log/`: it imports none of its siblings but
+//! `index` and `meta` (plain data), so opening (`open.rs`), writing (`writer.rs`) and the API
+//! (`mod.rs`) all build on it without importing each other in a circle.
+//!
+//! Lock order, outermost first: the combiner's writer state, then `index`, then `segments`;
+//! `meta` is never held across another lock. No lock is held across a callback.
+
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use vellum_engine::{File, Volume};
+
+use super::index::Index;
+use super::meta::MetaState;
+use super::queue::Complete;
+use super::segments::Segments;
+use crate::error::{Error, SharedError};
+
+/// Tuning of the log.
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    /// Directory of the volume holding `meta` and `log/`.
+    pub dir: String,
+    /// Bytes of one preallocated segment file, for a log that has none yet. An existing log
+    /// keeps the size its segments have (it is read from the log, never from here).
+    pub segment_bytes: u64,
+    /// Bytes of payload the hot tail window keeps in memory.
+    pub hot_window_bytes: usize,
+    /// Largest single write the writer issues.
+    pub max_batch_bytes: usize,
+    /// Prepare the next segment in a background thread (false: when it is needed, which
+    /// makes the carrier's operation sequence deterministic, for crash tests).
+    pub background_spares: bool,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            dir: "/raft".into(),
+            segment_bytes: 64 << 20,
+            hot_window_bytes: 16 << 20,
+            max_batch_bytes: 4 << 20,
+            background_spares: true,
+        }
+    }
+}
+
+/// One log entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogEntry {
+    pub index: u64,
+    pub term: u64,
+    pub payload: Arc<[u8]>,
+}
+
+/// Completion of a queued write.
+pub type Callback = Box<dyn FnOnce(Result<(), SharedError>) + Send>;
+
+/// A write waiting in the queue, with the callback that learns its outcome.
+pub(crate) enum Item {
+    Entries {
+        entries: Vec<LogEntry>,
+        done: Callback,
+    },
+    Truncate {
+        since: u64,
+        done: Callback,
+    },
+    /// A meta save; `purge` marks one that moves the purged index.
+    Meta {
+        state: MetaState,
+        purge: bool,
+        done: Callback,
+    },
+}
+
+impl Complete for Item {
+    type Error = SharedError;
+
+    fn complete(self, result: Result<(), SharedError>) {
+        match self {
+            Item::Entries { done, .. } | Item::Truncate { done, .. } | Item::Meta { done, .. } => {
+                done(result);
+            }
+        }
+    }
+
+    fn writer_panicked() -> SharedError {
+        Arc::new(Error::WriterPanicked)
+    }
+}
+
+/// A torn tail that recovery found and open fences before anything else is written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Torn {
+    /// Segment offset where the valid frames end.
+    pub from: u64,
+    /// Aligned end of the damaged bytes.
+    pub to: u64,
+    /// Valid frames of the in-flight write found in the torn region (dropped).
+    pub dropped_frames: usize,
+    /// Bytes that could not be read at all (EIO) inside the torn region.
+    pub unreadable_bytes: u64,
+    /// The torn bytes lie at the end of the segment *before* the last one, and the last one
+    /// holds no frame yet: the fence in flight at the power cut, which open writes again at
+    /// the start of the last segment.
+    pub in_previous_segment: bool,
+}
+
+/// What recovery found (for logs and tests).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RecoveryReport {
+    pub segments: usize,
+    pub entries: usize,
+    pub scanned_bytes: u64,
+    pub torn: Option<Torn>,
+    /// The size of the log's segments (read from the log when it has any).
+    pub segment_bytes: u64,
+}
+
+/// The state the API, the writer and open share.
+pub(crate) struct Shared {
+    pub volume: Volume,
+    pub config: LogConfig,
+    /// Bytes of every segment the log makes from now on: the size its existing segments
+    /// have, or the configured size for a log that has none.
+    pub segment_bytes: u64,
+    pub index: RwLock<Index>,
+    /// The newest queued meta state; saves build on it.
+    pub meta: Mutex<MetaState>,
+    pub meta_file: File,
+    pub segments: Mutex<Segments>,
+    /// A barrier must follow each write (a buffered carrier that is not memory).
+    pub needs_barrier: bool,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding one of these locks is a bug that already failed loudly (and the
+    // writer's panic fails every later write, see `queue.rs`); readers keep working.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+pub(crate) fn read_lock<T>(m: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    m.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+pub(crate) fn write_lock<T>(m: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    m.write().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// `DIR/NAME` as a volume path.
+pub(crate) fn join(dir: &str, name: &str) -> Vec<u8> {
+    format!("{}/{name}", dir.trim_end_matches('/')).into_bytes()
+}

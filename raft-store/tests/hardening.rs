@@ -1,0 +1,264 @@
+//! The log's edges that the crash campaign does not reach: bad requests that must fail alone
+//! (an oversized entry, a hole), a log reopened with another configured segment size, a
+//! spare maker that fails for a while, a cross-segment fence cut in half by a power cut,
+//! unreadable blocks at recovery, and a carrier whose sectors are larger than the log's
+//! alignment. Each test fails on the code before the hardening.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use vellum_engine::carrier::{CrashPlan, FaultRng, FaultyCarrier, MemoryCarrier};
+use vellum_engine::{FormatOptions, Volume, VolumeOptions};
+use vellum_raft_store::Error;
+use vellum_raft_store::log::{self, LogConfig, LogCore, LogEntry};
+
+fn config(segment_bytes: u64) -> LogConfig {
+    LogConfig {
+        segment_bytes,
+        hot_window_bytes: 16 << 10,
+        background_spares: false,
+        ..LogConfig::default()
+    }
+}
+
+fn entry(index: u64, term: u64, len: usize) -> LogEntry {
+    let payload: Vec<u8> =
+        (0..len).map(|i| (i as u64 ^ index.wrapping_mul(31) ^ term) as u8).collect();
+    LogEntry { index, term, payload: Arc::from(payload) }
+}
+
+fn append(core: &LogCore, entries: Vec<LogEntry>) {
+    log::wait(|done| core.append(entries, done)).unwrap();
+}
+
+fn all(core: &LogCore) -> Vec<LogEntry> {
+    match core.bounds() {
+        (first, Some(last)) => core.read(first, last + 1).unwrap(),
+        _ => Vec::new(),
+    }
+}
+
+fn memory_volume(bytes: u64) -> (Arc<MemoryCarrier>, Volume) {
+    let carrier = Arc::new(MemoryCarrier::new(bytes));
+    let v = Volume::format(
+        Box::new(Arc::clone(&carrier)),
+        &FormatOptions::default(),
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    (carrier, v)
+}
+
+fn reopen_bytes(bytes: &[u8]) -> Volume {
+    Volume::open(Box::new(MemoryCarrier::from_bytes(bytes)), VolumeOptions::default()).unwrap()
+}
+
+#[test]
+fn an_oversized_entry_fails_alone_and_the_log_keeps_working() {
+    let (_, v) = memory_volume(8 << 20);
+    let core = LogCore::open(v, config(64 << 10)).unwrap();
+    append(&core, vec![entry(1, 1, 100)]);
+    let max = core.max_entry_bytes();
+    assert!(max < (64 << 10) && max > (56 << 10), "max {max}");
+    let e = log::wait(|done| core.append(vec![entry(2, 1, max + 1)], done)).unwrap_err();
+    assert!(matches!(e, Error::EntryTooLarge { .. }), "{e:?}");
+    // Nothing was queued and nothing is poisoned: the next append at the same index works,
+    // and so does one of exactly the largest size.
+    append(&core, vec![entry(2, 1, max)]);
+    append(&core, vec![entry(3, 1, 10)]);
+    assert_eq!(all(&core).len(), 3);
+}
+
+#[test]
+fn an_append_that_would_leave_a_hole_is_refused_and_changes_nothing() {
+    let (carrier, v) = memory_volume(8 << 20);
+    let core = LogCore::open(v.clone(), config(64 << 10)).unwrap();
+    append(&core, (1..=5).map(|i| entry(i, 1, 100)).collect());
+    let e = log::wait(|done| core.append(vec![entry(9, 1, 100)], done)).unwrap_err();
+    assert!(matches!(e, Error::OutOfRange { index: 9, .. }), "{e:?}");
+    assert_eq!(all(&core).len(), 5, "the committed entries are still there");
+    let e = log::wait(|done| core.append(vec![entry(3, 1, 1), entry(5, 1, 1)], done)).unwrap_err();
+    assert!(matches!(e, Error::OutOfRange { .. }), "entries that skip an index: {e:?}");
+    append(&core, vec![entry(6, 1, 100)]);
+    core.close();
+    drop(core);
+    v.close().unwrap();
+    let core = LogCore::open(reopen_bytes(&carrier.to_bytes()), config(64 << 10)).unwrap();
+    assert_eq!(all(&core).iter().map(|e| e.index).collect::<Vec<_>>(), vec![1, 2, 3, 4, 5, 6]);
+}
+
+#[test]
+fn a_log_keeps_its_segment_size_whatever_the_configuration_says() {
+    let (carrier, v) = memory_volume(16 << 20);
+    let core = LogCore::open(v.clone(), config(64 << 10)).unwrap();
+    let first: Vec<LogEntry> = (1..=60).map(|i| entry(i, 1, 3000)).collect();
+    for chunk in first.chunks(5) {
+        append(&core, chunk.to_vec());
+    }
+    assert!(core.segment_count() > 2);
+    core.close();
+    drop(core);
+    v.close().unwrap();
+    for other in [1 << 20, 32 << 10] {
+        let v = reopen_bytes(&carrier.to_bytes());
+        let core = LogCore::open(v.clone(), config(other)).unwrap();
+        assert_eq!(core.segment_bytes(), 64 << 10, "the log's own size, not {other}");
+        assert_eq!(all(&core), first);
+        // It also rolls into new segments of its own size.
+        let more: Vec<LogEntry> = (61..=90).map(|i| entry(i, 1, 3000)).collect();
+        for chunk in more.chunks(5) {
+            append(&core, chunk.to_vec());
+        }
+        assert_eq!(all(&core).len(), 90);
+        core.close();
+    }
+}
+
+fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn a_spare_maker_that_failed_for_a_while_recovers_once_space_is_back() {
+    let (_, v) = memory_volume(4 << 20);
+    let config = LogConfig { background_spares: true, ..config(512 << 10) };
+    let core = LogCore::open(v.clone(), config).unwrap();
+    wait_for("the first spare", || core.spare_status().ready);
+    // Fill the volume so that the next spare cannot be made.
+    let free = v.info().free_blocks * 4096;
+    let filler = v.create_file("/filler").unwrap();
+    filler.preallocate(0, free - (256 << 10)).unwrap();
+    v.commit().unwrap();
+    append(&core, vec![entry(1, 1, 1000)]); // rolls into the spare; the maker tries the next
+    wait_for("a failed spare", || core.spare_status().failures >= 1);
+    // Space comes back; the maker retries by itself.
+    drop(filler);
+    v.remove("/filler").unwrap();
+    v.commit().unwrap();
+    wait_for("a spare again", || core.spare_status().ready);
+    // A later roll succeeds.
+    let mut next = 2;
+    let start = core.segment_count();
+    while core.segment_count() == start {
+        append(&core, vec![entry(next, 1, 60_000)]);
+        next += 1;
+    }
+    assert_eq!(core.segment_count(), start + 1);
+    assert!(!v.is_poisoned());
+}
+
+#[test]
+fn a_carrier_with_sectors_larger_than_the_log_alignment_is_refused() {
+    let carrier = FaultyCarrier::new(8 << 20, true).with_physical_sector(8192);
+    let v = Volume::format(Box::new(carrier), &FormatOptions::default(), VolumeOptions::default())
+        .unwrap();
+    let e = LogCore::open(v, config(64 << 10)).unwrap_err();
+    assert!(matches!(e, Error::SectorTooLarge { sector: 8192, align: 4096 }), "{e:?}");
+}
+
+/// A log whose segments each take exactly 15 one-block batches, its first segment full
+/// and its last write (the 15th batch) torn at the power cut: recovery has no room for the
+/// fence there and rolls to a new segment for it.
+fn torn_at_a_segment_end() -> (Vec<u8>, Vec<LogEntry>) {
+    let payload = 4096 - 40 - 8; // one frame per 4096-byte block
+    let entries: Vec<LogEntry> = (1..=15).map(|i| entry(i, 1, payload)).collect();
+    for seed in 0..64 {
+        let carrier = Arc::new(FaultyCarrier::new(8 << 20, true));
+        let v = Volume::format(
+            Box::new(Arc::clone(&carrier)),
+            &FormatOptions::default(),
+            VolumeOptions::default(),
+        )
+        .unwrap();
+        let core = LogCore::open(v, config(64 << 10)).unwrap();
+        for e in &entries[..14] {
+            append(&core, vec![e.clone()]);
+        }
+        carrier.set_crash_plan(CrashPlan::AtOp(carrier.ops()));
+        assert!(log::wait(|done| core.append(vec![entries[14].clone()], done)).is_err());
+        drop(core);
+        let image = carrier.crash_image(&mut FaultRng::new(seed));
+        let probe = LogCore::open(reopen_bytes(&image), config(64 << 10)).unwrap();
+        let torn = probe.recovery_report().torn;
+        if torn.is_some_and(|t| t.to == 64 << 10) {
+            return (image, entries[..14].to_vec());
+        }
+    }
+    panic!("no seed tore the last block of the segment");
+}
+
+#[test]
+fn a_cross_segment_fence_cut_in_half_still_recovers() {
+    let (image, acknowledged) = torn_at_a_segment_end();
+    // Count the operations of that recovery, then cut power at every one of them.
+    let dry = Arc::new(FaultyCarrier::from_bytes(image.clone(), true));
+    let v = Volume::open(Box::new(Arc::clone(&dry)), VolumeOptions::default()).unwrap();
+    let before = dry.ops();
+    drop(LogCore::open(v, config(64 << 10)).unwrap());
+    let ops = dry.ops() - before;
+    assert!(ops >= 2, "a roll and a skip frame at least ({ops} operations)");
+    for cut in 0..ops {
+        for seed in 0..3 {
+            let second = Arc::new(FaultyCarrier::from_bytes(image.clone(), true));
+            let v = Volume::open(Box::new(Arc::clone(&second)), VolumeOptions::default()).unwrap();
+            second.set_crash_plan(CrashPlan::AtOp(second.ops() + cut));
+            assert!(LogCore::open(v, config(64 << 10)).is_err(), "the cut at {cut} fires");
+            let again = second.crash_image(&mut FaultRng::new(seed));
+            let core = LogCore::open(reopen_bytes(&again), config(64 << 10))
+                .unwrap_or_else(|e| panic!("cut at recovery operation {cut} of {ops}: {e}"));
+            assert_eq!(all(&core), acknowledged, "cut at {cut}");
+            append(&core, vec![entry(15, 2, 100)]);
+        }
+    }
+}
+
+/// Where the frames of the log's last segment lie on the carrier.
+fn last_segment_offset(v: &Volume) -> u64 {
+    let mut names: Vec<Vec<u8>> =
+        v.list("/raft/log").unwrap().into_iter().map(|e| e.name).collect();
+    names.sort();
+    let path = [b"/raft/log/".as_slice(), names.last().unwrap()].concat();
+    let extents = v.open_file(&path).unwrap().extents().unwrap();
+    assert_eq!(extents.len(), 1, "a segment is one extent here");
+    extents[0].physical_block * 4096
+}
+
+#[test]
+fn unreadable_blocks_at_recovery_are_a_torn_tail_only_in_the_last_write() {
+    let carrier = Arc::new(FaultyCarrier::new(8 << 20, true));
+    let v = Volume::format(
+        Box::new(Arc::clone(&carrier)),
+        &FormatOptions::default(),
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    let core = LogCore::open(v.clone(), config(256 << 10)).unwrap();
+    for i in 1..=6 {
+        append(&core, vec![entry(i, 1, 1000)]); // one block per batch, from block 1 on
+    }
+    let seg = last_segment_offset(&v);
+    drop(core);
+    let image = carrier.current_bytes();
+    // The block of the last write cannot be read: it is the write in flight's window.
+    let last = Arc::new(FaultyCarrier::from_bytes(image.clone(), true));
+    last.make_unreadable(seg + 6 * 4096..seg + 7 * 4096);
+    let v = Volume::open(Box::new(Arc::clone(&last)), VolumeOptions::default()).unwrap();
+    let core = LogCore::open(v, config(256 << 10)).unwrap();
+    let torn = core.recovery_report().torn.expect("treated as a torn tail");
+    assert_eq!(torn.unreadable_bytes, 4096);
+    assert_eq!(all(&core).len(), 5, "entries 1 to 5 survive; 6 was the last write");
+    append(&core, vec![entry(6, 2, 10)]);
+    // A block in the middle cannot be read: damage before valid entries, refused by name.
+    let middle = Arc::new(FaultyCarrier::from_bytes(image, true));
+    middle.make_unreadable(seg + 2 * 4096..seg + 3 * 4096);
+    let v = Volume::open(Box::new(Arc::clone(&middle)), VolumeOptions::default()).unwrap();
+    let e = LogCore::open(v, config(256 << 10)).unwrap_err();
+    assert!(matches!(e, Error::Corrupt { .. }), "{e:?}");
+    assert!(e.to_string().contains("cannot be read"), "{e}");
+}
