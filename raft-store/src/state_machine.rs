@@ -3,7 +3,8 @@
 //!
 //! The map lives in memory; its durable form is the latest snapshot. After a restart the
 //! machine resumes from that snapshot, and openraft re-applies the committed entries after it
-//! from the log.
+//! from the log. Snapshots built here and snapshots installed from the leader are published
+//! through one [`snapshot::Publisher`]: one at a time, newest wins.
 
 use std::collections::BTreeMap;
 use std::io::Cursor;
@@ -65,12 +66,25 @@ impl KvReader {
     }
 }
 
+/// A pause point for tests: called with the stage a snapshot build reached.
+#[cfg(test)]
+type Hook = Arc<dyn Fn(&'static str) + Send + Sync>;
+
 /// The state machine of one node.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct KvStateMachine {
     state: Arc<RwLock<State>>,
     volume: Volume,
     dir: String,
+    publisher: Arc<snapshot::Publisher>,
+    #[cfg(test)]
+    hook: Option<Hook>,
+}
+
+impl std::fmt::Debug for KvStateMachine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KvStateMachine").field("dir", &self.dir).finish_non_exhaustive()
+    }
 }
 
 fn snap_error(
@@ -84,6 +98,10 @@ fn snap_error(
 impl KvStateMachine {
     /// Opens the machine under `dir` of `volume`, resuming from the current snapshot.
     pub fn open(volume: Volume, dir: &str) -> Result<KvStateMachine> {
+        let leftovers = snapshot::remove_leftovers(&volume, dir)?;
+        if leftovers > 0 {
+            tracing::info!(leftovers, "removed unpublished snapshot files a crash left behind");
+        }
         let mut state = State::default();
         if let Some((_, bytes)) = snapshot::read(&volume, dir)? {
             let snap: SnapshotData = decode(&bytes)?;
@@ -91,7 +109,14 @@ impl KvStateMachine {
             state.membership = snap.membership;
             state.data = snap.data;
         }
-        Ok(KvStateMachine { state: Arc::new(RwLock::new(state)), volume, dir: dir.into() })
+        Ok(KvStateMachine {
+            state: Arc::new(RwLock::new(state)),
+            volume,
+            dir: dir.into(),
+            publisher: Arc::default(),
+            #[cfg(test)]
+            hook: None,
+        })
     }
 
     pub fn reader(&self) -> KvReader {
@@ -112,15 +137,47 @@ impl KvStateMachine {
         Ok(Some(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) }))
     }
 
-    /// Writes `data` as the current snapshot off the async runtime.
-    async fn publish(&self, meta: &SnapshotMeta<NodeId, KvNode>, data: Vec<u8>) -> Result<()> {
+    /// Writes `data` as the current snapshot off the async runtime, unless the current one
+    /// is newer (then it is left in place).
+    async fn publish(
+        &self,
+        meta: &SnapshotMeta<NodeId, KvNode>,
+        data: Vec<u8>,
+    ) -> Result<snapshot::Published> {
         let meta_bytes = encode(meta)?;
         let (volume, dir) = (self.volume.clone(), self.dir.clone());
-        metrics::gauge!(m::SNAPSHOT_BYTES).set(data.len() as f64);
-        tokio::task::spawn_blocking(move || snapshot::write(&volume, &dir, &meta_bytes, &data))
-            .await
-            .map_err(|_| Error::Closed)?
+        let publisher = Arc::clone(&self.publisher);
+        let last = meta.last_log_id;
+        let len = data.len();
+        let published = tokio::task::spawn_blocking(move || {
+            publisher.write(&volume, &dir, &meta_bytes, &data, |current| {
+                // A current meta that does not decode is not newer: replace it.
+                decode::<SnapshotMeta<NodeId, KvNode>>(current).is_ok_and(|c| c.last_log_id > last)
+            })
+        })
+        .await
+        .map_err(|_| Error::Closed)??;
+        match published {
+            snapshot::Published::Current => {
+                metrics::gauge!(m::SNAPSHOT_BYTES).set(len as f64);
+            }
+            snapshot::Published::Superseded => tracing::info!(
+                last_log_id = ?last,
+                "a snapshot was not published: a newer one is current"
+            ),
+        }
+        Ok(published)
     }
+
+    #[cfg(test)]
+    fn stage(&self, stage: &'static str) {
+        if let Some(hook) = &self.hook {
+            hook(stage);
+        }
+    }
+
+    #[cfg(not(test))]
+    fn stage(&self, _stage: &'static str) {}
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for KvStateMachine {
@@ -146,6 +203,7 @@ impl RaftSnapshotBuilder<TypeConfig> for KvStateMachine {
             snapshot_id,
         };
         let bytes = encode(&snap).map_err(|e| snap_error(Some(&meta), ErrorVerb::Write, &e))?;
+        self.stage("built");
         self.publish(&meta, bytes.clone())
             .await
             .map_err(|e| snap_error(Some(&meta), ErrorVerb::Write, &e))?;
@@ -234,5 +292,97 @@ impl RaftStateMachine<TypeConfig> for KvStateMachine {
         &mut self,
     ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
         self.current_snapshot().map_err(|e| snap_error(None, ErrorVerb::Read, &e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+    use std::sync::Mutex;
+
+    use openraft::{CommittedLeaderId, Entry, Membership};
+    use vellum_engine::carrier::{FaultRng, FaultyCarrier, MemoryCarrier};
+    use vellum_engine::{FormatOptions, VolumeOptions};
+
+    use super::*;
+    use crate::types::KvRequest;
+
+    fn log_id(index: u64) -> LogId<NodeId> {
+        LogId::new(CommittedLeaderId::new(1, 1), index)
+    }
+
+    fn put(index: u64) -> Entry<TypeConfig> {
+        let op = KvOp::Put { key: format!("k{index}"), value: vec![index as u8; 100] };
+        Entry { log_id: log_id(index), payload: EntryPayload::Normal(KvRequest { ops: vec![op] }) }
+    }
+
+    /// openraft builds snapshots on a task of their own while the leader's snapshot is being
+    /// installed. A build that cloned its state before an install and publishes after it
+    /// must not replace the installed (newer) snapshot; then a power cut and a reopen find
+    /// the newest one, whole.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn raced_build_and_install_publish_the_newest_and_survive_a_crash() {
+        let carrier = Arc::new(FaultyCarrier::new(16 << 20, true));
+        let volume = Volume::format(
+            Box::new(Arc::clone(&carrier)),
+            &FormatOptions::default(),
+            VolumeOptions::default(),
+        )
+        .unwrap();
+        let mut sm = KvStateMachine::open(volume, "/raft").unwrap();
+        let membership = StoredMembership::new(Some(log_id(0)), Membership::new(vec![], ()));
+        let mut index = 0;
+        let mut last_installed = String::new();
+        for round in 0..12 {
+            sm.apply((index + 1..=index + 5).map(put)).await.unwrap();
+            index += 5;
+            let (reached_tx, reached_rx) = std::sync::mpsc::channel();
+            let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
+            let go_rx = Mutex::new(go_rx);
+            let mut builder = sm.get_snapshot_builder().await;
+            builder.hook = Some(Arc::new(move |stage| {
+                let _ = reached_tx.send(stage);
+                let _ = go_rx.lock().unwrap().recv();
+            }));
+            let build = tokio::spawn(async move { builder.build_snapshot().await });
+            let stage = tokio::task::spawn_blocking(move || reached_rx.recv().unwrap());
+            assert_eq!(stage.await.unwrap(), "built");
+            // Meanwhile the leader's newer snapshot arrives and is installed.
+            index += 100;
+            let data = SnapshotData {
+                last_applied: Some(log_id(index)),
+                membership: membership.clone(),
+                data: BTreeMap::from([(format!("installed{round}"), vec![round as u8])]),
+            };
+            let meta = SnapshotMeta {
+                last_log_id: Some(log_id(index)),
+                last_membership: membership.clone(),
+                snapshot_id: format!("installed-{round}"),
+            };
+            let bytes = encode(&data).unwrap();
+            sm.install_snapshot(&meta, Box::new(Cursor::new(bytes))).await.unwrap();
+            go_tx.send(()).unwrap();
+            let built = build.await.unwrap().unwrap();
+            assert!(built.meta.last_log_id < meta.last_log_id);
+            let current = sm.get_current_snapshot().await.unwrap().unwrap();
+            assert_eq!(current.meta.snapshot_id, meta.snapshot_id, "round {round}: newest wins");
+            last_installed = meta.snapshot_id;
+        }
+        carrier.cut_power();
+        for seed in 0..4 {
+            let image = carrier.crash_image(&mut FaultRng::new(seed));
+            let volume =
+                Volume::open(Box::new(MemoryCarrier::from_bytes(&image)), VolumeOptions::default())
+                    .unwrap();
+            let mut sm = KvStateMachine::open(volume.clone(), "/raft").unwrap();
+            let current = sm.get_current_snapshot().await.unwrap().unwrap();
+            assert_eq!(current.meta.snapshot_id, last_installed);
+            let data: SnapshotData = decode(&current.snapshot.into_inner()).unwrap();
+            assert_eq!(data.last_applied, Some(log_id(index)));
+            assert_eq!(sm.applied_state().await.unwrap().0, Some(log_id(index)));
+            let names: Vec<_> = volume.list("/raft/snapshot").unwrap();
+            assert_eq!(names.len(), 1, "only `current` is left: {names:?}");
+        }
     }
 }
