@@ -13,7 +13,7 @@
 //! older one. Temporary files a crash left behind are removed at open.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use vellum_engine::Volume;
 
@@ -121,6 +121,3 @@ pub fn remove_leftovers(volume: &Volume, dir: &str) -> Result<usize> {
     }
     Ok(removed)
 }
-
-/// A shareable publisher.
-pub type SharedPublisher = Arc<Publisher>;
