@@ -41,7 +41,7 @@ fn main() {
         Ok(code) => code,
         Err(e) => {
             eprintln!("vellum: {e}");
-            1
+            e.exit_code()
         }
     };
     std::process::exit(code);

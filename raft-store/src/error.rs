@@ -36,6 +36,21 @@ pub enum Error {
     /// `vellum_log_spare_failures_total` counts its attempts): usually the volume is full.
     #[error("no spare log segment is ready: {0}")]
     NoSpare(SharedError),
+    /// The store belongs to another node: start it with that node's id (a store never
+    /// changes owner).
+    #[error("this raft store belongs to node {volume_node}, not to node {asked}")]
+    WrongMember { volume_node: u64, asked: u64 },
+    /// A peer presented another incarnation than the one this member recorded for it: one of
+    /// the two lost its state (or two processes share an id). Its messages are refused.
+    #[error(
+        "node {peer} presented incarnation {presented}, but this member knows it as \
+         {known}: that member lost its state"
+    )]
+    PeerConflict {
+        peer: u64,
+        known: crate::member::Incarnation,
+        presented: crate::member::Incarnation,
+    },
     /// The log writer panicked (a bug, reported with the panic message on stderr): every
     /// write after it fails; reopen the store.
     #[error("the raft log writer panicked (a bug); reopen the store")]

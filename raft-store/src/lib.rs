@@ -8,6 +8,8 @@
 //!   torn-tail recovery; vote / committed / purged records).
 //! - [`LogStore`]: openraft 0.9 `RaftLogStorage` + `RaftLogReader` on the core.
 //! - [`KvStateMachine`]: the KV state machine with snapshots written into the volume.
+//! - [`member`]: the store's identity (node id, incarnation) and the peer book a member uses
+//!   to refuse a peer that lost its state.
 //!
 //! See `raft-store/examples/embed.rs` for a one-node openraft cluster on it, and
 //! `docs/RAFT-LOG.md` for the on-disk log format and the torn-write design.
@@ -16,6 +18,7 @@ mod codec;
 pub mod error;
 pub mod log;
 mod log_store;
+pub mod member;
 pub mod metrics;
 mod snapshot;
 mod state_machine;

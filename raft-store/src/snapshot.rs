@@ -12,8 +12,8 @@
 //! current one is never published over it, because the log may already be purged past the
 //! older one. Temporary files a crash left behind are removed at open.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use vellum_engine::Volume;
 

@@ -1,7 +1,11 @@
 //! Golden raft volumes: small volumes holding a node's raft store (log segments with a
-//! truncation and a purge, a vote, a committed id, a snapshot), written by the build of each
-//! raft-log format version and committed under `tests/golden/vN/`. This and every later build
-//! must open them and read the same entries, vote, committed id and snapshot.
+//! truncation and a purge, a vote, a committed id, a snapshot; from v2 on also the member
+//! record and a peer book), written by the build of each raft-log format version and committed
+//! under `tests/golden/vN/`. This and every later build must open them and read the same
+//! entries, vote, committed id, snapshot and identity.
+//!
+//! v1: segment format 1 (frames sealed by salt). v2: segment format 2 (frames sealed by salt
+//! and offset), `member` and `peers`.
 //!
 //! Regenerate only for a new format version, into a new directory:
 //! `VELLUM_BLESS_GOLDEN=<version> cargo test -p vellum-raft-store --test golden`.
@@ -16,6 +20,7 @@ use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId, RaftLogReader, Raf
 use vellum_engine::carrier::MemoryCarrier;
 use vellum_engine::{FormatOptions, Volume, VolumeOptions};
 use vellum_raft_store::log::{self, LogConfig, LogEntry};
+use vellum_raft_store::member::{Identity, Incarnation, PeerBook};
 use vellum_raft_store::types::Vote;
 use vellum_raft_store::{KvOp, KvRequest, TypeConfig, open_store};
 
@@ -55,8 +60,13 @@ fn config() -> LogConfig {
     LogConfig { segment_bytes: SEGMENT_BYTES, background_spares: false, ..LogConfig::default() }
 }
 
+/// The incarnation of the golden store's peer 2.
+const PEER_2: Incarnation = Incarnation([0x22; 16]);
+
 async fn build(volume: &Volume) {
     let (mut store, mut sm) = open_store(volume, config()).unwrap();
+    Identity::create(volume, "/raft", 1).unwrap();
+    PeerBook::open(volume, "/raft").unwrap().admit(2, PEER_2).unwrap();
     let core = store.core().clone();
     let encode = |e: &Entry<TypeConfig>| -> LogEntry {
         let bytes = bincode::serde::encode_to_vec(e, bincode::config::standard()).unwrap();
@@ -83,11 +93,16 @@ async fn build(volume: &Volume) {
     core.close();
 }
 
-/// Opens `bytes` as a node's store and checks everything the golden volume holds.
-async fn verify(bytes: &[u8], log: LogConfig) {
+/// Opens `bytes` as a node's store and checks everything the golden volume of `version`
+/// holds.
+async fn verify(version: u32, bytes: &[u8], log: LogConfig) {
     let volume =
         Volume::open(Box::new(MemoryCarrier::from_bytes(bytes)), VolumeOptions::default()).unwrap();
     let (mut store, mut sm) = open_store(&volume, log).unwrap();
+    if version >= 2 {
+        assert_eq!(Identity::load(&volume, "/raft").unwrap().map(|i| i.node_id), Some(1));
+        assert_eq!(PeerBook::open(&volume, "/raft").unwrap().get(2), Some(PEER_2));
+    }
     let state = store.get_log_state().await.unwrap();
     assert_eq!(state.last_purged_log_id, Some(log_id(1, 25)));
     assert_eq!(state.last_log_id, Some(log_id(2, 70)));
@@ -139,8 +154,11 @@ async fn golden_raft_volumes_open_and_read_identically() {
     for version in 1..=9 {
         let Ok(bytes) = std::fs::read(golden_path(version)) else { continue };
         assert_eq!(bytes.len(), VOLUME_BYTES, "golden v{version}");
-        verify(&bytes, config()).await;
+        verify(version, &bytes, config()).await;
+        // A build configured with another segment size reads the log all the same.
+        let other = LogConfig { segment_bytes: 1 << 20, ..config() };
+        verify(version, &bytes, other).await;
         versions += 1;
     }
-    assert!(versions >= 1, "no golden raft volume found under tests/golden/");
+    assert!(versions >= 2, "the golden raft volumes of formats 1 and 2 are under tests/golden/");
 }

@@ -29,6 +29,12 @@ pub enum ClusterCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Remove a member from the cluster (a voter or a learner), for example one that lost its
+    /// volume: it can then join again as a new member, with a new id.
+    Remove {
+        /// The node id to remove.
+        id: u64,
+    },
 }
 
 fn base(endpoint: &str) -> String {
@@ -125,7 +131,13 @@ pub async fn kv(op: KvCommand, endpoint: &str) -> Result<i32, CliError> {
 }
 
 pub async fn cluster(op: ClusterCommand, endpoint: &str) -> Result<i32, CliError> {
-    let ClusterCommand::Status { json } = op;
+    match op {
+        ClusterCommand::Status { json } => status(endpoint, json).await,
+        ClusterCommand::Remove { id } => remove(endpoint, id).await,
+    }
+}
+
+async fn get_status(endpoint: &str) -> Result<serde_json::Value, CliError> {
     let resp = client()?
         .get(format!("{}/v1/cluster/status", base(endpoint)))
         .send()
@@ -134,7 +146,45 @@ pub async fn cluster(op: ClusterCommand, endpoint: &str) -> Result<i32, CliError
     if !resp.status().is_success() {
         return Err(failure(resp).await);
     }
-    let v: serde_json::Value = resp.json().await.map_err(|e| unreachable(endpoint, &e))?;
+    resp.json().await.map_err(|e| unreachable(endpoint, &e))
+}
+
+/// Changes the voter set to the current one without `id` (which also drops it as a
+/// learner), through the leader.
+async fn remove(endpoint: &str, id: u64) -> Result<i32, CliError> {
+    let v = get_status(endpoint).await?;
+    let ids = |key: &str| -> Vec<u64> {
+        v[key]
+            .as_array()
+            .map(|a| a.iter().filter_map(serde_json::Value::as_u64).collect())
+            .unwrap_or_default()
+    };
+    let (voters, learners) = (ids("voters"), ids("learners"));
+    if !voters.contains(&id) && !learners.contains(&id) {
+        return Err(CliError::Usage(format!("node {id} is not a member of this cluster")));
+    }
+    let members: Vec<u64> = voters.into_iter().filter(|v| *v != id).collect();
+    if members.is_empty() {
+        return Err(CliError::Usage(format!("node {id} is the last voter; it cannot be removed")));
+    }
+    let leader =
+        v["leader"].as_u64().ok_or_else(|| CliError::Usage("no leader now; retry".into()))?;
+    let api = v["nodes"][leader.to_string()]["api_addr"].as_str().unwrap_or(endpoint).to_string();
+    let resp = client()?
+        .put(format!("{}/v1/cluster/members", base(&api)))
+        .json(&serde_json::json!({ "members": members }))
+        .send()
+        .await
+        .map_err(|e| unreachable(&api, &e))?;
+    if !resp.status().is_success() {
+        return Err(failure(resp).await);
+    }
+    println!("node {id} removed; voters now {members:?}");
+    Ok(0)
+}
+
+async fn status(endpoint: &str, json: bool) -> Result<i32, CliError> {
+    let v = get_status(endpoint).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(0);

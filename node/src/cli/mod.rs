@@ -18,6 +18,20 @@ pub enum CliError {
     Engine(vellum_engine::Error),
     Io(std::io::Error, String),
     Usage(String),
+    /// This node must not run as the member it was asked to be (it lost its state, or the
+    /// volume belongs to another node id): exit code 3, which the systemd unit does not
+    /// restart.
+    NotThisMember(String),
+}
+
+impl CliError {
+    /// The process exit code for this failure.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::NotThisMember(_) => 3,
+            _ => 1,
+        }
+    }
 }
 
 impl From<vellum_engine::Error> for CliError {
@@ -31,7 +45,7 @@ impl fmt::Display for CliError {
         match self {
             CliError::Engine(e) => write!(f, "{e}"),
             CliError::Io(e, what) => write!(f, "{what}: {e}"),
-            CliError::Usage(msg) => f.write_str(msg),
+            CliError::Usage(msg) | CliError::NotThisMember(msg) => f.write_str(msg),
         }
     }
 }

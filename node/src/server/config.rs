@@ -29,13 +29,20 @@ pub struct ServeArgs {
     /// process memory, gone at exit: for tests and benchmarks only).
     #[arg(long, env = "VELLUM_VOLUME")]
     pub volume: PathBuf,
-    /// Capacity when the volume file has to be created.
-    #[arg(long, env = "VELLUM_VOLUME_SIZE", default_value = "1GiB", value_parser = size_arg)]
-    pub volume_size: u64,
+    /// Capacity when the volume file has to be created [default: 1GiB]. An existing volume
+    /// keeps its own capacity (another value is only a warning).
+    #[arg(long, env = "VELLUM_VOLUME_SIZE", value_parser = size_arg)]
+    pub volume_size: Option<u64>,
     /// Bootstrap members: `1=RAFT_ADDR/API_ADDR,2=RAFT_ADDR/API_ADDR,...` (the same on every
     /// node; safe to pass on every start).
     #[arg(long, env = "VELLUM_INITIAL_CLUSTER")]
     pub initial_cluster: Option<String>,
+    /// `new`: this member may start on a volume with no raft state once its peers confirm
+    /// they never knew it (a first start). `existing`: the cluster exists and this member
+    /// belongs to it, so a volume with no raft state means the member lost its state, and
+    /// the node refuses to start.
+    #[arg(long, env = "VELLUM_INITIAL_CLUSTER_STATE", value_enum, default_value = "new")]
+    pub initial_cluster_state: ClusterState,
     /// Join a running cluster through any member's API address (added as a learner, then
     /// promoted to voter).
     #[arg(long, env = "VELLUM_JOIN", conflicts_with = "initial_cluster")]
@@ -46,7 +53,8 @@ pub struct ServeArgs {
     /// Largest value, in bytes.
     #[arg(long, env = "VELLUM_MAX_VALUE_BYTES", default_value = "1MiB", value_parser = size_arg)]
     pub max_value_bytes: u64,
-    /// Size of one log segment (default: 1/16 of the volume, at most 64 MiB).
+    /// Size of one log segment of a new log (default: 1/16 of the volume, from 1 MiB to
+    /// 64 MiB). An existing log keeps the size of its segments.
     #[arg(long, env = "VELLUM_SEGMENT_SIZE", value_parser = size_arg)]
     pub segment_size: Option<u64>,
     /// Build a snapshot (and purge the log) after this many entries.
@@ -58,18 +66,38 @@ pub struct ServeArgs {
     /// Most client operations proposed in one log entry.
     #[arg(long, env = "VELLUM_MAX_BATCH", default_value_t = 1024)]
     pub max_batch: usize,
+    /// Most bytes of keys and values proposed in one log entry (a single larger value goes
+    /// alone). Kept well under a log segment, and under an RPC body with many entries.
+    #[arg(long, env = "VELLUM_MAX_BATCH_BYTES", default_value = "4MiB", value_parser = size_arg)]
+    pub max_batch_bytes: u64,
     /// Raft heartbeat interval in milliseconds (elections time out after 4x to 8x this).
     #[arg(long, env = "VELLUM_HEARTBEAT_MS", default_value_t = 100)]
     pub heartbeat_ms: u64,
 }
+
+/// Whether the cluster this member starts in exists already (etcd's flag of that name).
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClusterState {
+    New,
+    Existing,
+}
+
+/// Capacity of a volume created without `--volume-size`.
+pub const DEFAULT_VOLUME_BYTES: u64 = 1 << 30;
 
 impl ServeArgs {
     pub fn me(&self) -> KvNode {
         KvNode { raft_addr: self.raft_addr.to_string(), api_addr: self.api_addr.to_string() }
     }
 
-    pub fn segment_bytes(&self) -> u64 {
-        let auto = (self.volume_size / 16).clamp(1 << 20, 64 << 20) / 4096 * 4096;
+    /// Capacity of the volume if it has to be created.
+    pub fn create_bytes(&self) -> u64 {
+        self.volume_size.unwrap_or(DEFAULT_VOLUME_BYTES)
+    }
+
+    /// Segment size for a new log on a volume of `capacity` bytes.
+    pub fn segment_bytes(&self, capacity: u64) -> u64 {
+        let auto = (capacity / 16).clamp(1 << 20, 64 << 20) / 4096 * 4096;
         self.segment_size.map_or(auto, |s| s.next_multiple_of(4096))
     }
 }

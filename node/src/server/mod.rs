@@ -1,15 +1,19 @@
 //! `vellum serve`: one node of the KV cluster.
 //!
 //! Start-up: open (or format) the volume with production knobs, open the log and the state
-//! machine on it, start Raft, serve the Raft RPC and the client API, then bootstrap (every
-//! node of `--initial-cluster` calls `initialize` with the same members: safe, the first wins
-//! and the others are told it is done) or join (`--join`: learner first, then voter).
-//! SIGINT / SIGTERM stop it cleanly: Raft shuts down, then the volume is closed clean.
+//! machine on it, establish this member's identity (`member.rs`: a store with no raft state
+//! starts only if no peer knows this node id), start Raft, serve the Raft RPC and the client
+//! API, then bootstrap (every node of `--initial-cluster` calls `initialize` with the same
+//! members: safe, the first wins and the others are told it is done) or join (`--join`:
+//! learner first, then voter). SIGINT / SIGTERM stop it cleanly: Raft shuts down, then the
+//! volume is closed clean. A node that learns from a peer that it lost its state stops too,
+//! and exits non-zero with one line that says so.
 
 mod batcher;
 mod codec;
 pub mod config;
 pub mod http;
+mod member;
 pub(crate) mod metrics;
 mod network;
 mod raft_api;
@@ -21,9 +25,11 @@ use std::time::Duration;
 use openraft::error::{InitializeError, RaftError};
 use openraft::{Config, Raft, SnapshotPolicy};
 use tokio::net::TcpListener;
-use vellum_raft_store::{LogConfig, open_store, open_volume};
+use vellum_raft_store::member::{Identity, PeerBook};
+use vellum_raft_store::{KvStateMachine, LogConfig, LogStore, TypeConfig, open_store, open_volume};
 
 use crate::cli::CliError;
+use config::ClusterState;
 pub use config::ServeArgs;
 
 fn fail(what: &str) -> impl FnOnce(String) -> CliError + '_ {
@@ -52,8 +58,17 @@ async fn shutdown_signal() {
     }
 }
 
-fn raft_config(args: &ServeArgs) -> Result<Arc<Config>, CliError> {
+/// Bytes a `KvRequest` entry adds around its keys and values (log id, enum tags, lengths):
+/// a generous bound for the batch and value limits.
+const ENTRY_OVERHEAD: usize = 256;
+/// Bytes one operation adds to an entry besides its key and value.
+const OP_OVERHEAD: usize = 16;
+
+fn raft_config(args: &ServeArgs, max_entry_bytes: usize) -> Result<Arc<Config>, CliError> {
     let hb = args.heartbeat_ms.max(10);
+    // One AppendEntries RPC must stay under the peer's body limit even when every entry in
+    // it is as large as an entry can be.
+    let max_payload_entries = (raft_api::MAX_RPC_BYTES / max_entry_bytes.max(1)).clamp(1, 300);
     let config = Config {
         cluster_name: "vellum".into(),
         heartbeat_interval: hb,
@@ -63,16 +78,38 @@ fn raft_config(args: &ServeArgs) -> Result<Arc<Config>, CliError> {
         snapshot_policy: SnapshotPolicy::LogsSinceLast(args.snapshot_entries.max(10)),
         max_in_snapshot_log_to_keep: args.snapshot_keep,
         snapshot_max_chunk_size: 1 << 20,
+        max_payload_entries: max_payload_entries as u64,
         ..Config::default()
     };
     Ok(Arc::new(config.validate().map_err(|e| fail("raft configuration")(e.to_string()))?))
 }
 
-/// Runs the node until SIGINT / SIGTERM.
-pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
-    let prometheus = metrics::install().map_err(|e| fail("metrics")(e.to_string()))?;
-    metrics::spawn_upkeep(prometheus.clone());
-    let (path, size) = (args.volume.clone(), args.volume_size);
+/// The limits client input gets, checked against what one log entry can hold: a value that
+/// cannot fit is refused (413) before it reaches Raft, and a batch stays under an entry.
+fn limits(args: &ServeArgs, max_entry_bytes: usize) -> Result<(http::Limits, usize), CliError> {
+    let (key, value) = (args.max_key_bytes as usize, args.max_value_bytes as usize);
+    let one_op = key + value + OP_OVERHEAD + ENTRY_OVERHEAD;
+    if one_op > max_entry_bytes {
+        return Err(CliError::Usage(format!(
+            "--max-value-bytes {value} (with --max-key-bytes {key}) does not fit one raft log \
+             entry of this volume ({max_entry_bytes} bytes at most, set by its segment size): \
+             lower it, or create the volume with a larger --segment-size"
+        )));
+    }
+    let batch = (args.max_batch_bytes as usize).min(max_entry_bytes - ENTRY_OVERHEAD);
+    if batch < args.max_batch_bytes as usize {
+        tracing::warn!(
+            requested = args.max_batch_bytes,
+            used = batch,
+            "--max-batch-bytes is larger than one raft log entry can hold; using less"
+        );
+    }
+    Ok((http::Limits { max_key_bytes: key, max_value_bytes: value }, batch))
+}
+
+/// Opens (or formats) the volume the node runs on.
+async fn volume(args: &ServeArgs) -> Result<vellum_engine::Volume, CliError> {
+    let (path, size) = (args.volume.clone(), args.create_bytes());
     let volume = tokio::task::spawn_blocking(move || {
         if path.as_os_str() == "memory:" {
             // A volume in process memory: durability is meaningless there (it is gone at
@@ -94,12 +131,104 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     .await
     .map_err(|e| fail("opening the volume")(e.to_string()))?
     .map_err(|e| fail(&format!("opening the volume {}", args.volume.display()))(e.to_string()))?;
-    let log_config = LogConfig { segment_bytes: args.segment_bytes(), ..LogConfig::default() };
+    let capacity = volume.info().layout.capacity_bytes();
+    if let Some(asked) = args.volume_size
+        && asked != capacity
+    {
+        tracing::warn!(
+            volume = capacity,
+            asked,
+            "--volume-size applies to new volumes only; this volume keeps its capacity"
+        );
+    }
+    Ok(volume)
+}
+
+/// This member's identity: the store's own, or a new one for a store with no raft state
+/// once no peer knows this node id (see `member.rs`).
+async fn identity(
+    args: &ServeArgs,
+    volume: &vellum_engine::Volume,
+    log: &LogStore<TypeConfig>,
+    sm: &KvStateMachine,
+) -> Result<Identity, CliError> {
+    let dir = LogConfig::default().dir;
+    let (v, d) = (volume.clone(), dir.clone());
+    let loaded = tokio::task::spawn_blocking(move || Identity::load(&v, &d))
+        .await
+        .map_err(|e| fail("reading the member identity")(e.to_string()))?
+        .map_err(|e| fail("reading the member identity")(e.to_string()))?;
+    let shown = args.volume.display();
+    match loaded {
+        Some(id) if id.node_id == args.id => return Ok(id),
+        Some(id) => {
+            return Err(CliError::NotThisMember(format!(
+                "the volume {shown} belongs to node {}, not to node {}: start it with --id {}",
+                id.node_id, args.id, id.node_id
+            )));
+        }
+        None => {}
+    }
+    let meta = log.core().meta();
+    let has_state = meta.vote.is_some()
+        || meta.purged_index.is_some()
+        || log.core().bounds().1.is_some()
+        || sm.reader().last_applied().is_some();
+    if has_state {
+        tracing::info!("this raft store predates member identities; giving it one");
+    } else {
+        if args.initial_cluster_state == ClusterState::Existing {
+            return Err(CliError::NotThisMember(format!(
+                "the volume {shown} holds no raft state, but --initial-cluster-state existing \
+                 says node {id} is a member of a running cluster: node {id} lost its state; \
+                 remove it (vellum cluster remove {id}) and join this node as a new member \
+                 with a new --id and --join",
+                id = args.id
+            )));
+        }
+        let peers: Vec<(u64, String)> = match &args.initial_cluster {
+            Some(spec) => config::parse_initial_cluster(spec)
+                .map_err(fail("--initial-cluster"))?
+                .into_iter()
+                .filter(|(id, _)| *id != args.id)
+                .map(|(id, n)| (id, n.raft_addr))
+                .collect(),
+            None => Vec::new(),
+        };
+        if let Some((peer, known)) = member::ask_peers(args.id, &peers).await {
+            return Err(CliError::NotThisMember(member::stale_line(args.id, peer, known, None)));
+        }
+    }
+    let (v, id) = (volume.clone(), args.id);
+    let made = tokio::task::spawn_blocking(move || Identity::create(&v, &dir, id))
+        .await
+        .map_err(|e| fail("writing the member identity")(e.to_string()))?
+        .map_err(|e| fail("writing the member identity")(e.to_string()))?;
+    tracing::info!(id = args.id, incarnation = %made.incarnation, "this member's identity");
+    Ok(made)
+}
+
+/// Runs the node until SIGINT / SIGTERM (or until it learns it lost its state).
+pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
+    let prometheus = metrics::install().map_err(|e| fail("metrics")(e.to_string()))?;
+    metrics::spawn_upkeep(prometheus.clone());
+    let volume = volume(&args).await?;
+    let capacity = volume.info().layout.capacity_bytes();
+    let log_config =
+        LogConfig { segment_bytes: args.segment_bytes(capacity), ..LogConfig::default() };
+    let dir = log_config.dir.clone();
     let (log, sm) = open_store(&volume, log_config)
         .map_err(|e| fail("opening the raft store")(e.to_string()))?;
+    let me = identity(&args, &volume, &log, &sm).await?;
+    let book =
+        PeerBook::open(&volume, &dir).map_err(|e| fail("opening the peer book")(e.to_string()))?;
+    let (guard, mut fatal) = member::Guard::new(me, book);
+    let max_entry_bytes = log.core().max_entry_bytes();
+    let (limits, batch_bytes) = limits(&args, max_entry_bytes)?;
     let startup_commit = log.committed_index().unwrap_or(0);
     let kv = sm.reader();
-    let raft = Raft::new(args.id, raft_config(&args)?, network::Network::default(), log, sm)
+    let network = network::Network::new(Arc::clone(&guard));
+    let raft = Raft::new(args.id, raft_config(&args, max_entry_bytes)?, network, log, sm)
         .await
         .map_err(|e| fail("starting raft")(e.to_string()))?;
     let ready = Arc::new(AtomicBool::new(false));
@@ -115,11 +244,8 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         id: args.id,
         raft: raft.clone(),
         kv,
-        proposer: batcher::Proposer::start(raft.clone(), args.max_batch),
-        limits: http::Limits {
-            max_key_bytes: args.max_key_bytes as usize,
-            max_value_bytes: args.max_value_bytes as usize,
-        },
+        proposer: batcher::Proposer::start(raft.clone(), args.max_batch, batch_bytes),
+        limits,
         ready,
         prometheus,
         http: reqwest::Client::builder()
@@ -132,7 +258,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     let servers = {
         let mut a = stop_rx.clone();
         let mut b = stop_rx.clone();
-        let raft_srv = axum::serve(raft_listener, raft_api::router(raft.clone()))
+        let raft_srv = axum::serve(raft_listener, raft_api::router(raft.clone(), guard))
             .with_graceful_shutdown(async move {
                 let _ = a.wait_for(|s| *s).await;
             });
@@ -168,7 +294,10 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         tokio::spawn(async move { join_cluster(&join, id, &me).await });
     }
 
-    shutdown_signal().await;
+    let stale = tokio::select! {
+        () = shutdown_signal() => None,
+        changed = fatal.wait_for(Option::is_some) => changed.ok().and_then(|r| r.clone()),
+    };
     tracing::info!("shutting down");
     let _ = raft.shutdown().await;
     let _ = stop_tx.send(true);
@@ -181,7 +310,10 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         .await
         .map_err(|e| fail("closing the volume")(e.to_string()))?
         .map_err(|e| fail("closing the volume")(e.to_string()))?;
-    Ok(())
+    match stale {
+        Some(why) => Err(CliError::NotThisMember(why)),
+        None => Ok(()),
+    }
 }
 
 /// Adds this node as a learner through `api`, then as a voter; retries until both worked.

@@ -3,6 +3,10 @@
 //!
 //! Snapshots travel in chunks: openraft's default `full_snapshot` splits them into
 //! `install_snapshot` calls of `snapshot_max_chunk_size` bytes.
+//!
+//! Every call names this member and the target (`member.rs`); an answer from another
+//! incarnation of the target than the peer book holds is dropped (never counted), and an
+//! answer that names this node as the stale member stops it.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -20,14 +24,20 @@ use serde::de::DeserializeOwned;
 use vellum_raft_store::{KvNode, TypeConfig};
 
 use super::codec::{decode, encode};
+use super::member::{self, Guard};
 
 /// Makes the per-peer clients.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub struct Network {
     clients: Arc<Mutex<HashMap<u64, reqwest::Client>>>,
+    guard: Arc<Guard>,
 }
 
 impl Network {
+    pub fn new(guard: Arc<Guard>) -> Network {
+        Network { clients: Arc::default(), guard }
+    }
+
     fn client(&self, target: u64) -> reqwest::Client {
         let mut clients = self.clients.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         clients
@@ -48,7 +58,12 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Peer;
 
     async fn new_client(&mut self, target: u64, node: &KvNode) -> Peer {
-        Peer { target, node: node.clone(), client: self.client(target) }
+        Peer {
+            target,
+            node: node.clone(),
+            client: self.client(target),
+            guard: Arc::clone(&self.guard),
+        }
     }
 }
 
@@ -57,6 +72,7 @@ pub struct Peer {
     target: u64,
     node: KvNode,
     client: reqwest::Client,
+    guard: Arc<Guard>,
 }
 
 type RpcResult<T, E> = Result<T, RPCError<u64, KvNode, RaftError<u64, E>>>;
@@ -75,15 +91,44 @@ impl Peer {
     {
         let body = encode(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let url = format!("http://{}/raft/{path}", self.node.raft_addr);
-        let sent = self.client.post(url).timeout(option.hard_ttl()).body(body).send().await;
+        let sent = self
+            .client
+            .post(url)
+            .timeout(option.hard_ttl())
+            .header(member::FROM, self.guard.me_header())
+            .header(member::TO, self.guard.to_header(self.target))
+            .body(body)
+            .send()
+            .await;
         let resp = match sent {
             Ok(r) => r,
             Err(e) if e.is_connect() => return Err(RPCError::Unreachable(Unreachable::new(&e))),
             Err(e) => return Err(RPCError::Network(NetworkError::new(&e))),
         };
+        if resp.status() == reqwest::StatusCode::CONFLICT {
+            return Err(self.refused(resp).await);
+        }
         if !resp.status().is_success() {
             let e = std::io::Error::other(format!("peer answered HTTP {}", resp.status()));
             return Err(RPCError::Network(NetworkError::new(&e)));
+        }
+        // The answer counts only from the incarnation of the target this member knows (or,
+        // at first contact, from the one recorded now, durably, before it is used).
+        let answered = resp
+            .headers()
+            .get(member::MEMBER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(member::parse_member);
+        let Some((id, Some(inc))) = answered.filter(|(id, _)| *id == self.target) else {
+            let e = std::io::Error::other(format!(
+                "the answer of node {} does not name it as its member",
+                self.target
+            ));
+            return Err(RPCError::Unreachable(Unreachable::new(&e)));
+        };
+        if let Err(refused) = self.guard.admit(id, inc).await {
+            let e = std::io::Error::other(format!("dropped the answer of node {id}: {refused:?}"));
+            return Err(RPCError::Unreachable(Unreachable::new(&e)));
         }
         let bytes = resp.bytes().await.map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
         let result: Result<Resp, RaftError<u64, E>> =
@@ -91,6 +136,29 @@ impl Peer {
         result.map_err(|e| {
             RPCError::RemoteError(RemoteError::new_with_node(self.target, self.node.clone(), e))
         })
+    }
+}
+
+impl Peer {
+    /// A 409 answer: one of the two members lost its state. If it names this node, stop.
+    async fn refused<E: std::error::Error>(
+        &self,
+        resp: reqwest::Response,
+    ) -> RPCError<u64, KvNode, RaftError<u64, E>> {
+        let body: serde_json::Value = resp.json().await.unwrap_or_default();
+        let stale = body["member"].as_u64();
+        let known = body["known"].as_str().and_then(|k| k.parse().ok());
+        if stale == Some(self.guard.me.node_id)
+            && let Some(known) = known
+        {
+            self.guard.stale_self(self.target, known);
+        }
+        let e = std::io::Error::other(format!(
+            "node {} refused the RPC: member {} lost its state",
+            self.target,
+            stale.map_or_else(|| "?".into(), |s| s.to_string())
+        ));
+        RPCError::Unreachable(Unreachable::new(&e))
     }
 }
 

@@ -45,6 +45,18 @@ use index::Loc;
 use queue::Combiner;
 use state::{Item, Shared, lock, read_lock, write_lock};
 
+/// The log's decoders, for the fuzz targets in `raft-store/fuzz` (feature `internals`): not
+/// an API to build on.
+#[cfg(feature = "internals")]
+pub mod internals {
+    pub use super::frame::{
+        ALIGN, FrameHeader, FrameKind, Parsed, SEGMENT_HEADER_LEN, Seal, SegmentHeader, encode,
+        frame_len, parse,
+    };
+    pub use super::meta::MetaState;
+    pub use super::recovery::{SegmentScan, scan_segment};
+}
+
 /// The shared state and the combiner that owns the writer.
 struct Log {
     shared: Shared,

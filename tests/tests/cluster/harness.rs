@@ -68,6 +68,31 @@ impl Node {
         self.child = Some(child);
     }
 
+    /// Waits up to `timeout` for the process to exit by itself; its exit status if it did.
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            let c = self.child.as_mut()?;
+            if let Ok(Some(status)) = c.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+
+    /// The node's log so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Deletes the node's carrier file (a lost volume).
+    pub fn lose_volume(&self) {
+        std::fs::remove_file(&self.volume).unwrap();
+        let _ = std::fs::remove_file(self.volume.with_extension("vlm.lock"));
+    }
+
     /// kill -9.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {

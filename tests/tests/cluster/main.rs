@@ -15,3 +15,4 @@ mod t50_prometheus;
 mod t60_deploy;
 mod t70_snapshot;
 mod t80_cli;
+mod t90_lost_volume;
