@@ -16,3 +16,4 @@ mod t60_deploy;
 mod t70_snapshot;
 mod t80_cli;
 mod t90_lost_volume;
+mod t95_large_writes;
