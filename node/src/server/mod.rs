@@ -144,13 +144,43 @@ async fn volume(args: &ServeArgs) -> Result<vellum_engine::Volume, CliError> {
     Ok(volume)
 }
 
+/// Whether this node may start as a new member on a volume with no raft state: not when
+/// `--initial-cluster-state existing` says it is a member already, and not when a member of
+/// `--initial-cluster` knows its id (then it lost its state).
+async fn fresh_start_allowed(args: &ServeArgs) -> Result<(), CliError> {
+    let shown = args.volume.display();
+    if args.initial_cluster_state == ClusterState::Existing {
+        return Err(CliError::NotThisMember(format!(
+            "the volume {shown} holds no raft state, but --initial-cluster-state existing \
+             says node {id} is a member of a running cluster: node {id} lost its state; \
+             remove it (vellum cluster remove {id}) and join this node as a new member \
+             with a new --id and --join",
+            id = args.id
+        )));
+    }
+    let peers: Vec<(u64, String)> = match &args.initial_cluster {
+        Some(spec) => config::parse_initial_cluster(spec)
+            .map_err(fail("--initial-cluster"))?
+            .into_iter()
+            .filter(|(id, _)| *id != args.id)
+            .map(|(id, n)| (id, n.raft_addr))
+            .collect(),
+        None => Vec::new(),
+    };
+    if let Some((peer, known)) = member::ask_peers(args.id, &peers).await {
+        return Err(CliError::NotThisMember(member::stale_line(args.id, peer, known, None)));
+    }
+    Ok(())
+}
+
 /// This member's identity: the store's own, or a new one for a store with no raft state
-/// once no peer knows this node id (see `member.rs`).
+/// once `fresh_start_allowed` (skipped when `checked` already).
 async fn identity(
     args: &ServeArgs,
     volume: &vellum_engine::Volume,
     log: &LogStore<TypeConfig>,
     sm: &KvStateMachine,
+    checked: bool,
 ) -> Result<Identity, CliError> {
     let dir = LogConfig::default().dir;
     let (v, d) = (volume.clone(), dir.clone());
@@ -158,13 +188,15 @@ async fn identity(
         .await
         .map_err(|e| fail("reading the member identity")(e.to_string()))?
         .map_err(|e| fail("reading the member identity")(e.to_string()))?;
-    let shown = args.volume.display();
     match loaded {
         Some(id) if id.node_id == args.id => return Ok(id),
         Some(id) => {
             return Err(CliError::NotThisMember(format!(
-                "the volume {shown} belongs to node {}, not to node {}: start it with --id {}",
-                id.node_id, args.id, id.node_id
+                "the volume {} belongs to node {}, not to node {}: start it with --id {}",
+                args.volume.display(),
+                id.node_id,
+                args.id,
+                id.node_id
             )));
         }
         None => {}
@@ -176,28 +208,8 @@ async fn identity(
         || sm.reader().last_applied().is_some();
     if has_state {
         tracing::info!("this raft store predates member identities; giving it one");
-    } else {
-        if args.initial_cluster_state == ClusterState::Existing {
-            return Err(CliError::NotThisMember(format!(
-                "the volume {shown} holds no raft state, but --initial-cluster-state existing \
-                 says node {id} is a member of a running cluster: node {id} lost its state; \
-                 remove it (vellum cluster remove {id}) and join this node as a new member \
-                 with a new --id and --join",
-                id = args.id
-            )));
-        }
-        let peers: Vec<(u64, String)> = match &args.initial_cluster {
-            Some(spec) => config::parse_initial_cluster(spec)
-                .map_err(fail("--initial-cluster"))?
-                .into_iter()
-                .filter(|(id, _)| *id != args.id)
-                .map(|(id, n)| (id, n.raft_addr))
-                .collect(),
-            None => Vec::new(),
-        };
-        if let Some((peer, known)) = member::ask_peers(args.id, &peers).await {
-            return Err(CliError::NotThisMember(member::stale_line(args.id, peer, known, None)));
-        }
+    } else if !checked {
+        fresh_start_allowed(args).await?;
     }
     let (v, id) = (volume.clone(), args.id);
     let made = tokio::task::spawn_blocking(move || Identity::create(&v, &dir, id))
@@ -212,6 +224,12 @@ async fn identity(
 pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     let prometheus = metrics::install().map_err(|e| fail("metrics")(e.to_string()))?;
     metrics::spawn_upkeep(prometheus.clone());
+    // A carrier that does not exist yet holds no raft state: check that this member may
+    // start fresh before formatting (and zero-filling) one.
+    let missing = args.volume.as_os_str() == "memory:" || !args.volume.exists();
+    if missing {
+        fresh_start_allowed(&args).await?;
+    }
     let volume = volume(&args).await?;
     let capacity = volume.info().layout.capacity_bytes();
     let log_config =
@@ -219,7 +237,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     let dir = log_config.dir.clone();
     let (log, sm) = open_store(&volume, log_config)
         .map_err(|e| fail("opening the raft store")(e.to_string()))?;
-    let me = identity(&args, &volume, &log, &sm).await?;
+    let me = identity(&args, &volume, &log, &sm, missing).await?;
     let book =
         PeerBook::open(&volume, &dir).map_err(|e| fail("opening the peer book")(e.to_string()))?;
     let (guard, mut fatal) = member::Guard::new(me, book);
@@ -317,9 +335,14 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
 }
 
 /// Adds this node as a learner through `api`, then as a voter; retries until both worked.
+///
+/// Redirects are followed by hand, so that `target` becomes the leader: the voter set the
+/// node adds itself to is the leader's (a follower's may be stale, and writing a stale set
+/// back would undo a removal that committed meanwhile).
 async fn join_cluster(api: &str, id: u64, me: &vellum_raft_store::KvNode) {
     let client = reqwest::Client::builder()
         .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
         .timeout(Duration::from_secs(30))
         .build()
         .unwrap_or_default();
@@ -327,22 +350,36 @@ async fn join_cluster(api: &str, id: u64, me: &vellum_raft_store::KvNode) {
     let learner =
         serde_json::json!({ "id": id, "raft_addr": me.raft_addr, "api_addr": me.api_addr });
     let mut target = base.clone();
+    let mut last = String::new();
     for attempt in 0..120 {
         if attempt > 0 {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
-        let Ok(resp) =
-            client.post(format!("{target}/v1/cluster/learners")).json(&learner).send().await
-        else {
-            continue;
+        if attempt % 20 == 19 {
+            tracing::warn!(id, attempt, %target, why = %last, "still joining the cluster");
+        }
+        let resp = match client
+            .post(format!("{target}/v1/cluster/learners"))
+            .json(&learner)
+            .send()
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                last = e.to_string();
+                target.clone_from(&base);
+                continue;
+            }
         };
         if resp.status() == reqwest::StatusCode::TEMPORARY_REDIRECT {
             if let Some(loc) = resp.headers().get("location").and_then(|v| v.to_str().ok()) {
                 target = loc.trim_end_matches('/').to_string();
             }
+            last = "redirected to the leader".into();
             continue;
         }
         if !resp.status().is_success() {
+            last = format!("adding a learner: HTTP {}", resp.status());
             continue;
         }
         let Ok(status) = client.get(format!("{target}/v1/cluster/status")).send().await else {
@@ -354,12 +391,14 @@ async fn join_cluster(api: &str, id: u64, me: &vellum_raft_store::KvNode) {
             members.push(id);
         }
         let body = serde_json::json!({ "members": members });
-        if let Ok(r) = client.put(format!("{target}/v1/cluster/members")).json(&body).send().await
-            && r.status().is_success()
-        {
-            tracing::info!(id, "joined the cluster as a voter");
-            return;
+        match client.put(format!("{target}/v1/cluster/members")).json(&body).send().await {
+            Ok(r) if r.status().is_success() => {
+                tracing::info!(id, "joined the cluster as a voter");
+                return;
+            }
+            Ok(r) => last = format!("changing the voters: HTTP {}", r.status()),
+            Err(e) => last = e.to_string(),
         }
     }
-    tracing::error!(id, api, "could not join the cluster");
+    tracing::error!(id, api, why = %last, "could not join the cluster");
 }

@@ -58,7 +58,11 @@ impl Node {
             .args(["--raft-addr", &format!("127.0.0.1:{}", self.raft)])
             .arg("--volume")
             .arg(&self.volume)
-            .args(["--volume-size", "128MiB", "--heartbeat-ms", "50"])
+            .args(if self.extra.iter().any(|a| a == "--volume-size") {
+                vec!["--heartbeat-ms", "50"]
+            } else {
+                vec!["--volume-size", "128MiB", "--heartbeat-ms", "50"]
+            })
             .args(&self.extra)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())

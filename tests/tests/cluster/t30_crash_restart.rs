@@ -98,3 +98,26 @@ fn no_acknowledged_write_is_lost_across_kill_and_restart() {
         );
     }
 }
+
+/// `--volume-size` (and the segment size derived from it) applies to new volumes: a node
+/// restarted with another value reopens its volume and its log as they are.
+#[test]
+fn a_node_reopens_its_volume_whatever_volume_size_says() {
+    let mut c = Cluster::new(1);
+    c.nodes[0].extra.extend(["--volume-size".into(), "64MiB".into()]);
+    c.start_all();
+    c.wait_ready();
+    assert!(c.put(&c.nodes[0], "k", "v"));
+    c.nodes[0].stop();
+    for size in [None, Some("256MiB")] {
+        c.nodes[0].extra.truncate(2); // --initial-cluster SPEC; the harness adds 128MiB
+        if let Some(size) = size {
+            c.nodes[0].extra.extend(["--volume-size".into(), size.into()]);
+        }
+        c.nodes[0].start();
+        c.wait_ready();
+        assert_eq!(c.read(&c.nodes[0], "k", false).as_deref(), Some("v"), "{}", c.logs());
+        assert!(c.put(&c.nodes[0], "k", "v"));
+        c.nodes[0].stop();
+    }
+}

@@ -19,6 +19,23 @@ fn write_succeeds(c: &Cluster, node: usize, key: &str, wait: Duration) -> bool {
     false
 }
 
+/// Waits until node 1 reports exactly `voters`.
+fn wait_voters(c: &Cluster, voters: &[u64]) {
+    let deadline = Instant::now() + Duration::from_secs(90);
+    loop {
+        let status: Option<serde_json::Value> =
+            c.get(&c.nodes[0].url("/v1/cluster/status")).and_then(|r| r.json().ok());
+        let now = status.as_ref().and_then(|s| s["voters"].as_array().cloned());
+        if now.is_some_and(|v| {
+            v.iter().filter_map(serde_json::Value::as_u64).eq(voters.iter().copied())
+        }) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "voters never became {voters:?}: {}", c.logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 #[test]
 fn a_member_restarted_on_a_fresh_volume_refuses_and_can_rejoin_as_a_new_member() {
     let mut c = Cluster::new(3);
@@ -47,22 +64,13 @@ fn a_member_restarted_on_a_fresh_volume_refuses_and_can_rejoin_as_a_new_member()
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_voters(&c, &[1, 2]);
     let mut node4 =
         Cluster::node(c.dir.path(), 4, free_port(), free_port(), vec!["--join".into(), api1]);
     node4.volume = c.by_id(3).volume.clone();
     c.nodes.push(node4);
     c.by_id(4).start();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let status: Option<serde_json::Value> =
-            c.get(&c.nodes[0].url("/v1/cluster/status")).and_then(|r| r.json().ok());
-        let voters = status.as_ref().and_then(|s| s["voters"].as_array().cloned());
-        if voters.is_some_and(|v| v.iter().filter_map(serde_json::Value::as_u64).eq([1, 2, 4])) {
-            break;
-        }
-        assert!(Instant::now() < deadline, "node 4 did not become a voter: {}", c.logs());
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_voters(&c, &[1, 2, 4]);
     c.wait_ready();
     assert_eq!(c.read(c.nodes.last().unwrap(), "k7", false).as_deref(), Some("v7"));
 }

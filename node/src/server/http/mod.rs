@@ -92,8 +92,43 @@ pub fn router(state: AppState) -> Router {
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn_with_state(state.clone(), declared_too_large))
         .layer(axum::middleware::from_fn(m::track))
         .with_state(state)
+}
+
+/// Bodies this much over the limit are read and dropped before the 413 is answered.
+const DRAIN_BYTES: u64 = 64 << 20;
+/// How long reading and dropping an oversized body may take.
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Answers 413 to a request whose declared body is larger than any the API takes, without
+/// buffering a byte of it. A body up to `DRAIN_BYTES` is read and dropped first: a client
+/// that sends its whole body before it reads the answer would otherwise see the connection
+/// reset under it instead of the 413 (the kernel resets a socket closed with unread data).
+/// A larger one is answered at once.
+async fn declared_too_large(
+    State(s): State<AppState>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let declared = req
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let Some(len) = declared.filter(|&n| n > s.limits.max_value_bytes as u64) else {
+        return next.run(req).await;
+    };
+    if len <= DRAIN_BYTES {
+        use http_body_util::BodyExt;
+        let mut body = req.into_body();
+        let _ = tokio::time::timeout(DRAIN_TIME, async {
+            while let Some(Ok(_)) = body.frame().await {}
+        })
+        .await;
+    }
+    ApiError::ValueTooLarge { max: s.limits.max_value_bytes }.into_response()
 }
 
 async fn livez() -> Response {
