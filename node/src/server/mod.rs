@@ -64,11 +64,11 @@ const ENTRY_OVERHEAD: usize = 256;
 /// Bytes one operation adds to an entry besides its key and value.
 const OP_OVERHEAD: usize = 16;
 
-fn raft_config(args: &ServeArgs, max_entry_bytes: usize) -> Result<Arc<Config>, CliError> {
+fn raft_config(args: &ServeArgs, largest_entry: usize) -> Result<Arc<Config>, CliError> {
     let hb = args.heartbeat_ms.max(10);
     // One AppendEntries RPC must stay under the peer's body limit even when every entry in
-    // it is as large as an entry can be.
-    let max_payload_entries = (raft_api::MAX_RPC_BYTES / max_entry_bytes.max(1)).clamp(1, 300);
+    // it is as large as this node proposes them.
+    let max_payload_entries = (raft_api::MAX_RPC_BYTES / largest_entry.max(1)).clamp(1, 300);
     let config = Config {
         cluster_name: "vellum".into(),
         heartbeat_interval: hb,
@@ -86,7 +86,12 @@ fn raft_config(args: &ServeArgs, max_entry_bytes: usize) -> Result<Arc<Config>, 
 
 /// The limits client input gets, checked against what one log entry can hold: a value that
 /// cannot fit is refused (413) before it reaches Raft, and a batch stays under an entry.
-fn limits(args: &ServeArgs, max_entry_bytes: usize) -> Result<(http::Limits, usize), CliError> {
+///
+/// Returns the limits, the byte bound of a batch, and the largest entry the node proposes.
+fn limits(
+    args: &ServeArgs,
+    max_entry_bytes: usize,
+) -> Result<(http::Limits, usize, usize), CliError> {
     let (key, value) = (args.max_key_bytes as usize, args.max_value_bytes as usize);
     let one_op = key + value + OP_OVERHEAD + ENTRY_OVERHEAD;
     if one_op > max_entry_bytes {
@@ -104,7 +109,8 @@ fn limits(args: &ServeArgs, max_entry_bytes: usize) -> Result<(http::Limits, usi
             "--max-batch-bytes is larger than one raft log entry can hold; using less"
         );
     }
-    Ok((http::Limits { max_key_bytes: key, max_value_bytes: value }, batch))
+    let largest_entry = batch.max(one_op) + ENTRY_OVERHEAD;
+    Ok((http::Limits { max_key_bytes: key, max_value_bytes: value }, batch, largest_entry))
 }
 
 /// Opens (or formats) the volume the node runs on.
@@ -242,11 +248,11 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         PeerBook::open(&volume, &dir).map_err(|e| fail("opening the peer book")(e.to_string()))?;
     let (guard, mut fatal) = member::Guard::new(me, book);
     let max_entry_bytes = log.core().max_entry_bytes();
-    let (limits, batch_bytes) = limits(&args, max_entry_bytes)?;
+    let (limits, batch_bytes, largest_entry) = limits(&args, max_entry_bytes)?;
     let startup_commit = log.committed_index().unwrap_or(0);
     let kv = sm.reader();
     let network = network::Network::new(Arc::clone(&guard));
-    let raft = Raft::new(args.id, raft_config(&args, max_entry_bytes)?, network, log, sm)
+    let raft = Raft::new(args.id, raft_config(&args, largest_entry)?, network, log, sm)
         .await
         .map_err(|e| fail("starting raft")(e.to_string()))?;
     let ready = Arc::new(AtomicBool::new(false));

@@ -53,6 +53,8 @@ struct Classified {
     spare: Option<Spare>,
     next_file_no: u64,
     scanned_bytes: u64,
+    /// Files removed (leftovers, extra spares): a commit makes that durable.
+    removed: usize,
 }
 
 pub(super) fn open(volume: Volume, config: LogConfig) -> Result<Opened> {
@@ -88,8 +90,8 @@ pub(super) fn open(volume: Volume, config: LogConfig) -> Result<Opened> {
         ..RecoveryReport::default()
     };
     let (segments, scans) = scan_all(classified.active, &mut report)?;
-    if report.segments > 0 {
-        volume.commit()?; // spares and partial files removed by `classify`
+    if classified.removed > 0 {
+        volume.commit()?; // leftovers and extra spares removed by `classify`
     }
     let mut ix = Index::new(meta_state.purged_index.map_or(0, |p| p + 1), config.hot_window_bytes);
     let mut segments = segments;
@@ -128,10 +130,10 @@ pub(super) fn open(volume: Volume, config: LogConfig) -> Result<Opened> {
     Ok(Opened { shared, writer, report })
 }
 
-/// The size of the segments the log makes: that of its newest segment, or of its spare, or
-/// the configured one for a log with neither.
+/// The size of the segments the log makes: that of its newest segment, or the configured one
+/// for a log without any.
 fn log_segment_bytes(c: &Classified, config: &LogConfig) -> u64 {
-    let found = c.active.last().map(|f| f.len).or(c.spare.as_ref().map(|s| s.len));
+    let found = c.active.last().map(|f| f.len);
     if let Some(len) = found
         && len != config.segment_bytes
     {
@@ -152,7 +154,14 @@ fn lossy(path: &[u8]) -> String {
 /// Sorts the files of `DIR/log` into active segments (with their first blocks), one spare,
 /// and leftovers (removed; committed by the caller).
 fn classify(volume: &Volume, log_dir: &[u8], config_bytes: u64) -> Result<Classified> {
-    let mut c = Classified { active: Vec::new(), spare: None, next_file_no: 1, scanned_bytes: 0 };
+    let mut c = Classified {
+        active: Vec::new(),
+        spare: None,
+        next_file_no: 1,
+        scanned_bytes: 0,
+        removed: 0,
+    };
+    let mut spares = Vec::new();
     for entry in volume.list(log_dir)? {
         let mut path = log_dir.to_vec();
         path.push(b'/');
@@ -184,6 +193,7 @@ fn classify(volume: &Volume, log_dir: &[u8], config_bytes: u64) -> Result<Classi
             }
             drop(file);
             volume.remove(&path)?;
+            c.removed += 1;
             continue;
         }
         match SegmentHeader::decode(&head, &name) {
@@ -193,15 +203,8 @@ fn classify(volume: &Volume, log_dir: &[u8], config_bytes: u64) -> Result<Classi
             Ok(None) | Err(Error::Corrupt { .. })
                 if head[SEGMENT_HEADER_LEN..].iter().all(|&b| b == 0) =>
             {
-                // Never activated (or its activation was the write in flight): a spare. One
-                // of the size new segments get is kept; others go.
-                let keep = c.spare.is_none() && (len == config_bytes || c.active.is_empty());
-                if keep {
-                    c.spare = Some(Spare { path, file: Arc::new(file), len });
-                } else {
-                    drop(file);
-                    volume.remove(&path)?;
-                }
+                // Never activated (or its activation was the write in flight): a spare.
+                spares.push(Spare { path, file: Arc::new(file), len });
             }
             Ok(None) => {
                 return Err(Error::Corrupt {
@@ -223,13 +226,18 @@ fn classify(volume: &Volume, log_dir: &[u8], config_bytes: u64) -> Result<Classi
             });
         }
     }
-    // A spare of another size than the log's segments is not worth keeping.
-    if let (Some(spare), Some(last)) = (&c.spare, c.active.last())
-        && spare.len != last.len
-    {
-        let path = spare.path.clone();
-        c.spare = None;
-        volume.remove(&path)?;
+    // One spare of the size the log's segments have (or, for a log without any, of the
+    // configured size) is kept; the others go.
+    let wanted = c.active.last().map_or(config_bytes, |f| f.len);
+    for spare in spares {
+        if c.spare.is_none() && spare.len == wanted {
+            c.spare = Some(spare);
+        } else {
+            let path = spare.path.clone();
+            drop(spare);
+            volume.remove(&path)?;
+            c.removed += 1;
+        }
     }
     Ok(c)
 }
