@@ -6,9 +6,12 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+mod common;
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::{all, append, entry, faulty_volume, memory_volume};
 use vellum_engine::carrier::{CrashPlan, FaultRng, FaultyCarrier, MemoryCarrier};
 use vellum_engine::{FormatOptions, Volume, VolumeOptions};
 use vellum_raft_store::Error;
@@ -21,34 +24,6 @@ fn config(segment_bytes: u64) -> LogConfig {
         background_spares: false,
         ..LogConfig::default()
     }
-}
-
-fn entry(index: u64, term: u64, len: usize) -> LogEntry {
-    let payload: Vec<u8> =
-        (0..len).map(|i| (i as u64 ^ index.wrapping_mul(31) ^ term) as u8).collect();
-    LogEntry { index, term, payload: Arc::from(payload) }
-}
-
-fn append(core: &LogCore, entries: Vec<LogEntry>) {
-    log::wait(|done| core.append(entries, done)).unwrap();
-}
-
-fn all(core: &LogCore) -> Vec<LogEntry> {
-    match core.bounds() {
-        (first, Some(last)) => core.read(first, last + 1).unwrap(),
-        _ => Vec::new(),
-    }
-}
-
-fn memory_volume(bytes: u64) -> (Arc<MemoryCarrier>, Volume) {
-    let carrier = Arc::new(MemoryCarrier::new(bytes));
-    let v = Volume::format(
-        Box::new(Arc::clone(&carrier)),
-        &FormatOptions::default(),
-        VolumeOptions::default(),
-    )
-    .unwrap();
-    (carrier, v)
 }
 
 fn reopen_bytes(bytes: &[u8]) -> Volume {
@@ -169,13 +144,7 @@ fn torn_at_a_segment_end() -> (Vec<u8>, Vec<LogEntry>) {
     let payload = 4096 - 40 - 8; // one frame per 4096-byte block
     let entries: Vec<LogEntry> = (1..=15).map(|i| entry(i, 1, payload)).collect();
     for seed in 0..64 {
-        let carrier = Arc::new(FaultyCarrier::new(8 << 20, true));
-        let v = Volume::format(
-            Box::new(Arc::clone(&carrier)),
-            &FormatOptions::default(),
-            VolumeOptions::default(),
-        )
-        .unwrap();
+        let (carrier, v) = faulty_volume(8 << 20);
         let core = LogCore::open(v, config(64 << 10)).unwrap();
         for e in &entries[..14] {
             append(&core, vec![e.clone()]);
@@ -231,13 +200,7 @@ fn last_segment_offset(v: &Volume) -> u64 {
 
 #[test]
 fn unreadable_blocks_at_recovery_are_a_torn_tail_only_in_the_last_write() {
-    let carrier = Arc::new(FaultyCarrier::new(8 << 20, true));
-    let v = Volume::format(
-        Box::new(Arc::clone(&carrier)),
-        &FormatOptions::default(),
-        VolumeOptions::default(),
-    )
-    .unwrap();
+    let (carrier, v) = faulty_volume(8 << 20);
     let core = LogCore::open(v.clone(), config(256 << 10)).unwrap();
     for i in 1..=6 {
         append(&core, vec![entry(i, 1, 1000)]); // one block per batch, from block 1 on

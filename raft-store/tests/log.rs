@@ -3,8 +3,11 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+mod common;
+
 use std::sync::Arc;
 
+use common::{all, append, entry};
 use vellum_engine::carrier::{CarrierOptions, FaultyCarrier, MemoryCarrier};
 use vellum_engine::{FormatOptions, Volume, VolumeOptions};
 use vellum_raft_store::Error;
@@ -16,23 +19,6 @@ fn config() -> LogConfig {
         hot_window_bytes: 64 << 10,
         background_spares: false,
         ..LogConfig::default()
-    }
-}
-
-fn entry(index: u64, term: u64, len: usize) -> LogEntry {
-    let payload: Vec<u8> =
-        (0..len).map(|i| (i as u64 ^ index.wrapping_mul(31) ^ term) as u8).collect();
-    LogEntry { index, term, payload: Arc::from(payload) }
-}
-
-fn append(core: &LogCore, entries: Vec<LogEntry>) {
-    log::wait(|done| core.append(entries, done)).unwrap();
-}
-
-fn all(core: &LogCore) -> Vec<LogEntry> {
-    match core.bounds() {
-        (first, Some(last)) => core.read(first, last + 1).unwrap(),
-        _ => Vec::new(),
     }
 }
 
