@@ -24,7 +24,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Mutex;
+use std::sync::{Mutex, RwLock};
 
 use vellum_engine::Volume;
 use vellum_engine::format::consts::Uuid;
@@ -192,11 +192,16 @@ pub enum Admitted {
 }
 
 /// The incarnations of the peers this member has spoken with.
+///
+/// Lookups take a read lock for a moment; a first contact writes the book under a mutex of
+/// its own (held across the volume IO) and swaps the new map in after the commit, so readers
+/// on an async runtime never wait for the disk.
 #[derive(Debug)]
 pub struct PeerBook {
     volume: Volume,
     dir: String,
-    known: Mutex<BTreeMap<u64, Incarnation>>,
+    known: RwLock<BTreeMap<u64, Incarnation>>,
+    writing: Mutex<()>,
 }
 
 fn encode_peers(peers: &BTreeMap<u64, Incarnation>) -> Vec<u8> {
@@ -258,38 +263,54 @@ impl PeerBook {
             volume.remove(&leftover)?;
             volume.commit()?;
         }
-        Ok(PeerBook { volume: volume.clone(), dir: dir.into(), known: Mutex::new(known) })
+        Ok(PeerBook {
+            volume: volume.clone(),
+            dir: dir.into(),
+            known: RwLock::new(known),
+            writing: Mutex::new(()),
+        })
     }
 
     /// The incarnation recorded for `peer`.
     pub fn get(&self, peer: u64) -> Option<Incarnation> {
-        self.lock().get(&peer).copied()
+        self.read().get(&peer).copied()
     }
 
     /// Every recorded peer.
     pub fn all(&self) -> BTreeMap<u64, Incarnation> {
-        self.lock().clone()
+        self.read().clone()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Incarnation>> {
-        self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, BTreeMap<u64, Incarnation>> {
+        self.known.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn check(&self, peer: u64, incarnation: Incarnation) -> Result<Option<Admitted>> {
+        match self.read().get(&peer) {
+            Some(k) if *k == incarnation => Ok(Some(Admitted::Known)),
+            Some(k) => Err(Error::PeerConflict { peer, known: *k, presented: incarnation }),
+            None => Ok(None),
+        }
     }
 
     /// Checks `peer`'s incarnation against the book: known, or recorded now (durable when
     /// this returns: blocking IO, call it off an async runtime's workers), or
     /// `PeerConflict` when the book holds another one.
     pub fn admit(&self, peer: u64, incarnation: Incarnation) -> Result<Admitted> {
-        let mut known = self.lock();
-        match known.get(&peer) {
-            Some(k) if *k == incarnation => return Ok(Admitted::Known),
-            Some(k) => {
-                return Err(Error::PeerConflict { peer, known: *k, presented: incarnation });
-            }
-            None => {}
+        if let Some(known) = self.check(peer, incarnation)? {
+            return Ok(known);
         }
-        let mut next = known.clone();
+        // One first contact at a time writes the book; another one may have recorded this
+        // peer while we waited.
+        let _writing = self.writing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(known) = self.check(peer, incarnation)? {
+            return Ok(known);
+        }
+        let mut next = self.all();
+        if next.len() >= MAX_PEERS {
+            return Err(Error::Config("the peer book is full"));
+        }
         next.insert(peer, incarnation);
-        // Held across the write: two first contacts never write the book at once.
         let tmp = peers_path(&self.dir, "peers.new");
         self.volume.create_dir_all(&self.dir)?;
         if self.volume.exists(&tmp)? {
@@ -300,7 +321,7 @@ impl PeerBook {
         drop(file);
         self.volume.rename(&tmp, peers_path(&self.dir, "peers"))?;
         self.volume.commit()?;
-        *known = next;
+        *self.known.write().unwrap_or_else(std::sync::PoisonError::into_inner) = next;
         tracing::info!(peer, %incarnation, "recorded a peer's incarnation (first contact)");
         Ok(Admitted::Recorded)
     }

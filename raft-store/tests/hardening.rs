@@ -209,14 +209,26 @@ fn unreadable_blocks_at_recovery_are_a_torn_tail_only_in_the_last_write() {
     drop(core);
     let image = carrier.current_bytes();
     // The block of the last write cannot be read: it is the write in flight's window.
+    let bad = seg + 6 * 4096..seg + 7 * 4096;
     let last = Arc::new(FaultyCarrier::from_bytes(image.clone(), true));
-    last.make_unreadable(seg + 6 * 4096..seg + 7 * 4096);
+    last.make_unreadable(bad.clone());
     let v = Volume::open(Box::new(Arc::clone(&last)), VolumeOptions::default()).unwrap();
-    let core = LogCore::open(v, config(256 << 10)).unwrap();
+    let core = LogCore::open(v.clone(), config(256 << 10)).unwrap();
     let torn = core.recovery_report().torn.expect("treated as a torn tail");
     assert_eq!(torn.unreadable_bytes, 4096);
     assert_eq!(all(&core).len(), 5, "entries 1 to 5 survive; 6 was the last write");
-    append(&core, vec![entry(6, 2, 10)]);
+    append(&core, vec![entry(6, 2, 10), entry(7, 2, 10)]);
+    core.close();
+    drop(core);
+    v.close().unwrap();
+    // The block stays unreadable, now inside the gap the fence declared dead: every later
+    // open reads around it.
+    let again = Arc::new(FaultyCarrier::from_bytes(last.current_bytes(), true));
+    again.make_unreadable(bad);
+    let v = Volume::open(Box::new(Arc::clone(&again)), VolumeOptions::default()).unwrap();
+    let core = LogCore::open(v, config(256 << 10)).unwrap();
+    assert_eq!(core.recovery_report().torn, None);
+    assert_eq!(all(&core).iter().map(|e| e.index).collect::<Vec<_>>(), vec![1, 2, 3, 4, 5, 6, 7]);
     // A block in the middle cannot be read: damage before valid entries, refused by name.
     let middle = Arc::new(FaultyCarrier::from_bytes(image, true));
     middle.make_unreadable(seg + 2 * 4096..seg + 3 * 4096);
@@ -224,4 +236,64 @@ fn unreadable_blocks_at_recovery_are_a_torn_tail_only_in_the_last_write() {
     let e = LogCore::open(v, config(256 << 10)).unwrap_err();
     assert!(matches!(e, Error::Corrupt { .. }), "{e:?}");
     assert!(e.to_string().contains("cannot be read"), "{e}");
+}
+
+/// The last block of a full segment cannot be read: the fence goes to a new segment, and the
+/// sealed segment with its unreadable end opens on every later start.
+#[test]
+fn an_unreadable_end_of_segment_is_fenced_across_and_reopens() {
+    let (carrier, v) = faulty_volume(8 << 20);
+    let core = LogCore::open(v.clone(), config(64 << 10)).unwrap();
+    let payload = 4096 - 40 - 8;
+    for i in 1..=15 {
+        append(&core, vec![entry(i, 1, payload)]); // fills the first segment exactly
+    }
+    let seg = last_segment_offset(&v);
+    drop(core);
+    let bad = seg + 15 * 4096..seg + 16 * 4096;
+    let first = Arc::new(FaultyCarrier::from_bytes(carrier.current_bytes(), true));
+    first.make_unreadable(bad.clone());
+    let v = Volume::open(Box::new(Arc::clone(&first)), VolumeOptions::default()).unwrap();
+    let core = LogCore::open(v.clone(), config(64 << 10)).unwrap();
+    assert!(core.recovery_report().torn.is_some_and(|t| t.to == 64 << 10));
+    assert_eq!(all(&core).len(), 14);
+    append(&core, vec![entry(15, 2, 10)]);
+    core.close();
+    drop(core);
+    v.close().unwrap();
+    let again = Arc::new(FaultyCarrier::from_bytes(first.current_bytes(), true));
+    again.make_unreadable(bad);
+    let v = Volume::open(Box::new(Arc::clone(&again)), VolumeOptions::default()).unwrap();
+    let core = LogCore::open(v, config(64 << 10)).unwrap();
+    assert_eq!(all(&core).len(), 15);
+}
+
+/// A fence rolls to a new segment only when the torn bytes reach the end of the old one: a
+/// sealed segment damaged before its end, followed by a frame-less last segment (an ordinary
+/// roll that the power cut caught before its first batch), is damage, not a torn tail.
+#[test]
+fn damage_before_the_end_of_a_sealed_segment_is_refused_even_before_a_frameless_one() {
+    let (carrier, v) = faulty_volume(8 << 20);
+    let core = LogCore::open(v.clone(), config(64 << 10)).unwrap();
+    for i in 1..=8 {
+        append(&core, vec![entry(i, 1, 8000)]); // two blocks each: 7 fit, the 8th rolls
+    }
+    assert_eq!(core.segment_count(), 2);
+    let seg_of = |name: &str| {
+        let path = format!("/raft/log/{name}");
+        v.open_file(path).unwrap().extents().unwrap()[0].physical_block as usize * 4096
+    };
+    let (first, second) = (seg_of("00000001.seg"), seg_of("00000002.seg"));
+    drop(core);
+    let mut image = carrier.current_bytes();
+    // The second segment as a roll left it: a header and no frame.
+    image[second + 4096..second + (64 << 10)].fill(0);
+    let clean = reopen_bytes(&image);
+    let core = LogCore::open(clean, config(64 << 10)).unwrap();
+    assert_eq!(all(&core).len(), 7, "without damage the frame-less segment is just empty");
+    drop(core);
+    // The first segment's last batch (blocks 13 and 14, not its end) damaged.
+    image[first + 13 * 4096 + 100] ^= 0xFF;
+    let e = LogCore::open(reopen_bytes(&image), config(64 << 10)).unwrap_err();
+    assert!(matches!(e, Error::Corrupt { .. }), "{e:?}");
 }

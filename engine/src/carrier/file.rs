@@ -170,7 +170,13 @@ impl FileCarrier {
 
     /// Opens an existing carrier file.
     pub fn open(path: &Path, options: CarrierOptions) -> Result<FileCarrier> {
-        let file = File::open(path).map_err(|e| open_error(path, e))?;
+        // Writable for a writer: where flock is emulated with byte-range locks (NFS), an
+        // exclusive lock needs a descriptor open for writing.
+        let file = OpenOptions::new()
+            .read(true)
+            .write(!options.read_only)
+            .open(path)
+            .map_err(|e| open_error(path, e))?;
         let lock = take_lock(file, path, !options.read_only)?;
         Self::open_locked(path, options, lock)
     }

@@ -149,37 +149,24 @@ async fn get_status(endpoint: &str) -> Result<serde_json::Value, CliError> {
     resp.json().await.map_err(|e| unreachable(endpoint, &e))
 }
 
-/// Changes the voter set to the current one without `id` (which also drops it as a
-/// learner), through the leader.
+/// Removes node `id` (a voter or a learner) through the leader.
 async fn remove(endpoint: &str, id: u64) -> Result<i32, CliError> {
     let v = get_status(endpoint).await?;
-    let ids = |key: &str| -> Vec<u64> {
-        v[key]
-            .as_array()
-            .map(|a| a.iter().filter_map(serde_json::Value::as_u64).collect())
-            .unwrap_or_default()
-    };
-    let (voters, learners) = (ids("voters"), ids("learners"));
-    if !voters.contains(&id) && !learners.contains(&id) {
-        return Err(CliError::Usage(format!("node {id} is not a member of this cluster")));
-    }
-    let members: Vec<u64> = voters.into_iter().filter(|v| *v != id).collect();
-    if members.is_empty() {
-        return Err(CliError::Usage(format!("node {id} is the last voter; it cannot be removed")));
-    }
     let leader =
         v["leader"].as_u64().ok_or_else(|| CliError::Usage("no leader now; retry".into()))?;
     let api = v["nodes"][leader.to_string()]["api_addr"].as_str().unwrap_or(endpoint).to_string();
     let resp = client()?
-        .put(format!("{}/v1/cluster/members", base(&api)))
-        .json(&serde_json::json!({ "members": members }))
+        .delete(format!("{}/v1/cluster/members/{id}", base(&api)))
         .send()
         .await
         .map_err(|e| unreachable(&api, &e))?;
+    if resp.status() == reqwest::StatusCode::NOT_FOUND {
+        return Err(CliError::Usage(format!("node {id} is not a member of this cluster")));
+    }
     if !resp.status().is_success() {
         return Err(failure(resp).await);
     }
-    println!("node {id} removed; voters now {members:?}");
+    println!("node {id} removed");
     Ok(0)
 }
 

@@ -67,8 +67,9 @@ pub struct ServeArgs {
     #[arg(long, env = "VELLUM_MAX_BATCH", default_value_t = 1024)]
     pub max_batch: usize,
     /// Most bytes of keys and values proposed in one log entry (a single larger value goes
-    /// alone). Kept well under a log segment, and under an RPC body with many entries.
-    #[arg(long, env = "VELLUM_MAX_BATCH_BYTES", default_value = "4MiB", value_parser = size_arg)]
+    /// alone). Every entry must fit one log segment of every node: use the same value on
+    /// every node.
+    #[arg(long, env = "VELLUM_MAX_BATCH_BYTES", default_value = "2MiB", value_parser = size_arg)]
     pub max_batch_bytes: u64,
     /// Raft heartbeat interval in milliseconds (elections time out after 4x to 8x this).
     #[arg(long, env = "VELLUM_HEARTBEAT_MS", default_value_t = 100)]

@@ -17,11 +17,13 @@
 //! request is handled or the answer used, so a peer that ever counted this member's vote
 //! or acknowledgement remembers which incarnation gave it.
 //!
-//! At start-up, a store with no raft state at all (a fresh volume) asks the members it knows
-//! of whether they know its node id; if one does, the node refuses to start as that member.
+//! At start-up, a store with no raft state at all (a fresh volume) starts as its member only
+//! once every member it can learn of (`--initial-cluster`, and the current members any of
+//! them reports) has answered that it never knew this node id: a member it cannot reach
+//! might be the one that counted this node's old votes, so the node waits for it. If one
+//! knows the id, the node refuses to start as that member.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::http::HeaderMap;
 use tokio::sync::watch;
@@ -77,9 +79,9 @@ pub struct Guard {
 }
 
 impl Guard {
-    pub fn new(me: Identity, book: PeerBook) -> (Arc<Guard>, watch::Receiver<Option<String>>) {
+    pub fn new(me: Identity, book: Arc<PeerBook>) -> (Arc<Guard>, watch::Receiver<Option<String>>) {
         let (fatal, rx) = watch::channel(None);
-        (Arc::new(Guard { me, book: Arc::new(book), fatal }), rx)
+        (Arc::new(Guard { me, book, fatal }), rx)
     }
 
     /// The value of this node's `from` / `member` headers.
@@ -138,36 +140,40 @@ pub fn stale_line(id: u64, peer: u64, known: Incarnation, mine: Option<Incarnati
     format!(
         "node {peer} knows node {id} as incarnation {known}, but {this}: node {id} lost its \
          raft state (a missing mount, a replaced disk, a deleted carrier?) and must not \
-         rejoin as that member; remove it (vellum cluster remove {id}) and join this node \
-         as a new member with a new --id and --join"
+         rejoin as that member; remove it (vellum cluster remove {id}), then start this \
+         machine as a new member on a new volume, with a new --id and --join"
     )
 }
 
-/// What a member at `raft_addr` knows about node `id` (`GET /raft/member/{id}`).
+/// What a member knows about a node id (`GET /raft/member/{id}`).
 #[derive(Debug, serde::Serialize, serde::Deserialize)]
 pub struct Knowledge {
-    /// The answering node and its incarnation.
-    pub member: String,
     /// The incarnation it recorded for the asked node, if any.
     pub knows: Option<String>,
 }
 
-/// Asks the members at `peers` (raft addresses) what they know about node `id`; the first
-/// one that knows an incarnation for it wins. Unreachable peers are skipped (the Raft RPC's
-/// own checks still stand).
-pub async fn ask_peers(id: u64, peers: &[(u64, String)]) -> Option<(u64, Incarnation)> {
-    let client =
-        reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(2)).build().ok()?;
-    for (peer, addr) in peers {
-        let Ok(resp) = client.get(format!("http://{addr}/raft/member/{id}")).send().await else {
-            continue;
-        };
-        let Ok(k) = resp.json::<Knowledge>().await else { continue };
-        if let Some(inc) = k.knows.and_then(|s| s.parse().ok()) {
-            return Some((*peer, inc));
-        }
+/// A member's answer to "do you know node `id`?".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    Knows(Incarnation),
+    NeverKnew,
+    /// No answer (down, not started, not ready yet).
+    Silent,
+}
+
+/// Asks the member at `raft_addr` what it knows about node `id`.
+pub async fn ask(client: &reqwest::Client, raft_addr: &str, id: u64) -> Answer {
+    let Ok(resp) = client.get(format!("http://{raft_addr}/raft/member/{id}")).send().await else {
+        return Answer::Silent;
+    };
+    if !resp.status().is_success() {
+        return Answer::Silent;
     }
-    None
+    match resp.json::<Knowledge>().await {
+        Ok(Knowledge { knows: Some(inc) }) => inc.parse().map_or(Answer::Silent, Answer::Knows),
+        Ok(Knowledge { knows: None }) => Answer::NeverKnew,
+        Err(_) => Answer::Silent,
+    }
 }
 
 #[cfg(test)]

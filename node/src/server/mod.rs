@@ -64,11 +64,8 @@ const ENTRY_OVERHEAD: usize = 256;
 /// Bytes one operation adds to an entry besides its key and value.
 const OP_OVERHEAD: usize = 16;
 
-fn raft_config(args: &ServeArgs, largest_entry: usize) -> Result<Arc<Config>, CliError> {
+fn raft_config(args: &ServeArgs) -> Result<Arc<Config>, CliError> {
     let hb = args.heartbeat_ms.max(10);
-    // One AppendEntries RPC must stay under the peer's body limit even when every entry in
-    // it is as large as this node proposes them.
-    let max_payload_entries = (raft_api::MAX_RPC_BYTES / largest_entry.max(1)).clamp(1, 300);
     let config = Config {
         cluster_name: "vellum".into(),
         heartbeat_interval: hb,
@@ -78,39 +75,29 @@ fn raft_config(args: &ServeArgs, largest_entry: usize) -> Result<Arc<Config>, Cl
         snapshot_policy: SnapshotPolicy::LogsSinceLast(args.snapshot_entries.max(10)),
         max_in_snapshot_log_to_keep: args.snapshot_keep,
         snapshot_max_chunk_size: 1 << 20,
-        max_payload_entries: max_payload_entries as u64,
         ..Config::default()
     };
     Ok(Arc::new(config.validate().map_err(|e| fail("raft configuration")(e.to_string()))?))
 }
 
-/// The limits client input gets, checked against what one log entry can hold: a value that
-/// cannot fit is refused (413) before it reaches Raft, and a batch stays under an entry.
-///
-/// Returns the limits, the byte bound of a batch, and the largest entry the node proposes.
-fn limits(
-    args: &ServeArgs,
-    max_entry_bytes: usize,
-) -> Result<(http::Limits, usize, usize), CliError> {
+/// The limits client input gets, checked against what one log entry of this volume can
+/// hold: a value that cannot fit is refused (413) before it reaches Raft, and a batch stays
+/// under an entry. A node whose segments cannot hold what it would propose refuses to start:
+/// its followers (configured alike) would refuse such an entry, and openraft 0.9 stops on
+/// any storage error.
+fn limits(args: &ServeArgs, max_entry_bytes: usize) -> Result<(http::Limits, usize), CliError> {
     let (key, value) = (args.max_key_bytes as usize, args.max_value_bytes as usize);
-    let one_op = key + value + OP_OVERHEAD + ENTRY_OVERHEAD;
-    if one_op > max_entry_bytes {
+    let batch = args.max_batch_bytes as usize;
+    let largest = batch.max(key + value + OP_OVERHEAD) + ENTRY_OVERHEAD;
+    if largest > max_entry_bytes {
         return Err(CliError::Usage(format!(
-            "--max-value-bytes {value} (with --max-key-bytes {key}) does not fit one raft log \
-             entry of this volume ({max_entry_bytes} bytes at most, set by its segment size): \
-             lower it, or create the volume with a larger --segment-size"
+            "--max-value-bytes {value} and --max-batch-bytes {batch} make entries of up to \
+             {largest} bytes, but one raft log entry of this volume holds {max_entry_bytes} \
+             (set by its segment size): lower them, or create the volume with a larger \
+             --segment-size (use the same settings on every node)"
         )));
     }
-    let batch = (args.max_batch_bytes as usize).min(max_entry_bytes - ENTRY_OVERHEAD);
-    if batch < args.max_batch_bytes as usize {
-        tracing::warn!(
-            requested = args.max_batch_bytes,
-            used = batch,
-            "--max-batch-bytes is larger than one raft log entry can hold; using less"
-        );
-    }
-    let largest_entry = batch.max(one_op) + ENTRY_OVERHEAD;
-    Ok((http::Limits { max_key_bytes: key, max_value_bytes: value }, batch, largest_entry))
+    Ok((http::Limits { max_key_bytes: key, max_value_bytes: value }, batch))
 }
 
 /// Opens (or formats) the volume the node runs on.
@@ -150,33 +137,99 @@ async fn volume(args: &ServeArgs) -> Result<vellum_engine::Volume, CliError> {
     Ok(volume)
 }
 
-/// Whether this node may start as a new member on a volume with no raft state: not when
-/// `--initial-cluster-state existing` says it is a member already, and not when a member of
-/// `--initial-cluster` knows its id (then it lost its state).
+/// The current members `api` reports (id and raft address), if it answers.
+async fn current_members(client: &reqwest::Client, api: &str) -> Option<Vec<(u64, String)>> {
+    let base = if api.starts_with("http") { api.to_string() } else { format!("http://{api}") };
+    let resp = client.get(format!("{base}/v1/cluster/status")).send().await.ok()?;
+    let status = resp.json::<http::ClusterStatus>().await.ok()?;
+    Some(status.nodes.into_iter().map(|(id, n)| (id, n.raft_addr)).collect())
+}
+
+/// Whether this node may start as a new member on a volume with no raft state (see
+/// `member.rs`). Refused at once with `--initial-cluster-state existing`, or when a member
+/// knows this node id. With `--initial-cluster`, every member of it and every current member
+/// any of them reports must answer first (the node waits, saying for whom): one it cannot
+/// reach may be the one that counted this node's old votes. With `--join`, the id must not
+/// be a current member, and no reachable member may know it.
 async fn fresh_start_allowed(args: &ServeArgs) -> Result<(), CliError> {
-    let shown = args.volume.display();
+    let id = args.id;
     if args.initial_cluster_state == ClusterState::Existing {
         return Err(CliError::NotThisMember(format!(
-            "the volume {shown} holds no raft state, but --initial-cluster-state existing \
-             says node {id} is a member of a running cluster: node {id} lost its state; \
-             remove it (vellum cluster remove {id}) and join this node as a new member \
-             with a new --id and --join",
-            id = args.id
+            "the volume {} holds no raft state, but --initial-cluster-state existing says \
+             node {id} is a member of a running cluster: node {id} lost its state; remove it \
+             (vellum cluster remove {id}), then start this machine as a new member on a new \
+             volume, with a new --id and --join",
+            args.volume.display()
         )));
     }
-    let peers: Vec<(u64, String)> = match &args.initial_cluster {
-        Some(spec) => config::parse_initial_cluster(spec)
-            .map_err(fail("--initial-cluster"))?
-            .into_iter()
-            .filter(|(id, _)| *id != args.id)
-            .map(|(id, n)| (id, n.raft_addr))
-            .collect(),
-        None => Vec::new(),
+    let initial = match &args.initial_cluster {
+        Some(spec) => config::parse_initial_cluster(spec).map_err(fail("--initial-cluster"))?,
+        None => std::collections::BTreeMap::new(),
     };
-    if let Some((peer, known)) = member::ask_peers(args.id, &peers).await {
-        return Err(CliError::NotThisMember(member::stale_line(args.id, peer, known, None)));
+    let apis: Vec<String> = initial
+        .iter()
+        .filter(|(m, _)| **m != id)
+        .map(|(_, n)| n.api_addr.clone())
+        .chain(args.join.clone())
+        .collect();
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(2))
+        .build()
+        .map_err(|e| fail("http client")(e.to_string()))?;
+    let started = std::time::Instant::now();
+    let mut told = None;
+    loop {
+        let mut members: std::collections::BTreeMap<u64, String> =
+            initial.iter().map(|(m, n)| (*m, n.raft_addr.clone())).collect();
+        let mut reported = false;
+        for api in &apis {
+            if let Some(current) = current_members(&client, api).await {
+                reported = true;
+                members.extend(current);
+            }
+        }
+        if args.join.is_some() && members.contains_key(&id) {
+            return Err(CliError::NotThisMember(format!(
+                "node {id} is a member of the cluster already, and this volume holds no raft \
+                 state: node {id} lost its state; remove it (vellum cluster remove {id}), then \
+                 join this machine as a new member with a new --id"
+            )));
+        }
+        members.remove(&id);
+        let mut silent = Vec::new();
+        for (member, addr) in &members {
+            match member::ask(&client, addr, id).await {
+                member::Answer::Knows(known) => {
+                    return Err(CliError::NotThisMember(member::stale_line(
+                        id, *member, known, None,
+                    )));
+                }
+                member::Answer::NeverKnew => {}
+                member::Answer::Silent => silent.push(*member),
+            }
+        }
+        // Joining, only the members that answer count (a new id is not one a dead member
+        // could have counted); bootstrapping, all of them.
+        let joining = args.join.is_some() && reported;
+        if silent.is_empty() || joining {
+            return Ok(());
+        }
+        // Members starting together wait a moment for one another: say so only when the
+        // wait is long enough to need an operator.
+        if started.elapsed() >= Duration::from_secs(2)
+            && told.is_none_or(|t: std::time::Instant| t.elapsed() >= Duration::from_secs(10))
+        {
+            told = Some(std::time::Instant::now());
+            tracing::warn!(
+                id,
+                waiting_for = ?silent,
+                "this volume holds no raft state: waiting for every member to confirm that \
+                 node {id} never ran before (a member that lost its state must not rejoin)"
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
     }
-    Ok(())
 }
 
 /// This member's identity: the store's own, or a new one for a store with no raft state
@@ -198,7 +251,8 @@ async fn identity(
         Some(id) if id.node_id == args.id => return Ok(id),
         Some(id) => {
             return Err(CliError::NotThisMember(format!(
-                "the volume {} belongs to node {}, not to node {}: start it with --id {}",
+                "the volume {} belongs to node {}, not to node {}: start it with --id {} (a \
+                 new member needs a new volume)",
                 args.volume.display(),
                 id.node_id,
                 args.id,
@@ -230,10 +284,28 @@ async fn identity(
 pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     let prometheus = metrics::install().map_err(|e| fail("metrics")(e.to_string()))?;
     metrics::spawn_upkeep(prometheus.clone());
+    // The Raft port first: members starting together answer each other's start-up
+    // questions while they wait for one another; Raft RPCs get 503 until Raft runs.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let slot = Arc::new(raft_api::Slot::default());
+    let raft_listener = TcpListener::bind(args.raft_addr)
+        .await
+        .map_err(|e| fail(&format!("binding {}", args.raft_addr))(e.to_string()))?;
+    let raft_srv = {
+        let mut stop = stop_rx.clone();
+        let srv = axum::serve(raft_listener, raft_api::router(Arc::clone(&slot)))
+            .with_graceful_shutdown(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            });
+        tokio::spawn(async move {
+            let _ = srv.await;
+        })
+    };
     // A carrier that does not exist yet holds no raft state: check that this member may
     // start fresh before formatting (and zero-filling) one.
     let missing = args.volume.as_os_str() == "memory:" || !args.volume.exists();
     if missing {
+        slot.know(raft_api::Known::Nobody);
         fresh_start_allowed(&args).await?;
     }
     let volume = volume(&args).await?;
@@ -243,24 +315,23 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     let dir = log_config.dir.clone();
     let (log, sm) = open_store(&volume, log_config)
         .map_err(|e| fail("opening the raft store")(e.to_string()))?;
+    let book = Arc::new(
+        PeerBook::open(&volume, &dir).map_err(|e| fail("opening the peer book")(e.to_string()))?,
+    );
+    slot.know(raft_api::Known::Book(Arc::clone(&book)));
     let me = identity(&args, &volume, &log, &sm, missing).await?;
-    let book =
-        PeerBook::open(&volume, &dir).map_err(|e| fail("opening the peer book")(e.to_string()))?;
     let (guard, mut fatal) = member::Guard::new(me, book);
     let max_entry_bytes = log.core().max_entry_bytes();
-    let (limits, batch_bytes, largest_entry) = limits(&args, max_entry_bytes)?;
+    let (limits, batch_bytes) = limits(&args, max_entry_bytes)?;
     let startup_commit = log.committed_index().unwrap_or(0);
     let kv = sm.reader();
     let network = network::Network::new(Arc::clone(&guard));
-    let raft = Raft::new(args.id, raft_config(&args, largest_entry)?, network, log, sm)
+    let raft = Raft::new(args.id, raft_config(&args)?, network, log, sm)
         .await
         .map_err(|e| fail("starting raft")(e.to_string()))?;
     let ready = Arc::new(AtomicBool::new(false));
     metrics::spawn_raft_watch(raft.clone(), startup_commit, Arc::clone(&ready));
 
-    let raft_listener = TcpListener::bind(args.raft_addr)
-        .await
-        .map_err(|e| fail(&format!("binding {}", args.raft_addr))(e.to_string()))?;
     let api_listener = TcpListener::bind(args.api_addr)
         .await
         .map_err(|e| fail(&format!("binding {}", args.api_addr))(e.to_string()))?;
@@ -278,20 +349,16 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
             .build()
             .map_err(|e| fail("http client")(e.to_string()))?,
     };
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let servers = {
-        let mut a = stop_rx.clone();
-        let mut b = stop_rx.clone();
-        let raft_srv = axum::serve(raft_listener, raft_api::router(raft.clone(), guard))
-            .with_graceful_shutdown(async move {
-                let _ = a.wait_for(|s| *s).await;
-            });
-        let api_srv = axum::serve(api_listener, http::router(state.clone()))
-            .with_graceful_shutdown(async move {
-                let _ = b.wait_for(|s| *s).await;
-            });
+    slot.ready(raft.clone(), guard);
+    let api_srv = {
+        let mut stop = stop_rx.clone();
+        let srv = axum::serve(api_listener, http::router(state.clone())).with_graceful_shutdown(
+            async move {
+                let _ = stop.wait_for(|s| *s).await;
+            },
+        );
         tokio::spawn(async move {
-            let _ = tokio::join!(raft_srv, api_srv);
+            let _ = srv.await;
         })
     };
     tracing::info!(id = args.id, api = %args.api_addr, raft = %args.raft_addr, "node serving");
@@ -325,7 +392,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     tracing::info!("shutting down");
     let _ = raft.shutdown().await;
     let _ = stop_tx.send(true);
-    let _ = servers.await;
+    let _ = tokio::join!(raft_srv, api_srv);
     drop(state);
     drop(raft);
     // Raft's tasks own the log and state machine and are gone now; closing commits the

@@ -26,6 +26,47 @@ use vellum_raft_store::{KvNode, TypeConfig};
 use super::codec::{decode, encode};
 use super::member::{self, Guard};
 
+/// Bytes of entries one AppendEntries RPC carries (at least one entry). openraft 0.9 bounds
+/// a payload by its number of entries only, and gives an AppendEntries one heartbeat interval
+/// before it counts it as timed out and sends it again: a payload of many large entries would
+/// time out every time (and starve the heartbeats into elections). A larger payload is sent
+/// as a prefix instead.
+const APPEND_BYTES: usize = 2 << 20;
+
+/// An upper bound of the bytes `e` adds to an RPC body.
+fn entry_bytes(e: &openraft::Entry<TypeConfig>) -> usize {
+    const FIXED: usize = 64;
+    match &e.payload {
+        openraft::EntryPayload::Blank => FIXED,
+        openraft::EntryPayload::Normal(req) => {
+            FIXED
+                + req
+                    .ops
+                    .iter()
+                    .map(|op| match op {
+                        vellum_raft_store::KvOp::Put { key, value } => 16 + key.len() + value.len(),
+                        vellum_raft_store::KvOp::Delete { key } => 16 + key.len(),
+                    })
+                    .sum::<usize>()
+        }
+        openraft::EntryPayload::Membership(m) => {
+            FIXED + m.nodes().map(|(_, n)| 32 + n.raft_addr.len() + n.api_addr.len()).sum::<usize>()
+        }
+    }
+}
+
+/// How many of `entries` fit `budget` bytes (at least one).
+fn prefix_within(entries: &[openraft::Entry<TypeConfig>], budget: usize) -> usize {
+    let mut total = 0;
+    for (i, e) in entries.iter().enumerate() {
+        total += entry_bytes(e);
+        if total > budget && i > 0 {
+            return i;
+        }
+    }
+    entries.len()
+}
+
 /// Makes the per-peer clients.
 #[derive(Clone)]
 pub struct Network {
@@ -165,10 +206,22 @@ impl Peer {
 impl RaftNetwork<TypeConfig> for Peer {
     async fn append_entries(
         &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
+        mut rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<u64>, openraft::error::Infallible> {
-        self.call("append", &rpc, &option).await
+        let keep = prefix_within(&rpc.entries, APPEND_BYTES);
+        if keep == rpc.entries.len() {
+            return self.call("append", &rpc, &option).await;
+        }
+        // Send a prefix; a success of it is a partial success of the whole, and openraft
+        // sends the rest right away (its documented contract for `PartialSuccess`).
+        rpc.entries.truncate(keep);
+        let sent = rpc.entries.last().map(|e| e.log_id);
+        let resp = self.call("append", &rpc, &option).await?;
+        Ok(match resp {
+            AppendEntriesResponse::Success => AppendEntriesResponse::PartialSuccess(sent),
+            other => other,
+        })
     }
 
     async fn install_snapshot(
@@ -185,5 +238,31 @@ impl RaftNetwork<TypeConfig> for Peer {
         option: RPCOption,
     ) -> RpcResult<VoteResponse<u64>, openraft::error::Infallible> {
         self.call("vote", &rpc, &option).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
+    use vellum_raft_store::{KvOp, KvRequest};
+
+    use super::*;
+
+    fn put(index: u64, len: usize) -> Entry<TypeConfig> {
+        let op = KvOp::Put { key: "k".into(), value: vec![0; len] };
+        Entry {
+            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            payload: EntryPayload::Normal(KvRequest { ops: vec![op] }),
+        }
+    }
+
+    #[test]
+    fn an_append_payload_is_cut_by_bytes_but_never_empty() {
+        let big: Vec<_> = (1..=10).map(|i| put(i, 1_000_000)).collect();
+        assert_eq!(prefix_within(&big, APPEND_BYTES), 2);
+        let huge = vec![put(1, 5 << 20), put(2, 10)];
+        assert_eq!(prefix_within(&huge, APPEND_BYTES), 1, "one entry goes whatever its size");
+        let small: Vec<_> = (1..=300).map(|i| put(i, 256)).collect();
+        assert_eq!(prefix_within(&small, APPEND_BYTES), 300);
     }
 }

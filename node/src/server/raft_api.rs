@@ -19,24 +19,59 @@ use vellum_raft_store::TypeConfig;
 
 use super::codec::{decode, encode};
 use super::member::{self, Guard, Knowledge, Refused};
+use vellum_raft_store::member::PeerBook;
 
 /// Largest RPC body (a batch of entries or a snapshot chunk).
 pub const MAX_RPC_BYTES: usize = 256 << 20;
 
-#[derive(Clone)]
-struct RpcState {
+/// The Raft side of a started node.
+pub struct RpcState {
     raft: Raft<TypeConfig>,
     guard: Arc<Guard>,
 }
 
-pub fn router(raft: Raft<TypeConfig>, guard: Arc<Guard>) -> Router {
+/// What the Raft port can answer with, filled in as the node starts: the listener is bound
+/// first, so that members starting together can answer each other's start-up questions
+/// (`GET /raft/member/{id}`) while they wait for one another. Raft RPCs get 503 until Raft
+/// runs.
+#[derive(Default)]
+pub struct Slot {
+    known: std::sync::RwLock<Option<Known>>,
+    ready: std::sync::OnceLock<RpcState>,
+}
+
+/// Where this node's knowledge of its peers comes from before Raft runs.
+pub enum Known {
+    /// No store yet (a carrier that does not exist): this node has known nobody.
+    Nobody,
+    /// The store's peer book.
+    Book(Arc<PeerBook>),
+}
+
+impl Slot {
+    /// Answers start-up questions from `known` from now on.
+    pub fn know(&self, known: Known) {
+        *self.known.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(known);
+    }
+
+    /// Serves Raft RPCs from now on.
+    pub fn ready(&self, raft: Raft<TypeConfig>, guard: Arc<Guard>) {
+        let _ = self.ready.set(RpcState { raft, guard });
+    }
+}
+
+pub fn router(slot: Arc<Slot>) -> Router {
     Router::new()
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
         .route("/raft/snapshot", post(snapshot))
         .route("/raft/member/{id}", get(knowledge))
         .layer(DefaultBodyLimit::max(MAX_RPC_BYTES))
-        .with_state(RpcState { raft, guard })
+        .with_state(slot)
+}
+
+fn not_ready() -> Response {
+    refuse(StatusCode::SERVICE_UNAVAILABLE, &json!({ "error": "not_ready" }))
 }
 
 fn reply<T: Serialize>(value: &T) -> Response {
@@ -67,8 +102,34 @@ pub fn stale_member(
     )
 }
 
-/// The identity checks of one request (see `member.rs`); `Err` is the refusal to send.
-async fn check(guard: &Guard, headers: &HeaderMap) -> Result<(), Response> {
+/// The sender a Raft request names in its body (the candidate or leader of its vote).
+trait Sender {
+    fn sender(&self) -> Option<u64>;
+}
+
+impl Sender for openraft::raft::AppendEntriesRequest<TypeConfig> {
+    fn sender(&self) -> Option<u64> {
+        self.vote.leader_id().voted_for()
+    }
+}
+
+impl Sender for openraft::raft::VoteRequest<u64> {
+    fn sender(&self) -> Option<u64> {
+        self.vote.leader_id().voted_for()
+    }
+}
+
+impl Sender for openraft::raft::InstallSnapshotRequest<TypeConfig> {
+    fn sender(&self) -> Option<u64> {
+        self.vote.leader_id().voted_for()
+    }
+}
+
+/// The identity checks of one request whose body names `sender` (see `member.rs`); `Err`
+/// is the refusal to send. The sender is admitted (checked, or recorded durably at first
+/// contact) before anything it says is used.
+async fn check(s: &RpcState, headers: &HeaderMap, sender: Option<u64>) -> Result<(), Response> {
+    let guard = &s.guard;
     let (Some((from, Some(from_inc))), Some((to, to_inc))) =
         (member::member_header(headers, member::FROM), member::member_header(headers, member::TO))
     else {
@@ -77,6 +138,12 @@ async fn check(guard: &Guard, headers: &HeaderMap) -> Result<(), Response> {
             &json!({ "error": "missing_member", "reason": "a Raft RPC must name its sender and target members" }),
         ));
     };
+    if sender != Some(from) {
+        return Err(refuse(
+            StatusCode::BAD_REQUEST,
+            &json!({ "error": "sender_mismatch", "from": from, "body_sender": sender }),
+        ));
+    }
     let me = guard.me;
     if to != me.node_id {
         return Err(refuse(
@@ -84,27 +151,36 @@ async fn check(guard: &Guard, headers: &HeaderMap) -> Result<(), Response> {
             &json!({ "error": "misdirected", "this_node": me.node_id, "to": to }),
         ));
     }
+    match guard.admit(from, from_inc).await {
+        Ok(()) => {}
+        Err(Refused::StalePeer { peer, known, presented }) => {
+            tracing::warn!(peer, %known, %presented, "refused a Raft RPC from a member that lost its state");
+            return Err(stale_member(peer, known, presented));
+        }
+        Err(Refused::Store(why)) => {
+            return Err(refuse(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &json!({ "error": "peer_book", "reason": why }),
+            ));
+        }
+    }
     if let Some(known) = to_inc
         && known != me.incarnation
     {
-        // The sender knows another incarnation of this node: this one lost its state.
-        guard.stale_self(from, known);
+        // The sender knows another incarnation of this node: this one lost its state. Only
+        // a member of this node's configuration is believed enough to stop it.
+        let is_member =
+            s.raft.metrics().borrow().membership_config.membership().get_node(&from).is_some();
+        if is_member {
+            guard.stale_self(from, known);
+        }
         return Err(stale_member(me.node_id, known, me.incarnation));
     }
-    match guard.admit(from, from_inc).await {
-        Ok(()) => Ok(()),
-        Err(Refused::StalePeer { peer, known, presented }) => {
-            tracing::warn!(peer, %known, %presented, "refused a Raft RPC from a member that lost its state");
-            Err(stale_member(peer, known, presented))
-        }
-        Err(Refused::Store(why)) => Err(refuse(
-            StatusCode::SERVICE_UNAVAILABLE,
-            &json!({ "error": "peer_book", "reason": why }),
-        )),
-    }
+    Ok(())
 }
 
-/// Decodes the body, runs `call`, answers; every answer names this member.
+/// Decodes the body, checks the members, runs `call`, answers; every answer names this
+/// member.
 async fn handle<Req, Resp, F, Fut>(
     s: &RpcState,
     headers: &HeaderMap,
@@ -112,18 +188,16 @@ async fn handle<Req, Resp, F, Fut>(
     call: F,
 ) -> Response
 where
-    Req: DeserializeOwned,
+    Req: DeserializeOwned + Sender,
     Resp: Serialize,
     F: FnOnce(Raft<TypeConfig>, Req) -> Fut,
     Fut: Future<Output = Resp>,
 {
-    let mut resp = match check(&s.guard, headers).await {
-        Err(r) => r,
-        Ok(()) => match decode::<Req>(body) {
-            Ok(req) => reply(&call(s.raft.clone(), req).await),
-            Err(e) => {
-                (StatusCode::BAD_REQUEST, format!("undecodable RPC body: {e}")).into_response()
-            }
+    let mut resp = match decode::<Req>(body) {
+        Err(e) => (StatusCode::BAD_REQUEST, format!("undecodable RPC body: {e}")).into_response(),
+        Ok(req) => match check(s, headers, req.sender()).await {
+            Err(r) => r,
+            Ok(()) => reply(&call(s.raft.clone(), req).await),
         },
     };
     if let Ok(v) = HeaderValue::from_str(&s.guard.me_header()) {
@@ -132,21 +206,26 @@ where
     resp
 }
 
-async fn append(State(s): State<RpcState>, headers: HeaderMap, body: Bytes) -> Response {
-    handle(&s, &headers, &body, |raft, req| async move { raft.append_entries(req).await }).await
+async fn append(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) -> Response {
+    let Some(s) = slot.ready.get() else { return not_ready() };
+    handle(s, &headers, &body, |raft, req| async move { raft.append_entries(req).await }).await
 }
 
-async fn vote(State(s): State<RpcState>, headers: HeaderMap, body: Bytes) -> Response {
-    handle(&s, &headers, &body, |raft, req| async move { raft.vote(req).await }).await
+async fn vote(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) -> Response {
+    let Some(s) = slot.ready.get() else { return not_ready() };
+    handle(s, &headers, &body, |raft, req| async move { raft.vote(req).await }).await
 }
 
-async fn snapshot(State(s): State<RpcState>, headers: HeaderMap, body: Bytes) -> Response {
-    handle(&s, &headers, &body, |raft, req| async move { raft.install_snapshot(req).await }).await
+async fn snapshot(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) -> Response {
+    let Some(s) = slot.ready.get() else { return not_ready() };
+    handle(s, &headers, &body, |raft, req| async move { raft.install_snapshot(req).await }).await
 }
 
-async fn knowledge(State(s): State<RpcState>, Path(id): Path<u64>) -> Response {
-    let knows =
-        if id == s.guard.me.node_id { Some(s.guard.me.incarnation) } else { s.guard.book.get(id) };
-    Json(Knowledge { member: s.guard.me_header(), knows: knows.map(|i| i.to_string()) })
-        .into_response()
+async fn knowledge(State(slot): State<Arc<Slot>>, Path(id): Path<u64>) -> Response {
+    let knows = match &*slot.known.read().unwrap_or_else(std::sync::PoisonError::into_inner) {
+        None => return not_ready(),
+        Some(Known::Nobody) => None,
+        Some(Known::Book(book)) => book.get(id),
+    };
+    Json(Knowledge { knows: knows.map(|i| i.to_string()) }).into_response()
 }

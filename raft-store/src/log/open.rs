@@ -254,13 +254,14 @@ fn is_eio(e: &vellum_engine::Error) -> bool {
     matches!(e, vellum_engine::Error::Io { source, .. } if source.raw_os_error() == Some(libc::EIO))
 }
 
-/// Reads `file` into `bytes`; for the last segment, a read error is read around block by
-/// block (unreadable blocks become non-zero garbage, which the scan never takes for frames
-/// or padding). Returns the unreadable ranges.
-fn read_segment(file: &File, bytes: &mut [u8], last: bool) -> Result<Vec<std::ops::Range<u64>>> {
+/// Reads `file` into `bytes`; a read error is read around block by block (unreadable
+/// blocks become non-zero garbage, which the scan never takes for frames or padding), and
+/// the scan decides: acceptable inside the last write's window or inside a gap an earlier
+/// recovery fenced, damage anywhere else. Returns the unreadable ranges.
+fn read_segment(file: &File, bytes: &mut [u8]) -> Result<Vec<std::ops::Range<u64>>> {
     match file.read_exact_at(bytes, 0) {
         Ok(()) => return Ok(Vec::new()),
-        Err(e) if !(last && is_eio(&e)) => return Err(e.into()),
+        Err(e) if !is_eio(&e) => return Err(e.into()),
         Err(_) => {}
     }
     let mut unreadable: Vec<std::ops::Range<u64>> = Vec::new();
@@ -278,7 +279,7 @@ fn read_segment(file: &File, bytes: &mut [u8], last: bool) -> Result<Vec<std::op
             Err(e) => return Err(e.into()),
         }
     }
-    tracing::warn!(?unreadable, "the last log segment has blocks that cannot be read (EIO)");
+    tracing::warn!(?unreadable, "a log segment has blocks that cannot be read (EIO)");
     Ok(unreadable)
 }
 
@@ -302,11 +303,10 @@ fn scan_all(
             let _ = empty_tx.send(AlignedBuf::zeroed(buf_len, ALIGN));
         }
         scope.spawn(move || {
-            for (i, (file, len)) in files.into_iter().enumerate() {
+            for (file, len) in files {
                 let Ok(mut buf) = empty_rx.recv() else { return };
-                let read =
-                    read_segment(&file, &mut buf.as_mut_slice()[..len as usize], i + 1 == count)
-                        .map(|unreadable| Read { buf, unreadable });
+                let read = read_segment(&file, &mut buf.as_mut_slice()[..len as usize])
+                    .map(|unreadable| Read { buf, unreadable });
                 let failed = read.is_err();
                 if full_tx.send(read).is_err() || failed {
                     return;
@@ -330,11 +330,12 @@ fn scan_all(
                 // The segment before this one ended torn, and no fence for it opens this one:
                 // that is the log's last write only if this is the last segment and holds no
                 // frame yet (the cross-segment fence was in flight).
+                // A fence rolls only when the damage reaches the end of the segment.
                 let torn = torn_scan.torn.expect("kept for its torn tail");
-                if i + 1 == count && scan.is_frameless() {
+                if i + 1 == count && scan.is_frameless() && torn.to == found[before].len {
                     report.torn = Some(Torn { in_previous_segment: true, ..torn });
                 } else {
-                    return Err(damaged(&found[before].name, torn.from));
+                    return Err(damaged(&found[before].name, torn));
                 }
             }
             if let Some(torn) = scan.torn {
@@ -367,8 +368,13 @@ fn scan_all(
     Ok((segments, scans))
 }
 
-fn damaged(file: &str, offset: u64) -> Error {
-    Error::Corrupt { file: file.into(), offset, reason: "damage inside a sealed segment" }
+fn damaged(file: &str, torn: Torn) -> Error {
+    let reason = if torn.unreadable_bytes > 0 {
+        "blocks that cannot be read (EIO) inside a sealed segment"
+    } else {
+        "damage inside a sealed segment"
+    };
+    Error::Corrupt { file: file.into(), offset: torn.from, reason }
 }
 
 /// Applies the scanned frames in order: entries must be consecutive, truncations drop

@@ -51,15 +51,18 @@ pub struct SegmentScan {
     pub torn: Option<Torn>,
     /// Highest batch id in the segment (including dropped torn frames).
     pub max_batch: u64,
+    /// The `from` of the cross-segment fence this segment opens with, if it has one.
+    pub fences_from: Option<u64>,
 }
 
 impl SegmentScan {
     /// Nothing was ever written after the header but, at most, the write in flight into its
-    /// first block (no valid frame, no damage past that block): a segment that a roll or a
-    /// cross-segment fence had just activated.
+    /// first block (no valid frame, no fence, no damage past that block): a segment that a
+    /// cross-segment fence had just activated when the power was cut.
     pub fn is_frameless(&self) -> bool {
         let first_block_end = (SEGMENT_HEADER_LEN + ALIGN) as u64;
         self.frames.is_empty()
+            && self.fences_from.is_none()
             && self.torn.is_none_or(|t| t.dropped_frames == 0 && t.to <= first_block_end)
     }
 }
@@ -105,11 +108,18 @@ pub fn scan_segment(
 ) -> Result<SegmentScan> {
     let mut frames = Vec::new();
     let mut last_batch = prev_batch;
+    let mut fences_from = None;
     let mut pos = SEGMENT_HEADER_LEN;
     loop {
         if pos >= bytes.len() {
             let next_write = bytes.len() as u64;
-            return Ok(SegmentScan { frames, next_write, torn: None, max_batch: last_batch });
+            return Ok(SegmentScan {
+                frames,
+                next_write,
+                torn: None,
+                max_batch: last_batch,
+                fences_from,
+            });
         }
         // Zeros up to the next block boundary are a batch's padding (a frame starts with its
         // non-zero magic, so it cannot start there).
@@ -126,6 +136,7 @@ pub fn scan_segment(
                         return Err(corrupt(file, pos, "a skip frame outside a scan gap"));
                     }
                     last_batch = last_batch.max(header.batch);
+                    fences_from = Some(header.index);
                     pos += len;
                     continue;
                 }
@@ -161,6 +172,7 @@ pub fn scan_segment(
                             next_write: end as u64,
                             torn: None,
                             max_batch: last_batch,
+                            fences_from,
                         });
                     }
                     Gap::Torn { dropped, max_batch } => {
@@ -183,6 +195,7 @@ pub fn scan_segment(
                             next_write: to as u64 + ALIGN as u64,
                             torn: Some(torn),
                             max_batch: last_batch.max(max_batch),
+                            fences_from,
                         });
                     }
                 }

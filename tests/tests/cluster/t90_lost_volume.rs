@@ -77,7 +77,9 @@ fn a_member_restarted_on_a_fresh_volume_refuses_and_can_rejoin_as_a_new_member()
 
 /// Node 3 acknowledged a write that node 2 never saw; then node 3 loses its volume and comes
 /// back while 1 and 2 are down. Counted as the old member, it would elect 2 (or be elected)
-/// without the write: an acknowledged write lost. It must be refused, stop, and never count.
+/// without the write: an acknowledged write lost. It must wait for every member to confirm
+/// it never ran before, never count meanwhile, and refuse once node 1 (which knows it) is
+/// back.
 #[test]
 fn an_amnesiac_that_started_while_its_peers_were_away_is_never_counted() {
     let mut c = Cluster::new(3);
@@ -89,25 +91,26 @@ fn an_amnesiac_that_started_while_its_peers_were_away_is_never_counted() {
     let leader = c.leader();
     let via = c.nodes.iter().position(|n| n.id == leader).unwrap();
     assert!(write_succeeds(&c, via, "only-1-and-3", Duration::from_secs(20)), "{}", c.logs());
-    phase("nodes 1 and 3 stop; node 3 loses its volume; 3 and 2 start");
+    phase("nodes 1 and 3 stop; node 3 loses its volume and starts alone: it waits");
     c.by_id(1).kill();
     c.by_id(3).kill();
     c.by_id(3).lose_volume();
     c.by_id(3).start();
-    std::thread::sleep(Duration::from_secs(2)); // its start-up finds no peer to ask
+    assert!(c.by_id(3).wait_exit(Duration::from_secs(3)).is_none(), "node 3 waits");
+    assert!(c.by_id(3).log_text().contains("waiting for every member"), "{}", c.logs());
+    phase("node 2 starts: 2 and 3 elect nobody (node 3 refuses if 2 knows it)");
     c.by_id(2).start();
-    phase("node 3 is refused by node 2 and stops; 2 alone elects nobody");
-    let status = c.by_id(3).wait_exit(Duration::from_secs(30));
-    let log3 = c.by_id(3).log_text();
-    let status = status.unwrap_or_else(|| panic!("node 3 was never refused: {log3}"));
-    assert_eq!(status.code(), Some(3));
-    assert!(log3.lines().last().unwrap_or_default().contains("lost its raft state"), "{log3}");
     assert!(
         !write_succeeds(&c, 1, "must-not-commit", Duration::from_secs(5)),
         "nodes 2 and 3 committed a write: node 3 was counted as the member it was"
     );
-    phase("node 1 comes back: the write that 1 and 3 acknowledged is there");
+    phase("node 1 comes back: node 3 refuses; the write 1 and 3 acknowledged is there");
     c.by_id(1).start();
+    let status = c.by_id(3).wait_exit(Duration::from_secs(30));
+    let log3 = c.by_id(3).log_text();
+    let status = status.unwrap_or_else(|| panic!("node 3 never refused: {log3}"));
+    assert_eq!(status.code(), Some(3));
+    assert!(log3.lines().last().unwrap_or_default().contains("lost its raft state"), "{log3}");
     assert!(write_succeeds(&c, 1, "after", Duration::from_secs(30)), "{}", c.logs());
     assert_eq!(c.read(&c.nodes[1], "only-1-and-3", false).as_deref(), Some("v"));
 }

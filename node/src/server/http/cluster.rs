@@ -1,4 +1,5 @@
-//! `GET /v1/cluster/status`, `POST /v1/cluster/learners`, `PUT /v1/cluster/members`.
+//! `GET /v1/cluster/status`, `POST /v1/cluster/learners`, `PUT /v1/cluster/members`,
+//! `DELETE /v1/cluster/members/{id}`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -127,6 +128,32 @@ pub async fn change_members(
     }
     let members: BTreeSet<u64> = req.members.into_iter().collect();
     match s.raft.change_membership(members, false).await {
+        Ok(r) => Json(serde_json::json!({ "index": r.log_id.index })).into_response(),
+        Err(e) => ApiError::BadRequest(e.to_string()).into_response(),
+    }
+}
+
+/// Removes node `id` from the cluster, voter or learner (through the leader).
+pub async fn remove_member(
+    State(s): State<AppState>,
+    axum::extract::Path(id): axum::extract::Path<u64>,
+) -> Response {
+    if let Some(r) = not_leader(&s) {
+        return r;
+    }
+    let m = s.raft.metrics().borrow().clone();
+    let membership = m.membership_config.membership();
+    let change = if membership.voter_ids().any(|v| v == id) {
+        if membership.voter_ids().count() == 1 {
+            return ApiError::BadRequest(format!("node {id} is the last voter")).into_response();
+        }
+        openraft::ChangeMembers::RemoveVoters(BTreeSet::from([id]))
+    } else if membership.learner_ids().any(|l| l == id) {
+        openraft::ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+    } else {
+        return ApiError::NotFound.into_response();
+    };
+    match s.raft.change_membership(change, false).await {
         Ok(r) => Json(serde_json::json!({ "index": r.log_id.index })).into_response(),
         Err(e) => ApiError::BadRequest(e.to_string()).into_response(),
     }

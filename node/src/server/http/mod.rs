@@ -86,6 +86,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/cluster/status", get(cluster::status))
         .route("/v1/cluster/learners", post(cluster::add_learner))
         .route("/v1/cluster/members", put(cluster::change_members))
+        .route("/v1/cluster/members/{id}", axum::routing::delete(cluster::remove_member))
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
