@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use vellum_engine::carrier::{FaultyCarrier, MemoryCarrier};
+use vellum_engine::carrier::{Carrier, FaultyCarrier, MemoryCarrier};
 use vellum_engine::{FormatOptions, Volume, VolumeOptions};
 use vellum_raft_store::log::{self, LogCore, LogEntry};
 
@@ -29,9 +29,8 @@ pub fn all(core: &LogCore) -> Vec<LogEntry> {
     }
 }
 
-/// A formatted volume on a shared memory carrier of `bytes`.
-pub fn memory_volume(bytes: u64) -> (Arc<MemoryCarrier>, Volume) {
-    let carrier = Arc::new(MemoryCarrier::new(bytes));
+/// A formatted volume on `carrier`, which the caller keeps a handle of.
+pub fn format_on<C: Carrier + 'static>(carrier: Arc<C>) -> (Arc<C>, Volume) {
     let v = Volume::format(
         Box::new(Arc::clone(&carrier)),
         &FormatOptions::default(),
@@ -41,14 +40,12 @@ pub fn memory_volume(bytes: u64) -> (Arc<MemoryCarrier>, Volume) {
     (carrier, v)
 }
 
+/// A formatted volume on a shared memory carrier of `bytes`.
+pub fn memory_volume(bytes: u64) -> (Arc<MemoryCarrier>, Volume) {
+    format_on(Arc::new(MemoryCarrier::new(bytes)))
+}
+
 /// A formatted volume on a shared write-through fault-injecting carrier of `bytes`.
 pub fn faulty_volume(bytes: u64) -> (Arc<FaultyCarrier>, Volume) {
-    let carrier = Arc::new(FaultyCarrier::new(bytes, true));
-    let v = Volume::format(
-        Box::new(Arc::clone(&carrier)),
-        &FormatOptions::default(),
-        VolumeOptions::default(),
-    )
-    .expect("format");
-    (carrier, v)
+    format_on(Arc::new(FaultyCarrier::new(bytes, true)))
 }
