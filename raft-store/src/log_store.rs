@@ -139,9 +139,12 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
         &mut self,
         committed: Option<LogId<C::NodeId>>,
     ) -> Result<(), StorageError<C::NodeId>> {
+        // Recorded, not written: it rides on the next log write (see `LogCore::save_committed`).
+        // openraft only re-applies a little more after a restart when it lags.
         let write = |e: &Error| storage_error(ErrorSubject::Store, ErrorVerb::Write, e);
-        let bytes = committed.as_ref().map(encode).transpose().map_err(|e| write(&e))?;
-        completed(|done| self.core.save_committed(bytes, done)).await.map_err(|e| write(&e))
+        let Some(id) = committed else { return Ok(()) };
+        let bytes = encode(&id).map_err(|e| write(&e))?;
+        self.core.save_committed(id.index, bytes).map_err(|e| write(&e))
     }
 
     async fn read_committed(

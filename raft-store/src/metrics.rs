@@ -11,6 +11,8 @@ pub const APPEND_DURATION: &str = "vellum_log_append_duration_seconds";
 pub const APPEND_BATCH_ENTRIES: &str = "vellum_log_append_batch_entries";
 pub const APPENDED_ENTRIES_TOTAL: &str = "vellum_log_appended_entries_total";
 pub const WRITER_BATCH_DURATION: &str = "vellum_log_writer_batch_duration_seconds";
+pub const COMMITTED_CARRIED_TOTAL: &str = "vellum_log_committed_carried_total";
+pub const COMMITTED_SAVES_TOTAL: &str = "vellum_log_committed_saves_total";
 pub const SEGMENTS_ROLLED_TOTAL: &str = "vellum_log_segments_rolled_total";
 pub const SEGMENTS_PURGED_TOTAL: &str = "vellum_log_segments_purged_total";
 pub const SPARE_FAILURES_TOTAL: &str = "vellum_log_spare_failures_total";
@@ -74,6 +76,14 @@ pub fn describe() {
         WRITER_BATCH_DURATION,
         Unit::Seconds,
         "One pass of the log writer over everything queued."
+    );
+    describe_counter!(
+        COMMITTED_CARRIED_TOTAL,
+        "Committed log ids made durable as a frame of a log write that went out anyway."
+    );
+    describe_counter!(
+        COMMITTED_SAVES_TOTAL,
+        "Committed log ids that waited longer than the commit lag and got a meta write of their own."
     );
     describe_counter!(SEGMENTS_ROLLED_TOTAL, "Log segments activated.");
     describe_counter!(SEGMENTS_PURGED_TOTAL, "Log segments deleted by purges.");

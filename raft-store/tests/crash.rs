@@ -2,8 +2,11 @@
 //! truncate / purge / vote / committed workloads, power cut at seeded points, then recovery.
 //!
 //! Counted and required to be zero: acknowledged entries lost, the last returned vote lost,
-//! garbage read as entries, and opens refused on a log that only lost power. After every
-//! recovery the log must also take new appends and reopen cleanly (the torn-tail fence works).
+//! garbage read as entries, and opens refused on a log that only lost power. The committed
+//! id is saved lazily (it rides on the next write): recovery must report one that was saved,
+//! at least the one the log had reported durable, and never one past the entries it holds.
+//! After every recovery the log must also take new appends and reopen cleanly (the torn-tail
+//! fence works).
 //! Rerun one seed with `VELLUM_CRASH_SEED=<seed>`.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
@@ -13,7 +16,7 @@ use std::sync::Arc;
 
 use vellum_engine::carrier::{CrashPlan, FaultRng, FaultyCarrier, MemoryCarrier};
 use vellum_engine::{FormatOptions, Volume, VolumeOptions};
-use vellum_raft_store::log::{self, LogConfig, LogCore, LogEntry};
+use vellum_raft_store::log::{self, LogConfig, LogCore, LogEntry, LogIo};
 
 const VOLUME: u64 = 8 << 20;
 
@@ -22,6 +25,7 @@ fn config(background: bool) -> LogConfig {
         segment_bytes: 64 << 10,
         hot_window_bytes: 8 << 10,
         background_spares: background,
+        io: LogIo::Inline,
         ..LogConfig::default()
     }
 }
@@ -41,7 +45,10 @@ type Recovered = (BTreeMap<u64, (u64, Arc<[u8]>)>, Option<Vec<u8>>, Option<Vec<u
 struct Model {
     log: BTreeMap<u64, (u64, Arc<[u8]>)>,
     vote: Option<Vec<u8>>,
-    committed: Option<Vec<u8>>,
+    /// Every committed index saved, in order (only grows).
+    committed: Vec<u64>,
+    /// The committed index the log reported durable after the last operation that returned.
+    committed_durable: Option<u64>,
     in_flight: Option<Op>,
 }
 
@@ -51,7 +58,7 @@ enum Op {
     Truncate(u64),
     Purge(u64),
     Vote(Vec<u8>),
-    Committed(Vec<u8>),
+    Committed(u64),
 }
 
 impl Model {
@@ -69,7 +76,7 @@ impl Model {
                 self.log = self.log.split_off(&(upto + 1));
             }
             Op::Vote(v) => self.vote = Some(v.clone()),
-            Op::Committed(c) => self.committed = Some(c.clone()),
+            Op::Committed(c) => self.committed.push(*c),
         }
     }
 
@@ -104,6 +111,11 @@ struct Run {
 
 fn next_op(rng: &mut FaultRng, core: &LogCore, run: &mut Run) -> Op {
     let (first, last) = core.bounds();
+    // As in raft: committed entries are never truncated, purges stay at or below the
+    // committed index, and the committed index only grows, within the log.
+    let committed = run.model.committed.last().copied();
+    let truncatable = last.filter(|&l| committed.is_none_or(|c| l > c));
+    let purgeable = committed.filter(|&c| c >= first);
     match rng.below(100) {
         0..=59 => {
             let start = last.map_or(first, |l| l + 1);
@@ -116,21 +128,33 @@ fn next_op(rng: &mut FaultRng, core: &LogCore, run: &mut Run) -> Op {
                 .collect();
             Op::Append(entries)
         }
-        60..=69 if last.is_some() => {
-            let last = last.unwrap();
+        60..=69 if truncatable.is_some() => {
+            let last = truncatable.unwrap();
+            let low = committed.map_or(first, |c| c + 1).max(first);
             run.term += 1; // entries after a truncation come from a new leader
-            Op::Truncate(first + rng.below(last - first + 1))
+            Op::Truncate(low + rng.below(last - low + 1))
         }
-        70..=77 if last.is_some() => {
-            let last = last.unwrap();
-            Op::Purge(first + rng.below(last - first + 1))
+        70..=77 if purgeable.is_some() => {
+            let upto = purgeable.unwrap();
+            Op::Purge(first + rng.below(upto - first + 1))
         }
         78..=89 => {
             run.term += 1;
             Op::Vote(format!("vote term {}", run.term).into_bytes())
         }
-        _ => Op::Committed(format!("committed {}", last.unwrap_or(0)).into_bytes()),
+        _ => {
+            let (_, top) = core.bounds();
+            match (committed, top) {
+                (Some(c), Some(t)) if t > c => Op::Committed(c + 1 + rng.below(t - c)),
+                (None, Some(t)) => Op::Committed(first + rng.below(t - first + 1)),
+                _ => Op::Vote(format!("vote term {}", run.term).into_bytes()),
+            }
+        }
     }
+}
+
+fn committed_bytes(index: u64) -> Vec<u8> {
+    format!("committed {index}").into_bytes()
 }
 
 fn execute(core: &LogCore, op: &Op) -> Result<(), vellum_raft_store::Error> {
@@ -139,7 +163,7 @@ fn execute(core: &LogCore, op: &Op) -> Result<(), vellum_raft_store::Error> {
         Op::Truncate(since) => log::wait(|done| core.truncate(*since, done)),
         Op::Purge(upto) => core.purge(*upto, upto.to_le_bytes().to_vec()),
         Op::Vote(v) => log::wait(|done| core.save_vote(v.clone(), done)),
-        Op::Committed(c) => log::wait(|done| core.save_committed(Some(c.clone()), done)),
+        Op::Committed(c) => core.save_committed(*c, committed_bytes(*c)),
     }
 }
 
@@ -168,6 +192,9 @@ fn run(seed: u64, crash_at: Option<u64>, background: bool, ops: usize) -> (Run, 
         }
         run.model.in_flight = None;
         run.model.apply(&op);
+        let durable = core.durable_committed_index();
+        assert!(durable >= run.model.committed_durable, "the durable committed id went back");
+        run.model.committed_durable = durable;
     }
     run.carrier.cut_power();
     let total = run.carrier.ops() - start;
@@ -187,7 +214,41 @@ fn recovered_state(core: &LogCore) -> Recovered {
 }
 
 fn matches(model: &Model, got: &Recovered) -> bool {
-    model.candidates().iter().any(|c| c.log == got.0 && c.vote == got.1 && c.committed == got.2)
+    model.candidates().iter().any(|c| c.log == got.0 && c.vote == got.1)
+}
+
+/// The recovered committed id was saved, is at least what the log reported durable, and
+/// names an entry the log holds (or purged).
+fn committed_ok(model: &Model, got: &Recovered, purged: Option<u64>) -> Result<(), String> {
+    let recovered = match &got.2 {
+        None => None,
+        Some(bytes) => {
+            let text = String::from_utf8_lossy(bytes);
+            let index = text
+                .strip_prefix("committed ")
+                .and_then(|i| i.parse::<u64>().ok())
+                .ok_or_else(|| format!("recovered committed id {text:?} was never saved"))?;
+            if !model.committed.contains(&index) {
+                return Err(format!("recovered committed index {index} was never saved"));
+            }
+            Some(index)
+        }
+    };
+    if recovered < model.committed_durable {
+        return Err(format!(
+            "recovered committed index {recovered:?} is below the durable {:?}",
+            model.committed_durable
+        ));
+    }
+    if let Some(c) = recovered {
+        let last = got.0.keys().next_back().copied();
+        if last.is_none_or(|l| c > l) && purged.is_none_or(|p| c > p) {
+            return Err(format!(
+                "recovered committed index {c} is past the log ({last:?}, purged {purged:?})"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Opens a crash image (sometimes cutting power again during recovery, at any of its
@@ -226,6 +287,7 @@ fn verify(image: Vec<u8>, model: &Model, rng: &mut FaultRng) -> Result<(), Strin
             model.in_flight.as_ref().map(|o| format!("{o:?}").chars().take(60).collect::<String>())
         ));
     }
+    committed_ok(model, &got, core.meta().purged_index)?;
     // The recovered log takes appends, and reopens with them.
     let next = core.bounds().1.map_or(core.bounds().0, |l| l + 1);
     let more: Vec<LogEntry> = (next..next + 3)

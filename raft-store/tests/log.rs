@@ -77,7 +77,8 @@ fn every_operation_survives_close_and_reopen() {
         let vote = format!("vote {round}").into_bytes();
         log::wait(|done| core.save_vote(vote.clone(), done)).unwrap();
         let committed = format!("committed {round}").into_bytes();
-        log::wait(|done| core.save_committed(Some(committed.clone()), done)).unwrap();
+        core.save_committed(round, committed.clone()).unwrap();
+        log::wait(|done| core.flush_committed(done)).unwrap();
         (core, v) = fx.reopen(core, v);
         assert_eq!(core.meta().vote, Some(vote));
         assert_eq!(core.meta().committed, Some(committed));

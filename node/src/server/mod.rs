@@ -324,6 +324,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     let max_entry_bytes = log.core().max_entry_bytes();
     let (limits, batch_bytes) = limits(&args, max_entry_bytes)?;
     let startup_commit = log.committed_index().unwrap_or(0);
+    let log_core = log.core().clone();
     let kv = sm.reader();
     let network = network::Network::new(Arc::clone(&guard));
     let raft = Raft::new(args.id, raft_config(&args)?, network, log, sm)
@@ -397,10 +398,14 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     drop(raft);
     // Raft's tasks own the log and state machine and are gone now; closing commits the
     // clean state and releases the carrier's lock.
-    tokio::task::spawn_blocking(move || volume.close())
-        .await
-        .map_err(|e| fail("closing the volume")(e.to_string()))?
-        .map_err(|e| fail("closing the volume")(e.to_string()))?;
+    tokio::task::spawn_blocking(move || {
+        log_core.close(); // the committed id saved last, and the IO thread
+        drop(log_core);
+        volume.close()
+    })
+    .await
+    .map_err(|e| fail("closing the volume")(e.to_string()))?
+    .map_err(|e| fail("closing the volume")(e.to_string()))?;
     match stale {
         Some(why) => Err(CliError::NotThisMember(why)),
         None => Ok(()),

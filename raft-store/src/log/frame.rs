@@ -20,7 +20,7 @@ pub const FRAME_MAGIC: [u8; 4] = *b"VLFR";
 /// Magic of a segment header without its two version digits.
 pub const SEGMENT_MAGIC_PREFIX: [u8; 6] = *b"VLMSEG";
 /// The segment format new segments are written in.
-pub const SEGMENT_VERSION: u8 = 2;
+pub const SEGMENT_VERSION: u8 = 3;
 /// The oldest segment format this build reads.
 pub const SEGMENT_VERSION_MIN: u8 = 1;
 
@@ -28,7 +28,8 @@ pub const SEGMENT_VERSION_MIN: u8 = 1;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Seal {
     pub salt: u64,
-    /// The segment format: 1 (salt only) or 2 (salt and the frame's offset).
+    /// The segment format: 1 (salt only), 2 (salt and the frame's offset), 3 (as 2, and
+    /// `Commit` frames may appear).
     pub version: u8,
 }
 
@@ -52,6 +53,10 @@ pub enum FrameKind {
     /// Recovery abandoned the bytes from `index` (a segment offset) up to this frame, which
     /// sits at offset `term`: a torn tail is declared dead instead of rewritten.
     Skip = 3,
+    /// The committed log id is at least `index`; the payload is the caller's encoding of it
+    /// (format 3 on). Written as the last frame of a batch that goes out anyway, so saving
+    /// the committed id costs no write of its own.
+    Commit = 4,
 }
 
 /// A decoded frame header.
@@ -149,6 +154,7 @@ pub fn parse(buf: &[u8], seal: Seal, offset: u64) -> Parsed {
         1 => FrameKind::Entry,
         2 => FrameKind::Truncate,
         3 => FrameKind::Skip,
+        4 if seal.version >= 3 => FrameKind::Commit,
         _ => return Parsed::Invalid,
     };
     let payload_len = u32_at(h, PAYLOAD_LEN_AT);
@@ -289,19 +295,32 @@ mod tests {
     }
 
     #[test]
+    fn commit_frames_exist_from_format_3_on() {
+        for (version, valid) in [(2, false), (3, true)] {
+            let seal = Seal { salt: 77, version };
+            let mut buf = Vec::new();
+            let h = frame(FrameKind::Commit, 42, b"log id");
+            encode(&mut buf, seal, 4096, &h, b"log id");
+            let parsed = parse(&buf, seal, 4096);
+            assert_eq!(parsed == (Parsed::Valid { header: h, len: buf.len() }), valid);
+            assert_eq!(parsed == Parsed::Invalid, !valid, "format {version}");
+        }
+    }
+
+    #[test]
     fn segment_headers_round_trip_and_refuse_unknown_formats() {
-        for version in [1, 2] {
+        for version in [1, 2, 3] {
             let h = SegmentHeader { version, seq: 5, salt: 0xABCD, first_index: 1000 };
             assert_eq!(SegmentHeader::decode(&h.encode(), "s").unwrap(), Some(h));
         }
-        let h = SegmentHeader { version: 2, seq: 5, salt: 0xABCD, first_index: 1000 };
-        assert_eq!(&h.encode()[..8], b"VLMSEG02");
+        let h = SegmentHeader { version: 3, seq: 5, salt: 0xABCD, first_index: 1000 };
+        assert_eq!(&h.encode()[..8], b"VLMSEG03");
         assert_eq!(SegmentHeader::decode(&[0u8; 4096], "s").unwrap(), None);
         let mut bad = h.encode();
         bad[9] ^= 1;
         assert!(matches!(SegmentHeader::decode(&bad, "s"), Err(Error::Corrupt { .. })));
         let mut newer = h.encode();
-        newer[7] = b'3';
+        newer[7] = b'4';
         let crc = crc32c::crc32c(&newer[..HEADER_CRC_AT]);
         newer[HEADER_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         assert!(matches!(SegmentHeader::decode(&newer, "s"), Err(Error::Unsupported { .. })));

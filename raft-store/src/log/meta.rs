@@ -20,7 +20,12 @@ const VOTE_AT: usize = 32;
 const COMMITTED_AT: usize = VOTE_AT + AREA;
 const PURGED_AT: usize = COMMITTED_AT + AREA;
 const CRC_AT: usize = SLOT_LEN - 4;
-const _: () = assert!(PURGED_AT + AREA + 16 <= CRC_AT);
+const PURGED_INDEX_AT: usize = PURGED_AT + AREA;
+const PURGED_BATCH_AT: usize = PURGED_INDEX_AT + 8;
+const COMMITTED_INDEX_AT: usize = PURGED_BATCH_AT + 8;
+const _: () = assert!(COMMITTED_INDEX_AT + 8 <= CRC_AT);
+/// Flag bits: vote, committed, purged records; purged index; committed index.
+const KNOWN_FLAGS: u32 = 0b1_1111;
 
 /// The state the meta file holds (opaque bytes: the openraft layer encodes them).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -34,6 +39,9 @@ pub struct MetaState {
     /// The first log batch written after the purge: frames of earlier batches at or below
     /// the purged index are gone, later ones are live (an empty log may restart anywhere).
     pub purged_batch: u64,
+    /// The index of `committed`, kept decoded so that recovery can tell which of this and
+    /// the log's newest `Commit` frame is newer. `None` in slots written before it existed.
+    pub committed_index: Option<u64>,
 }
 
 impl MetaState {
@@ -60,11 +68,14 @@ impl MetaState {
         }
         if let Some(p) = self.purged_index {
             flags |= 1 << 3;
-            b[PURGED_AT + AREA..PURGED_AT + AREA + 8].copy_from_slice(&p.to_le_bytes());
+            b[PURGED_INDEX_AT..PURGED_BATCH_AT].copy_from_slice(&p.to_le_bytes());
+        }
+        if let Some(c) = self.committed_index {
+            flags |= 1 << 4;
+            b[COMMITTED_INDEX_AT..COMMITTED_INDEX_AT + 8].copy_from_slice(&c.to_le_bytes());
         }
         b[FLAGS_AT..FLAGS_AT + 4].copy_from_slice(&flags.to_le_bytes());
-        b[PURGED_AT + AREA + 8..PURGED_AT + AREA + 16]
-            .copy_from_slice(&self.purged_batch.to_le_bytes());
+        b[PURGED_BATCH_AT..COMMITTED_INDEX_AT].copy_from_slice(&self.purged_batch.to_le_bytes());
         let crc = crc32c::crc32c(&b[..CRC_AT]);
         b[CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         Ok(b)
@@ -80,7 +91,7 @@ impl MetaState {
             return None;
         }
         let flags = word(FLAGS_AT);
-        if flags & !0b1111 != 0 {
+        if flags & !KNOWN_FLAGS != 0 {
             return None;
         }
         let rec = |i: usize, at: usize| -> Option<Option<Vec<u8>>> {
@@ -90,19 +101,19 @@ impl MetaState {
             let len = word(LENS_AT + 4 * i) as usize;
             (len <= RECORD_MAX).then(|| Some(b[at..at + len].to_vec()))
         };
-        let mut seq = [0u8; 8];
-        seq.copy_from_slice(&b[8..16]);
-        let mut purged_index = [0u8; 8];
-        purged_index.copy_from_slice(&b[PURGED_AT + AREA..PURGED_AT + AREA + 8]);
-        let mut purged_batch = [0u8; 8];
-        purged_batch.copy_from_slice(&b[PURGED_AT + AREA + 8..PURGED_AT + AREA + 16]);
+        let long = |at: usize| {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(&b[at..at + 8]);
+            u64::from_le_bytes(w)
+        };
         Some(MetaState {
-            seq: u64::from_le_bytes(seq),
+            seq: long(8),
             vote: rec(0, VOTE_AT)?,
             committed: rec(1, COMMITTED_AT)?,
             purged: rec(2, PURGED_AT)?,
-            purged_index: (flags & (1 << 3) != 0).then(|| u64::from_le_bytes(purged_index)),
-            purged_batch: u64::from_le_bytes(purged_batch),
+            purged_index: (flags & (1 << 3) != 0).then(|| long(PURGED_INDEX_AT)),
+            purged_batch: long(PURGED_BATCH_AT),
+            committed_index: (flags & (1 << 4) != 0).then(|| long(COMMITTED_INDEX_AT)),
         })
     }
 
@@ -144,6 +155,7 @@ mod tests {
             purged: Some(vec![9]),
             purged_index: Some(7),
             purged_batch: 3,
+            committed_index: Some(5),
         };
         let b = MetaState { seq: 2, vote: Some(vec![4]), ..a.clone() };
         assert_eq!(MetaState::decode(&a.encode().unwrap()), Some(a.clone()));

@@ -8,8 +8,17 @@
 //! Every write goes through one queue in the order it was asked for (openraft requires log and
 //! vote IO to be serialized): appends, truncation tombstones and meta saves are queued, and
 //! each caller is completed only after the write covering it returned. Writes are combined
-//! (`queue`): a caller that finds no write in progress performs it in its own thread, and
-//! callers that arrive meanwhile share the next write.
+//! (`queue`): whoever drains the queue takes everything queued into the next write. By
+//! default a dedicated IO thread drains it ([`LogIo`]), so no async worker blocks on the
+//! disk; callers only queue and wake it.
+//!
+//! The committed id costs no write of its own: [`LogCore::save_committed`] records it in
+//! memory, and the next write that goes out anyway ends with a `Commit` frame carrying it
+//! (after the entries of that write, so it never survives a torn write without them). When
+//! no write follows within `commit_lag`, the IO thread saves it in the meta file; `close`
+//! saves it too. After a power cut, recovery takes the newer of the meta file's id and the
+//! last `Commit` frame, so the committed id it reports may lag the last one saved (openraft
+//! re-applies from there), but never names an entry the log does not hold.
 //!
 //! This module holds the operations; opening and recovery live in `open.rs`, the write path
 //! in `writer.rs`, the state they share in `state.rs`.
@@ -29,19 +38,20 @@ mod segments;
 mod state;
 mod writer;
 
-use std::sync::Arc;
-use std::time::Instant;
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use vellum_engine::Volume;
 
 pub use meta::MetaState;
 pub use segments::SpareStatus;
-pub use state::{Callback, LogConfig, LogEntry, RecoveryReport, Torn};
+pub use state::{Callback, LogConfig, LogEntry, LogIo, RecoveryReport, Torn};
 
 use crate::error::{Error, Result};
 use crate::metrics as m;
 use frame::{FRAME_HEADER_LEN, Parsed, SEGMENT_HEADER_LEN};
 use index::Loc;
+use meta::RECORD_MAX;
 use queue::Combiner;
 use state::{Item, Shared, lock, read_lock, write_lock};
 
@@ -57,16 +67,119 @@ pub mod internals {
     pub use super::recovery::{SegmentScan, scan_segment};
 }
 
-/// The shared state and the combiner that owns the writer.
+/// The shared state, the combiner that owns the writer, and the IO thread's doorbell.
 struct Log {
     shared: Shared,
     combiner: Combiner<Item, writer::Writer>,
+    bell: Arc<Bell>,
 }
 
 impl Log {
     /// Writes what is queued, unless a write is in progress (it takes it).
     fn drain(&self) {
         self.combiner.drain(|w, items| w.write_batch(&self.shared, items));
+    }
+
+    /// Has what is queued written by the configured thread.
+    fn kick(self: &Arc<Self>) {
+        match self.shared.config.io {
+            LogIo::Inline => self.drain(),
+            LogIo::Thread => self.bell.ring(),
+            LogIo::SpawnBlocking => match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    let log = Arc::clone(self);
+                    drop(rt.spawn_blocking(move || log.drain()));
+                }
+                Err(_) => self.drain(),
+            },
+        }
+    }
+
+    /// Queues a meta save of the newest meta state changed by `change`; written by whoever
+    /// drains next.
+    fn queue_meta(&self, change: impl FnOnce(&mut MetaState), done: Callback) -> Result<()> {
+        let mut meta = lock(&self.shared.meta);
+        let mut next = meta.clone();
+        change(&mut next);
+        next.seq += 1;
+        let purge = next.purged_index != meta.purged_index;
+        *meta = next.clone();
+        // Pushed under the meta lock: queued saves are in seq order.
+        let r = self.combiner.push(Item::Meta { state: next, purge, done });
+        drop(meta);
+        r.map_err(|_| Error::Closed)
+    }
+
+    /// Queues a meta save of the committed id when one is waiting to become durable.
+    fn save_pending_committed(&self, done: Callback) -> Result<()> {
+        if self.shared.committed_pending().is_none() {
+            done(Ok(()));
+            return Ok(());
+        }
+        metrics::counter!(m::COMMITTED_SAVES_TOTAL).increment(1);
+        self.queue_meta(|_| {}, done)
+    }
+
+    fn stop_io(&self) {
+        let mut s = lock(&self.bell.state);
+        s.stop = true;
+        self.bell.cv.notify_all();
+    }
+}
+
+impl Drop for Log {
+    fn drop(&mut self) {
+        self.stop_io();
+    }
+}
+
+/// Wakes the IO thread.
+#[derive(Default)]
+struct Bell {
+    state: Mutex<BellState>,
+    cv: Condvar,
+}
+
+#[derive(Default)]
+struct BellState {
+    rung: bool,
+    stop: bool,
+}
+
+impl Bell {
+    fn ring(&self) {
+        let mut s = lock(&self.state);
+        if !s.rung {
+            s.rung = true;
+            self.cv.notify_one();
+        }
+    }
+}
+
+/// The IO thread: drains the queue whenever it is rung, and saves a committed id that has
+/// waited `commit_lag` for a write to ride on. Holds the log weakly: it ends when the log is
+/// dropped or closed.
+fn io_thread(log: &Weak<Log>, bell: &Bell, lag: Duration) {
+    loop {
+        {
+            let mut s = lock(&bell.state);
+            if !s.rung && !s.stop {
+                s = bell.cv.wait_timeout(s, lag).map_or_else(|p| p.into_inner().0, |(g, _)| g);
+            }
+            if s.stop {
+                return;
+            }
+            s.rung = false;
+        }
+        let Some(log) = log.upgrade() else { return };
+        log.drain();
+        let since = *lock(&log.shared.committed_since);
+        if since.is_some_and(|t| t.elapsed() >= lag) && log.shared.committed_pending().is_some() {
+            *lock(&log.shared.committed_since) = None;
+            if log.save_pending_committed(Box::new(|_| {})).is_ok() {
+                log.drain();
+            }
+        }
     }
 }
 
@@ -99,7 +212,21 @@ impl LogCore {
                 "raft log recovered with a torn tail (the write in flight at the power cut)"
             );
         }
-        let log = Arc::new(Log { shared: opened.shared, combiner: Combiner::new(opened.writer) });
+        let lag = opened.shared.config.commit_lag;
+        let thread = opened.shared.config.io == LogIo::Thread;
+        let log = Arc::new(Log {
+            shared: opened.shared,
+            combiner: Combiner::new(opened.writer),
+            bell: Arc::new(Bell::default()),
+        });
+        if thread {
+            let weak = Arc::downgrade(&log);
+            let bell = Arc::clone(&log.bell);
+            std::thread::Builder::new()
+                .name("vellum-log-io".into())
+                .spawn(move || io_thread(&weak, &bell, lag))
+                .map_err(|_| Error::Config("the system refused to start the log's IO thread"))?;
+        }
         Ok(LogCore { log, report: Arc::new(report) })
     }
 
@@ -201,7 +328,7 @@ impl LogCore {
         let r = self.push(Item::Entries { entries, done });
         drop(ix);
         r?;
-        self.log.drain();
+        self.log.kick();
         Ok(())
     }
 
@@ -213,23 +340,15 @@ impl LogCore {
         let r = self.push(Item::Truncate { since, done });
         drop(ix);
         r?;
-        self.log.drain();
+        self.log.kick();
         Ok(())
     }
 
     /// Saves a new meta state built from the newest one; `done` runs once it is durable.
     fn save_meta(&self, change: impl FnOnce(&mut MetaState), done: Callback) -> Result<()> {
         self.check_failed()?;
-        let mut meta = lock(&self.shared().meta);
-        let mut next = meta.clone();
-        change(&mut next);
-        next.seq += 1;
-        let purge = next.purged_index != meta.purged_index;
-        *meta = next.clone();
-        let r = self.push(Item::Meta { state: next, purge, done });
-        drop(meta);
-        r?;
-        self.log.drain();
+        self.log.queue_meta(change, done)?;
+        self.log.kick();
         Ok(())
     }
 
@@ -238,9 +357,42 @@ impl LogCore {
         self.save_meta(|m| m.vote = Some(vote), done)
     }
 
-    /// Saves the committed log id (opaque bytes, at most 1000).
-    pub fn save_committed(&self, committed: Option<Vec<u8>>, done: Callback) -> Result<()> {
-        self.save_meta(|m| m.committed = committed, done)
+    /// Records the committed log id (`index`, and the caller's encoding: opaque bytes, at
+    /// most 1000) without writing it: it becomes durable with the next write of the log (a
+    /// `Commit` frame at its end, or the next meta save), or after `commit_lag` with a meta
+    /// save of its own (IO thread mode), or at `close`. An id at or below the newest one
+    /// saved is ignored (committed ids only grow).
+    pub fn save_committed(&self, index: u64, committed: Vec<u8>) -> Result<()> {
+        self.check_failed()?;
+        if committed.len() > RECORD_MAX {
+            return Err(Error::Config("a vote or log id encodes to more than 1000 bytes"));
+        }
+        let mut meta = lock(&self.shared().meta);
+        if meta.committed.is_some() && meta.committed_index.is_some_and(|c| c >= index) {
+            return Ok(());
+        }
+        meta.committed = Some(committed);
+        meta.committed_index = Some(index);
+        drop(meta);
+        let mut since = lock(&self.shared().committed_since);
+        if since.is_none() {
+            *since = Some(Instant::now());
+        }
+        Ok(())
+    }
+
+    /// Makes the committed id saved so far durable (a meta save, unless it already is);
+    /// `done` runs once it is.
+    pub fn flush_committed(&self, done: Callback) -> Result<()> {
+        self.check_failed()?;
+        self.log.save_pending_committed(done)?;
+        self.log.kick();
+        Ok(())
+    }
+
+    /// The committed index known durable (what recovery would report at least).
+    pub fn durable_committed_index(&self) -> Option<u64> {
+        self.shared().durable_committed()
     }
 
     /// Purges every entry at or before `upto` (`purged` is the caller's encoding of the
@@ -355,10 +507,17 @@ impl LogCore {
         self.log.combiner.writer().spares.status()
     }
 
-    /// Refuses further writes (they fail with `Closed`); queued ones are written first.
+    /// Refuses further writes (they fail with `Closed`); queued ones, and the committed id
+    /// saved last, are written first. Stops the IO thread.
     pub fn close(&self) {
-        self.log.drain();
+        if self.check_failed().is_ok() {
+            let _ = self.log.save_pending_committed(Box::new(|_| {}));
+        }
         self.log.combiner.close();
+        // The IO thread may hold the writer: wait for its write, then take what is left.
+        drop(self.log.combiner.writer());
+        self.log.drain();
+        self.log.stop_io();
     }
 }
 

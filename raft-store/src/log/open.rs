@@ -16,6 +16,7 @@
 //! The segment size of an existing log is the size of its segments; the configured size
 //! applies to a log that has none.
 
+use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
 
 use vellum_engine::carrier::{AlignedBuf, Medium};
@@ -95,7 +96,10 @@ pub(super) fn open(volume: Volume, config: LogConfig) -> Result<Opened> {
     }
     let mut ix = Index::new(meta_state.purged_index.map_or(0, |p| p + 1), config.hot_window_bytes);
     let mut segments = segments;
-    let (mut current, max_batch) = rebuild(&mut segments, scans, &meta_state, &mut ix, &config)?;
+    let (mut current, max_batch, commit) =
+        rebuild(&mut segments, scans, &meta_state, &mut ix, &config)?;
+    let mut meta_state = meta_state;
+    let durable_committed = adopt_commit(&mut meta_state, commit, &ix);
     if let (Some(cur), Some(torn)) = (current.as_mut(), report.torn)
         && torn.in_previous_segment
     {
@@ -114,6 +118,8 @@ pub(super) fn open(volume: Volume, config: LogConfig) -> Result<Opened> {
         meta_file,
         segments: Mutex::new(segments),
         needs_barrier,
+        durable_committed: AtomicU64::new(durable_committed.map_or(0, |c| c + 1)),
+        committed_since: Mutex::new(None),
     };
     let spares = SpareMaker::start(
         volume,
@@ -377,6 +383,31 @@ fn damaged(file: &str, torn: Torn) -> Error {
     Error::Corrupt { file: file.into(), offset: torn.from, reason }
 }
 
+/// A `Commit` frame's committed index and the caller's encoding of the log id.
+type CommitRecord = (u64, Vec<u8>);
+
+/// The committed id recovery reports: the newer of the meta file's and the log's last
+/// `Commit` frame (by index), and never one past the entries the log holds (a `Commit` frame
+/// is written after the entries it covers, in the same batch or a later one, so this only
+/// guards against a bug). Returns the committed index that is durable.
+fn adopt_commit(meta: &mut MetaState, commit: Option<CommitRecord>, ix: &Index) -> Option<u64> {
+    if let Some((index, bytes)) = commit {
+        let newer = match (meta.committed.is_some(), meta.committed_index) {
+            (false, _) | (true, None) => true,
+            (true, Some(m)) => index > m,
+        };
+        let covered = ix.last_index().is_some_and(|l| index <= l)
+            || meta.purged_index.is_some_and(|p| index <= p);
+        if newer && covered {
+            meta.committed = Some(bytes);
+            meta.committed_index = Some(index);
+        } else if newer {
+            tracing::warn!(index, "a commit frame past the log's entries is ignored");
+        }
+    }
+    meta.committed_index
+}
+
 /// Applies the scanned frames in order: entries must be consecutive, truncations drop
 /// their suffix, everything at or below the purged index is gone.
 fn rebuild(
@@ -385,13 +416,17 @@ fn rebuild(
     meta: &MetaState,
     ix: &mut Index,
     config: &LogConfig,
-) -> Result<(Option<Current>, u64)> {
+) -> Result<(Option<Current>, u64, Option<CommitRecord>)> {
     let mut max_batch = 0;
+    let mut commit = None;
     let mut current = None;
     let mut kept: Vec<(u64, u64, u64, u64, u32)> = Vec::new(); // index, term, seq, offset, len
     let last_seq = segments.by_seq.keys().next_back().copied();
     for ((&seq, seg), scan) in segments.by_seq.iter().zip(scans) {
         max_batch = max_batch.max(scan.max_batch);
+        if scan.commit.is_some() {
+            commit.clone_from(&scan.commit);
+        }
         for f in &scan.frames {
             match f.header.kind {
                 FrameKind::Entry => {
@@ -413,7 +448,7 @@ fn rebuild(
                     kept.push((idx, f.header.term, seq, f.offset, f.len));
                 }
                 FrameKind::Truncate => kept.retain(|k| k.0 < f.header.index),
-                FrameKind::Skip => {}
+                FrameKind::Skip | FrameKind::Commit => {}
             }
         }
         if Some(seq) == last_seq {
@@ -435,5 +470,5 @@ fn rebuild(
         }
         ix.push(idx, Loc { term, seg: seq, offset, len, durable: true, hot: None });
     }
-    Ok((current, max_batch))
+    Ok((current, max_batch, commit))
 }

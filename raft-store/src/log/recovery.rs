@@ -53,6 +53,9 @@ pub struct SegmentScan {
     pub max_batch: u64,
     /// The `from` of the cross-segment fence this segment opens with, if it has one.
     pub fences_from: Option<u64>,
+    /// The segment's last valid `Commit` frame: the committed index and the caller's
+    /// encoding of the log id.
+    pub commit: Option<(u64, Vec<u8>)>,
 }
 
 impl SegmentScan {
@@ -109,6 +112,7 @@ pub fn scan_segment(
     let mut frames = Vec::new();
     let mut last_batch = prev_batch;
     let mut fences_from = None;
+    let mut commit = None;
     let mut pos = SEGMENT_HEADER_LEN;
     loop {
         if pos >= bytes.len() {
@@ -119,6 +123,7 @@ pub fn scan_segment(
                 torn: None,
                 max_batch: last_batch,
                 fences_from,
+                commit,
             });
         }
         // Zeros up to the next block boundary are a batch's padding (a frame starts with its
@@ -144,6 +149,11 @@ pub fn scan_segment(
                     return Err(corrupt(file, pos, "batch ids go backwards"));
                 }
                 last_batch = header.batch;
+                if header.kind == FrameKind::Commit {
+                    let payload =
+                        &bytes[pos + frame::FRAME_HEADER_LEN..][..header.payload_len as usize];
+                    commit = Some((header.index, payload.to_vec()));
+                }
                 frames.push(ScannedFrame { header, offset: pos as u64, len: len as u32 });
                 pos += len;
             }
@@ -173,6 +183,7 @@ pub fn scan_segment(
                             torn: None,
                             max_batch: last_batch,
                             fences_from,
+                            commit,
                         });
                     }
                     Gap::Torn { dropped, max_batch } => {
@@ -196,6 +207,7 @@ pub fn scan_segment(
                             torn: Some(torn),
                             max_batch: last_batch.max(max_batch),
                             fences_from,
+                            commit,
                         });
                     }
                 }

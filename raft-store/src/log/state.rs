@@ -6,7 +6,9 @@
 //! Lock order, outermost first: the combiner's writer state, then `index`, then `segments`;
 //! `meta` is never held across another lock. No lock is held across a callback.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::time::{Duration, Instant};
 
 use vellum_engine::{File, Volume};
 
@@ -31,6 +33,29 @@ pub struct LogConfig {
     /// Prepare the next segment in a background thread (false: when it is needed, which
     /// makes the carrier's operation sequence deterministic, for crash tests).
     pub background_spares: bool,
+    /// Which thread performs the log's writes.
+    pub io: LogIo,
+    /// How long a saved committed id may wait for a write to ride on before it gets one of
+    /// its own (a meta save). Only the `Thread` mode keeps this timer; otherwise the id waits
+    /// for the next write or `close`.
+    pub commit_lag: Duration,
+}
+
+/// Which thread performs the log's write-through writes (the combining queue is the same in
+/// every mode: callers that arrive during a write share the next one).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogIo {
+    /// A dedicated IO thread per log: callers queue and return, so an async runtime's
+    /// worker never blocks on the disk. The default.
+    #[default]
+    Thread,
+    /// Each call that queues work hands the write to `tokio::task::spawn_blocking` (inline
+    /// when called outside a tokio runtime).
+    SpawnBlocking,
+    /// The caller that finds no write in progress writes in its own thread: no handoff, but
+    /// it blocks that thread for the write. For synchronous embedders and deterministic
+    /// tests.
+    Inline,
 }
 
 impl Default for LogConfig {
@@ -41,6 +66,8 @@ impl Default for LogConfig {
             hot_window_bytes: 16 << 20,
             max_batch_bytes: 4 << 20,
             background_spares: true,
+            io: LogIo::Thread,
+            commit_lag: Duration::from_millis(50),
         }
     }
 }
@@ -132,6 +159,35 @@ pub(crate) struct Shared {
     pub segments: Mutex<Segments>,
     /// A barrier must follow each write (a buffered carrier that is not memory).
     pub needs_barrier: bool,
+    /// The committed index known durable (in a meta slot or a `Commit` frame), plus one;
+    /// 0 for none. Written by the writer only.
+    pub durable_committed: AtomicU64,
+    /// When the newest saved committed id (if not yet durable) was saved.
+    pub committed_since: Mutex<Option<Instant>>,
+}
+
+impl Shared {
+    /// The committed index known durable.
+    pub fn durable_committed(&self) -> Option<u64> {
+        self.durable_committed.load(Ordering::Acquire).checked_sub(1)
+    }
+
+    /// Records that the committed id of `index` is durable (never moves back).
+    pub fn committed_durable(&self, index: Option<u64>) {
+        if let Some(i) = index {
+            self.durable_committed.fetch_max(i + 1, Ordering::AcqRel);
+        }
+    }
+
+    /// The committed id saved but not yet durable: its index and encoding.
+    pub fn committed_pending(&self) -> Option<(u64, Vec<u8>)> {
+        let meta = lock(&self.meta);
+        let index = meta.committed_index?;
+        if self.durable_committed().is_some_and(|d| d >= index) {
+            return None;
+        }
+        meta.committed.clone().map(|c| (index, c))
+    }
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

@@ -176,10 +176,52 @@ impl Writer {
                     }
                     state.purged_batch = self.purged_batch;
                     Self::write_meta(shared, state)?;
+                    shared.committed_durable(state.committed_index);
                 }
             }
         }
-        self.flush(shared, pending)
+        let carried = self.add_commit(shared, pending);
+        self.flush(shared, pending)?;
+        shared.committed_durable(carried);
+        Ok(())
+    }
+
+    /// Ends the batch about to go out with a `Commit` frame for the committed id saved since
+    /// the last durable one, when the batch has frames anyway and the frame fits: the id
+    /// then costs no write of its own. Last in the batch, so that it survives a torn write
+    /// only with every entry before it (recovery stops at the first damaged frame).
+    fn add_commit(&mut self, shared: &Shared, pending: &mut Pending) -> Option<u64> {
+        if pending.is_empty() {
+            return None;
+        }
+        let cur = self.current.as_ref()?;
+        let (index, payload) = shared.committed_pending()?;
+        let flen = frame::frame_len(payload.len());
+        let fits = cur.pos + (pending.len + flen).next_multiple_of(ALIGN) as u64 <= cur.len
+            && pending.len + flen <= shared.config.max_batch_bytes.max(ALIGN);
+        if cur.seal.version < 3 || !fits {
+            return None;
+        }
+        let h = FrameHeader {
+            kind: FrameKind::Commit,
+            payload_len: payload.len() as u32,
+            index,
+            term: 0,
+            batch: self.batch,
+        };
+        let at = cur.pos + pending.len as u64;
+        let seal = cur.seal;
+        frame::encode_into(pending.slot(flen), seal, at, &h, &payload);
+        pending.placed.push(Placed {
+            index,
+            term: 0,
+            offset: at - cur.pos,
+            len: flen as u32,
+            is_entry: false,
+            truncates: false,
+        });
+        metrics::counter!(m::COMMITTED_CARRIED_TOTAL).increment(1);
+        Some(index)
     }
 
     fn add_frame(
