@@ -146,3 +146,38 @@ impl Drop for Mounts {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+    use super::*;
+    use crate::sys::{open_direct, zero_file};
+
+    /// Every O_DIRECT|O_DSYNC write (how Vellum's carrier writes) reaches the mount as one
+    /// FUSE write and one durable request, the one the emulation delays. Counts, not timings.
+    #[test]
+    fn an_odsync_direct_write_is_one_write_and_one_durable_request() {
+        if let Some(why) = unavailable() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        // The backing directory may be on tmpfs: the mount strips O_DIRECT from its opens.
+        let dir = tempfile::tempdir().unwrap();
+        let mounts = Mounts::start(dir.path(), 1, 1.0).unwrap();
+        let path = mounts.points[0].join("carrier");
+        zero_file(&path, 1 << 20).unwrap();
+        let file = open_direct(&path, true).unwrap();
+        let buf = vellum_engine::carrier::AlignedBuf::zeroed(4096, 4096);
+        let before = mounts.counts()[0];
+        let n = 20;
+        for i in 0..n {
+            std::os::unix::fs::FileExt::write_all_at(&file, buf.as_slice(), i * 4096).unwrap();
+        }
+        let d = mounts.counts()[0] - before;
+        drop(file);
+        drop(mounts);
+        assert_eq!(d.writes as u64, n, "{d:?}");
+        assert_eq!(d.durable as u64, n, "{d:?}");
+    }
+}
