@@ -41,6 +41,8 @@ pub struct Options {
     pub scale: f64,
     /// Show progress bars.
     pub progress: bool,
+    /// The `cluster` suite's emulated slow disk: milliseconds per durable request (0: off).
+    pub slow_disk_ms: f64,
 }
 
 impl Options {

@@ -1,4 +1,5 @@
-//! `vellum-bench SUITE... [--dir DIR] [--reps N] [--scale F] [--json FILE] [--report]`
+//! `vellum-bench SUITE... [--dir DIR] [--reps N] [--scale F] [--slow-disk-ms MS] [--json FILE]
+//! [--report]`
 
 use std::path::PathBuf;
 
@@ -21,6 +22,10 @@ struct Args {
     /// Scale every operation count and size (0.05 for a quick run).
     #[arg(long, default_value_t = 1.0)]
     scale: f64,
+    /// `cluster` suite: milliseconds each durable request costs on the emulated slow disk
+    /// (a FUSE mount per node; 8 is about an HDD cache flush); 0 skips the slow-disk rows.
+    #[arg(long, default_value_t = 8.0)]
+    slow_disk_ms: f64,
     /// Write JSON lines here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -42,6 +47,7 @@ fn main() {
         reps: args.reps.max(1),
         scale: args.scale,
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        slow_disk_ms: args.slow_disk_ms,
     };
     let results = match run(&suites, &opts) {
         Ok(r) => r,

@@ -1,6 +1,25 @@
-//! `cluster`: the 3-node node cluster on loopback (real `vellum serve` processes), 1, 16 and
-//! 64 concurrent clients writing 4 KiB values: commit latency and writes/s, against the same
-//! cluster on `memory:` volumes (the upper bound), with one raw durable write as the floor.
+//! `cluster`: 3-node clusters on loopback, real processes, 1, 16 and 64 concurrent clients
+//! each waiting for its write before the next: commit latency (p50/p99/p999) and writes/s.
+//!
+//! - Vellum (`vellum serve` x 3) on file volumes and on `memory:` volumes, against etcd 3.4
+//!   (3 members, data dirs in the same work dir, so on the same disk), writing 256 B and
+//!   4 KiB values to each system's leader. Ratios are to etcd measured in the same run; the
+//!   repetitions of the systems alternate (starting system rotating) so noise hits all.
+//! - The same on an emulated slow disk (`--slow-disk-ms`, default 8; 0 skips it): one FUSE
+//!   mount per node (`bench/slowdisk.py`) where every durable request (fsync, fdatasync,
+//!   fsyncdir; an O_DSYNC write arrives as a write then an fsync) holds the mount's one lock
+//!   for the delay, like one spindle flushing its cache. Both systems run on the same mounts;
+//!   the rows count the durable requests the mounts received per client write.
+//! - One raw durable 4 KiB write as the floor.
+//!
+//! To run it: `cargo build --release -p vellum-node -p vellum-bench`, then
+//! `target/release/vellum-bench cluster --dir DIR`, with, for the peer and the slow disk,
+//! `apt-get install etcd-server fuse libfuse2` (stop the `etcd` service the package starts)
+//! and `pip install fusepy`; as root, or with /dev/fuse usable by the user. What is missing
+//! is listed in the suite's `skipped` notes and those rows are left out.
+
+mod etcd;
+mod slowdisk;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -10,6 +29,12 @@ use super::e;
 use crate::stats::{Measurement, Unit};
 use crate::sys::{open_direct, time_us, zero_file};
 use crate::{Options, SuiteResult};
+
+const VELLUM_FILE: &str = "vellum on file volumes";
+const VELLUM_MEMORY: &str = "vellum on memory: volumes";
+const ETCD: &str = "etcd 3.4.23 (same disk)";
+const VELLUM_SLOW: &str = "vellum";
+const ETCD_SLOW: &str = "etcd 3.4.23";
 
 /// The `vellum` binary beside this one (`cargo build --release -p vellum-node`).
 fn vellum_bin() -> Option<PathBuf> {
@@ -25,9 +50,18 @@ fn vellum_bin() -> Option<PathBuf> {
     None
 }
 
+/// Which system a cluster runs, hence how it is written to and asked for its leader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Vellum,
+    Etcd,
+}
+
+/// Three member processes (ours: stopped with SIGTERM, then killed, on drop).
 struct Cluster {
     children: Vec<Child>,
     apis: Vec<String>,
+    kind: Kind,
 }
 
 impl Drop for Cluster {
@@ -46,11 +80,38 @@ impl Drop for Cluster {
     }
 }
 
+impl Cluster {
+    /// The index of the leader among `apis`, waiting up to 10 s for one to be elected.
+    fn leader(&self) -> Result<usize, String> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let found = match self.kind {
+                Kind::Vellum => vellum_leader(self),
+                Kind::Etcd => etcd::leader(self),
+            };
+            match found {
+                Some(i) => return Ok(i),
+                None if Instant::now() > deadline => {
+                    return Err(format!("no {:?} leader among {:?} in 10 s", self.kind, self.apis));
+                }
+                None => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+}
+
 fn port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_or(0, |a| a.port())
 }
 
-fn start(bin: &Path, dir: &Path, memory: bool) -> Result<Cluster, String> {
+/// Starts three `vellum serve` with logs in `dir`, on `memory:` volumes (`volumes` is
+/// `None`) or on the given volume files (wiped first).
+fn start_vellum(
+    bin: &Path,
+    dir: &Path,
+    volumes: Option<&[PathBuf]>,
+    size: &str,
+) -> Result<Cluster, String> {
     std::fs::create_dir_all(dir).map_err(e("dir"))?;
     let ports: Vec<(u16, u16)> = (0..3).map(|_| (port(), port())).collect();
     let initial: Vec<String> = ports
@@ -58,44 +119,35 @@ fn start(bin: &Path, dir: &Path, memory: bool) -> Result<Cluster, String> {
         .enumerate()
         .map(|(i, (a, r))| format!("{}=127.0.0.1:{r}/127.0.0.1:{a}", i + 1))
         .collect();
-    let mut children = Vec::new();
+    let mut cluster = Cluster { children: Vec::new(), apis: Vec::new(), kind: Kind::Vellum };
     for (i, (api, raft)) in ports.iter().enumerate() {
-        let volume = if memory {
-            "memory:".to_string()
-        } else {
-            dir.join(format!("n{i}.vlm")).display().to_string()
+        let volume = match volumes {
+            Some(v) => {
+                let _ = std::fs::remove_file(&v[i]);
+                v[i].display().to_string()
+            }
+            None => "memory:".to_string(),
         };
-        let _ = std::fs::remove_file(dir.join(format!("n{i}.vlm")));
         let log = std::fs::File::create(dir.join(format!("n{i}.log"))).map_err(e("log"))?;
         let child = Command::new(bin)
             .arg("serve")
-            .args([
-                "--id",
-                &(i + 1).to_string(),
-                "--api-addr",
-                &format!("127.0.0.1:{api}"),
-                "--raft-addr",
-                &format!("127.0.0.1:{raft}"),
-            ])
-            .args([
-                "--volume",
-                &volume,
-                "--volume-size",
-                "256MiB",
-                "--initial-cluster",
-                &initial.join(","),
-            ])
+            .args(["--id", &(i + 1).to_string()])
+            .args(["--api-addr", &format!("127.0.0.1:{api}")])
+            .args(["--raft-addr", &format!("127.0.0.1:{raft}")])
+            .args(["--volume", &volume, "--volume-size", size])
+            .args(["--initial-cluster", &initial.join(",")])
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(e("log"))?)
             .stderr(log)
             .spawn()
             .map_err(e("spawn vellum serve"))?;
-        children.push(child);
+        cluster.children.push(child);
+        cluster.apis.push(format!("http://127.0.0.1:{api}"));
     }
-    let apis: Vec<String> = ports.iter().map(|(a, _)| format!("http://127.0.0.1:{a}")).collect();
     let http = client();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while !apis
+    while !cluster
+        .apis
         .iter()
         .all(|a| http.get(format!("{a}/readyz")).send().is_ok_and(|r| r.status().is_success()))
     {
@@ -104,7 +156,7 @@ fn start(bin: &Path, dir: &Path, memory: bool) -> Result<Cluster, String> {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    Ok(Cluster { children, apis })
+    Ok(cluster)
 }
 
 fn client() -> reqwest::blocking::Client {
@@ -115,20 +167,16 @@ fn client() -> reqwest::blocking::Client {
         .unwrap_or_else(|_| reqwest::blocking::Client::new())
 }
 
-fn leader_api(c: &Cluster) -> String {
+fn vellum_leader(c: &Cluster) -> Option<usize> {
     let http = client();
-    for a in &c.apis {
-        if let Ok(r) = http.get(format!("{a}/v1/cluster/status")).send()
-            && let Ok(v) = r.json::<serde_json::Value>()
-            && let Some(l) = v["leader"].as_u64()
-        {
-            return c.apis[(l - 1) as usize].clone();
-        }
-    }
-    c.apis[0].clone()
+    c.apis.iter().find_map(|a| {
+        let v = http.get(format!("{a}/v1/cluster/status")).send().ok()?.json::<serde_json::Value>();
+        let id = v.ok()?["leader"].as_u64()?;
+        (1..=c.apis.len() as u64).contains(&id).then(|| (id - 1) as usize)
+    })
 }
 
-/// Sum and count of the leader's proposal batch histogram.
+/// Sum and count of a Vellum leader's proposal batch histogram.
 fn batches(api: &str) -> (f64, f64) {
     let text = client()
         .get(format!("{api}/metrics"))
@@ -145,45 +193,111 @@ fn batches(api: &str) -> (f64, f64) {
     (val("vellum_raft_proposal_batch_entries_sum"), val("vellum_raft_proposal_batch_entries_count"))
 }
 
-/// Runs `clients` writers of `per_client` 4 KiB puts; returns latencies (ms) and writes/s.
-fn workload(api: &str, clients: usize, per_client: usize, tag: &str) -> (Vec<f64>, f64) {
-    let value = vec![b'x'; 4096];
+/// One workload: `clients` writers of `per_client` puts of `value_len` bytes each.
+#[derive(Debug, Clone, Copy)]
+struct Load {
+    clients: usize,
+    per_client: usize,
+    value_len: usize,
+}
+
+/// Runs `load` against member `leader` of `c`; returns latencies (ms) and writes/s. Every
+/// system gets the same client code and the same incompressible values; only the request
+/// differs (Vellum: `PUT /v1/kv/KEY` with the raw value; etcd: `POST /v3/kv/put` with JSON).
+fn workload(c: &Cluster, leader: usize, load: Load, tag: &str) -> Result<(Vec<f64>, f64), String> {
+    let api = c.apis[leader].as_str();
+    let value = crate::payload(load.value_len, load.value_len as u64);
+    let value64 = etcd::base64(&value);
+    let put = |http: &reqwest::blocking::Client, key: &str| match c.kind {
+        Kind::Vellum => http.put(format!("{api}/v1/kv/{key}")).body(value.clone()).send(),
+        Kind::Etcd => {
+            http.post(format!("{api}/v3/kv/put")).body(etcd::put_body(key, &value64)).send()
+        }
+    };
     let started = Instant::now();
-    let lat: Vec<f64> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..clients)
-            .map(|c| {
-                let (value, tag) = (value.clone(), tag.to_string());
+    let per_client: Vec<Result<Vec<f64>, String>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..load.clients)
+            .map(|client_no| {
+                let put = &put;
                 s.spawn(move || {
                     let http = client();
-                    (0..per_client)
-                        .map(|i| {
-                            time_us(|| {
-                                let r = http
-                                    .put(format!("{api}/v1/kv/{tag}-{c}-{i}"))
-                                    .body(value.clone())
-                                    .send();
-                                assert!(r.is_ok_and(|r| r.status().is_success()), "write failed");
-                            }) / 1e3
-                        })
-                        .collect::<Vec<f64>>()
+                    let mut lat = Vec::with_capacity(load.per_client);
+                    for i in 0..load.per_client {
+                        let key = format!("{tag}-{client_no}-{i}");
+                        let t = Instant::now();
+                        let r = put(&http, &key);
+                        lat.push(t.elapsed().as_secs_f64() * 1e3);
+                        match r {
+                            Ok(r) if r.status().is_success() => {}
+                            Ok(r) => return Err(format!("{:?} put {key}: {}", c.kind, r.status())),
+                            Err(err) => return Err(format!("{:?} put {key}: {err}", c.kind)),
+                        }
+                    }
+                    Ok(lat)
                 })
             })
             .collect();
-        handles.into_iter().flat_map(|h| h.join().unwrap_or_default()).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err("a client thread panicked".into())))
+            .collect()
     });
-    let rate = (clients * per_client) as f64 / started.elapsed().as_secs_f64();
+    let rate = (load.clients * load.per_client) as f64 / started.elapsed().as_secs_f64();
+    let mut lat = Vec::new();
+    for l in per_client {
+        lat.extend(l?);
+    }
+    Ok((lat, rate))
+}
+
+/// A started system of a case: its variant name, cluster and leader.
+struct System {
+    variant: &'static str,
+    cluster: Cluster,
+    leader: usize,
+}
+
+impl System {
+    fn new(variant: &'static str, cluster: Cluster) -> Result<System, String> {
+        let leader = cluster.leader()?;
+        // Warm-up: connections, first segment, first bbolt pages.
+        let warm = Load { clients: 4, per_client: 10, value_len: 4096 };
+        workload(&cluster, leader, warm, "warm")?;
+        Ok(System { variant, cluster, leader })
+    }
+}
+
+fn case_name(clients: usize, value_len: usize) -> String {
+    let size = if value_len >= 1024 {
+        format!("{} KiB", value_len / 1024)
+    } else {
+        format!("{value_len} B")
+    };
+    format!("{clients} client{}, {size} values", if clients == 1 { "" } else { "s" })
+}
+
+/// Latency and rate measurements of every system of one case.
+fn measurements(
+    case: &str,
+    systems: &[System],
+    base: impl Fn(&str) -> Option<&'static str>,
+) -> (Vec<Measurement>, Vec<Measurement>) {
+    let rate_case = format!("{case}: writes/s");
+    let lat = systems
+        .iter()
+        .map(|s| Measurement::new("cluster", case, s.variant, base(s.variant), Unit::Millis))
+        .collect();
+    let rate = systems
+        .iter()
+        .map(|s| {
+            Measurement::new("cluster", &rate_case, s.variant, base(s.variant), Unit::OpsPerSec)
+        })
+        .collect();
     (lat, rate)
 }
 
-pub fn run(opts: &Options) -> Result<SuiteResult, String> {
-    let mut r = SuiteResult::new("cluster");
-    let Some(bin) = vellum_bin() else {
-        r.skipped.push("the vellum binary is not built next to vellum-bench (cargo build --release -p vellum-node)".into());
-        return Ok(r);
-    };
-    let dir = opts.dir.join("cluster");
-    std::fs::create_dir_all(&dir).map_err(e("dir"))?;
-    // The floor: one raw durable 4 KiB write, measured now.
+/// The floor: one raw durable 4 KiB write, measured now.
+fn floor(opts: &Options, dir: &Path) -> Result<Measurement, String> {
     zero_file(&dir.join("floor.bin"), 16 << 20).map_err(e("floor"))?;
     let floor_file = open_direct(&dir.join("floor.bin"), true).map_err(e("floor"))?;
     let buf = vellum_engine::carrier::AlignedBuf::zeroed(4096, 4096);
@@ -203,56 +317,163 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
             })
             .collect(),
     );
-    r.measurements.push(floor);
-    let file = start(&bin, &dir.join("file"), false)?;
-    let mem = start(&bin, &dir.join("memory"), true)?;
-    let (file_api, mem_api) = (leader_api(&file), leader_api(&mem));
-    let bar = opts.bar("cluster", (opts.reps * 3 * 2) as u64);
+    Ok(floor)
+}
+
+pub fn run(opts: &Options) -> Result<SuiteResult, String> {
+    let mut r = SuiteResult::new("cluster");
+    let Some(bin) = vellum_bin() else {
+        r.skipped.push("the vellum binary is not built next to vellum-bench (cargo build --release -p vellum-node)".into());
+        return Ok(r);
+    };
+    let dir = opts.dir.join("cluster");
+    std::fs::create_dir_all(&dir).map_err(e("dir"))?;
+    r.measurements.push(floor(opts, &dir)?);
+    let etcd_bin = etcd::binary();
+    if etcd_bin.is_none() {
+        r.skipped.push("etcd is not installed (apt-get install etcd-server): no etcd rows; Vellum on file volumes is compared with memory: volumes instead".into());
+    }
+    normal_disk(&mut r, opts, &bin, etcd_bin.as_deref(), &dir)?;
+    if opts.slow_disk_ms <= 0.0 {
+        r.skipped.push("the emulated slow disk (--slow-disk-ms 0)".into());
+    } else if let Some(why) = slowdisk::unavailable() {
+        r.skipped.push(format!("the emulated slow disk: {why}"));
+    } else {
+        slow_disk(&mut r, opts, &bin, etcd_bin.as_deref(), &dir.join("slow"))?;
+    }
+    r.notes.push("Three processes per cluster on loopback, clients writing to the leader over HTTP/1.1 keep-alive, each client waiting for its write before the next; latency is client-side (accepted to committed and applied, plus HTTP). Vellum: volume files preallocated, direct IO, write-through, or memory: volumes. etcd 3.4.23 (Debian etcd-server) with default settings through its v3 JSON gateway (base64 key and value), data dirs in the same work dir.".into());
+    Ok(r)
+}
+
+/// Vellum (file and `memory:` volumes) and etcd on the work dir's disk, 256 B and 4 KiB.
+fn normal_disk(
+    r: &mut SuiteResult,
+    opts: &Options,
+    bin: &Path,
+    etcd_bin: Option<&Path>,
+    dir: &Path,
+) -> Result<(), String> {
+    let volumes: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("file/n{i}.vlm"))).collect();
+    let mut systems = vec![
+        System::new(VELLUM_FILE, start_vellum(bin, &dir.join("file"), Some(&volumes), "256MiB")?)?,
+        System::new(VELLUM_MEMORY, start_vellum(bin, &dir.join("memory"), None, "256MiB")?)?,
+    ];
+    if let Some(etcd_bin) = etcd_bin {
+        let data: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("etcd/data{i}"))).collect();
+        systems.push(System::new(ETCD, etcd::start(etcd_bin, &dir.join("etcd"), &data)?)?);
+    }
+    let has_etcd = etcd_bin.is_some();
+    let base = |v: &str| match (has_etcd, v) {
+        (true, ETCD) | (false, VELLUM_MEMORY) => None,
+        (true, _) => Some(ETCD),
+        (false, _) => Some(VELLUM_MEMORY),
+    };
+    let bar = opts.bar("cluster", (opts.reps * 6 * systems.len()) as u64);
+    for value_len in [256, 4096] {
+        for clients in [1usize, 16, 64] {
+            let per_client = if clients == 1 { opts.n(500, 20) } else { opts.n(4000 / clients, 5) };
+            let load = Load { clients, per_client, value_len };
+            let case = case_name(clients, value_len);
+            let (mut lat, mut rate) = measurements(&case, &systems, base);
+            let mut batch = vec![(0.0, 0.0); systems.len()];
+            for rep in 0..opts.reps {
+                // The starting system rotates with the repetition.
+                for j in 0..systems.len() {
+                    let k = (rep + j) % systems.len();
+                    let s = &systems[k];
+                    let api = &s.cluster.apis[s.leader];
+                    let before = batches(api);
+                    // Repetitions overwrite the same keys: the state stays bounded (a few
+                    // tens of MB) on every system, whatever `--reps`.
+                    let tag = format!("c{clients}v{value_len}");
+                    let (l, w) = workload(&s.cluster, s.leader, load, &tag)?;
+                    let after = batches(api);
+                    batch[k].0 += after.0 - before.0;
+                    batch[k].1 += after.1 - before.1;
+                    lat[k].add_rep(l);
+                    rate[k].add_rep(vec![w]);
+                    bar.inc(1);
+                }
+            }
+            for (k, m) in lat.iter_mut().enumerate() {
+                let p999 = m.summary().p999;
+                m.set_extra("p999 ms", p999);
+                if systems[k].cluster.kind == Kind::Vellum && batch[k].1 > 0.0 {
+                    m.set_extra("mean proposal batch", batch[k].0 / batch[k].1);
+                }
+            }
+            r.measurements.extend(lat);
+            r.measurements.extend(rate);
+        }
+    }
+    bar.finish_and_clear();
+    Ok(())
+}
+
+/// Vellum and etcd side by side on the emulated slow disk, 256 B values.
+fn slow_disk(
+    r: &mut SuiteResult,
+    opts: &Options,
+    bin: &Path,
+    etcd_bin: Option<&Path>,
+    dir: &Path,
+) -> Result<(), String> {
+    let ms = opts.slow_disk_ms;
+    let mounts = slowdisk::Mounts::start(dir, 3, ms)?;
+    let volumes: Vec<PathBuf> = mounts.points.iter().map(|p| p.join("vellum.vlm")).collect();
+    let mut systems = vec![System::new(
+        VELLUM_SLOW,
+        start_vellum(bin, &dir.join("vellum-logs"), Some(&volumes), "64MiB")?,
+    )?];
+    if let Some(etcd_bin) = etcd_bin {
+        let data: Vec<PathBuf> = mounts.points.iter().map(|p| p.join("etcd")).collect();
+        let cluster = etcd::start(etcd_bin, &dir.join("etcd-logs"), &data)?;
+        systems.push(System::new(ETCD_SLOW, cluster)?);
+    }
+    let base = |v: &str| (v != ETCD_SLOW && etcd_bin.is_some()).then_some(ETCD_SLOW);
+    let bar = opts.bar("slow disk", (opts.reps * 3 * systems.len()) as u64);
     for clients in [1usize, 16, 64] {
-        let per_client = if clients == 1 { opts.n(500, 20) } else { opts.n(4000 / clients, 5) };
-        let case = format!("{clients} client{}, 4 KiB values", if clients == 1 { "" } else { "s" });
-        let base = "vellum on memory: volumes";
-        let mut lat = [
-            Measurement::new("cluster", &case, "vellum on file volumes", Some(base), Unit::Millis),
-            Measurement::new("cluster", &case, base, None, Unit::Millis),
-        ];
-        let mut rate = [
-            Measurement::new(
-                "cluster",
-                &format!("{case}: writes/s"),
-                "vellum on file volumes",
-                Some(base),
-                Unit::OpsPerSec,
-            ),
-            Measurement::new("cluster", &format!("{case}: writes/s"), base, None, Unit::OpsPerSec),
-        ];
-        let mut batch = [(0.0, 0.0); 2];
+        let per_client = if clients == 1 { opts.n(60, 8) } else { opts.n(640 / clients, 4) };
+        let load = Load { clients, per_client, value_len: 256 };
+        let case = format!("slow disk ({ms} ms per durable request), {}", case_name(clients, 256));
+        let (mut lat, mut rate) = measurements(&case, &systems, base);
+        // Per system: durable requests on all mounts, on the leader's, FUSE writes, lock ms.
+        let mut seen = vec![[0.0; 4]; systems.len()];
         for rep in 0..opts.reps {
-            for (k, api) in [&file_api, &mem_api].into_iter().enumerate() {
-                let before = batches(api);
-                let (l, w) = workload(api, clients, per_client, &format!("r{rep}c{clients}"));
-                let after = batches(api);
-                batch[k].0 += after.0 - before.0;
-                batch[k].1 += after.1 - before.1;
+            for j in 0..systems.len() {
+                let k = (rep + j) % systems.len();
+                let s = &systems[k];
+                let before = mounts.counts();
+                let tag = format!("s{rep}c{clients}");
+                let (l, w) = workload(&s.cluster, s.leader, load, &tag)?;
+                let after = mounts.counts();
+                let d: Vec<slowdisk::Counts> =
+                    after.iter().zip(&before).map(|(a, b)| *a - *b).collect();
+                seen[k][0] += d.iter().map(|c| c.durable).sum::<f64>();
+                seen[k][1] += d[s.leader].durable;
+                seen[k][2] += d.iter().map(|c| c.writes).sum::<f64>();
+                seen[k][3] += d.iter().map(|c| c.held_ms).sum::<f64>();
                 lat[k].add_rep(l);
                 rate[k].add_rep(vec![w]);
                 bar.inc(1);
             }
         }
-        for (k, m) in lat.iter_mut().enumerate() {
-            m.set_extra(
-                "mean proposal batch",
-                if batch[k].1 > 0.0 { batch[k].0 / batch[k].1 } else { 0.0 },
-            );
+        let writes = (opts.reps * clients * per_client) as f64;
+        for (m, [durable, leader, fuse_writes, held]) in lat.iter_mut().zip(seen) {
             let p999 = m.summary().p999;
             m.set_extra("p999 ms", p999);
+            m.set_extra("durable requests/write (3 nodes)", durable / writes);
+            m.set_extra("leader durable requests/write", leader / writes);
+            m.set_extra("FUSE writes/write (3 nodes)", fuse_writes / writes);
+            m.set_extra("ms per durable request", held / durable.max(1.0));
         }
         r.measurements.extend(lat);
         r.measurements.extend(rate);
     }
     bar.finish_and_clear();
-    drop(file);
-    drop(mem);
-    r.notes.push("Three `vellum serve` processes per cluster on loopback (volume files preallocated, direct IO, write-through; or memory: volumes), HTTP PUTs to the leader, each client waiting for its write before the next. Latency is client-side (accepted to committed and applied, plus HTTP).".into());
-    Ok(r)
+    // The clusters hold files on the mounts: stop them before unmounting.
+    drop(systems);
+    drop(mounts);
+    r.notes.push(format!("Slow disk: one bench/slowdisk.py FUSE passthrough mount per node, backed by the work dir; each fsync/fdatasync/fsyncdir request holds the mount's one lock for max({ms} ms, the real sync), writes pass through buffered. No direct_io on the mount (etcd's bbolt needs mmap), so an O_DSYNC write (Vellum's carrier opens O_DIRECT|O_DSYNC) arrives as a FUSE write then a FUSE fsync. Durable requests and FUSE writes are counted by the mounts over each workload and divided by the client writes; 'ms per durable request' is the lock time each held."));
+    Ok(())
 }
