@@ -176,21 +176,59 @@ fn vellum_leader(c: &Cluster) -> Option<usize> {
     })
 }
 
-/// Sum and count of a Vellum leader's proposal batch histogram.
-fn batches(api: &str) -> (f64, f64) {
-    let text = client()
+/// A Vellum node's Prometheus text.
+fn scrape(api: &str) -> String {
+    client()
         .get(format!("{api}/metrics"))
         .send()
         .and_then(reqwest::blocking::Response::text)
-        .unwrap_or_default();
-    let val = |name: &str| {
+        .unwrap_or_default()
+}
+
+/// Sum and count of histogram `name` in `text`, over its series that contain `label`.
+fn sum_count(text: &str, name: &str, label: &str) -> (f64, f64) {
+    let total = |suffix: &str| {
+        let series = format!("{name}{suffix}");
         text.lines()
-            .find(|l| l.starts_with(name))
-            .and_then(|l| l.split_whitespace().last())
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
+            .filter(|l| l.split(['{', ' ']).next() == Some(series.as_str()) && l.contains(label))
+            .filter_map(|l| l.split_whitespace().last()?.parse::<f64>().ok())
+            .sum::<f64>()
     };
-    (val("vellum_raft_proposal_batch_entries_sum"), val("vellum_raft_proposal_batch_entries_count"))
+    (total("_sum"), total("_count"))
+}
+
+/// Sum and count of a Vellum leader's proposal batch histogram.
+fn batches(api: &str) -> (f64, f64) {
+    sum_count(&scrape(api), "vellum_raft_proposal_batch_entries", "")
+}
+
+const LOG_APPEND: &str = "vellum_log_append_duration_seconds";
+const STAGE: &str = "vellum_commit_stage_duration_seconds";
+
+/// The stages of a write's commit path the nodes time (docs/METRICS.md): on the leader
+/// (`true`) or a follower, a histogram and a label its series must carry.
+const STAGES: &[(&str, bool, &str, &str)] = &[
+    ("stage: accepted to applied (leader) ms", true, "vellum_raft_commit_duration_seconds", ""),
+    ("stage: queued in the batcher ms", true, STAGE, "\"queued\""),
+    ("stage: client_write ms", true, STAGE, "\"raft_write\""),
+    ("stage: leader log append ms", true, LOG_APPEND, ""),
+    ("stage: replication round trip ms", true, STAGE, "\"replication_round_trip\""),
+    ("stage: follower append RPC ms", false, STAGE, "\"follower_append_rpc\""),
+    ("stage: follower log append ms", false, LOG_APPEND, ""),
+    ("stage: apply (leader) ms", true, "vellum_raft_apply_duration_seconds", ""),
+];
+
+/// Mean milliseconds of each stage between two scrapes of the leader and a follower.
+fn stage_means(before: &[String; 2], after: &[String; 2]) -> Vec<(&'static str, f64)> {
+    STAGES
+        .iter()
+        .filter_map(|&(what, leader, name, label)| {
+            let k = usize::from(!leader);
+            let (s0, c0) = sum_count(&before[k], name, label);
+            let (s1, c1) = sum_count(&after[k], name, label);
+            (c1 > c0).then(|| (what, (s1 - s0) / (c1 - c0) * 1e3))
+        })
+        .collect()
 }
 
 /// One workload: `clients` writers of `per_client` puts of `value_len` bytes each.
@@ -376,6 +414,7 @@ fn normal_disk(
             let case = case_name(clients, value_len);
             let (mut lat, mut rate) = measurements(&case, &systems, base);
             let mut batch = vec![(0.0, 0.0); systems.len()];
+            let mut stages: Vec<Vec<(&str, f64)>> = vec![Vec::new(); systems.len()];
             for rep in 0..opts.reps {
                 // The starting system rotates with the repetition.
                 for j in 0..systems.len() {
@@ -383,11 +422,20 @@ fn normal_disk(
                     let s = &systems[k];
                     let api = &s.cluster.apis[s.leader];
                     let before = batches(api);
+                    let nodes = [api.as_str(), s.cluster.apis[(s.leader + 1) % 3].as_str()];
+                    let breakdown = clients == 1 && s.cluster.kind == Kind::Vellum;
+                    let scraped = |on: bool| -> [String; 2] {
+                        if on { nodes.map(scrape) } else { [String::new(), String::new()] }
+                    };
+                    let stage_before = scraped(breakdown);
                     // Repetitions overwrite the same keys: the state stays bounded (a few
                     // tens of MB) on every system, whatever `--reps`.
                     let tag = format!("c{clients}v{value_len}");
                     let (l, w) = workload(&s.cluster, s.leader, load, &tag)?;
                     let after = batches(api);
+                    if breakdown {
+                        stages[k].extend(stage_means(&stage_before, &scraped(true)));
+                    }
                     batch[k].0 += after.0 - before.0;
                     batch[k].1 += after.1 - before.1;
                     lat[k].add_rep(l);
@@ -400,6 +448,14 @@ fn normal_disk(
                 m.set_extra("p999 ms", p999);
                 if systems[k].cluster.kind == Kind::Vellum && batch[k].1 > 0.0 {
                     m.set_extra("mean proposal batch", batch[k].0 / batch[k].1);
+                }
+                // The breakdown of a 1-client write: the mean of each stage over the reps.
+                for &(what, _, _, _) in STAGES {
+                    let v: Vec<f64> =
+                        stages[k].iter().filter(|(w, _)| *w == what).map(|(_, ms)| *ms).collect();
+                    if !v.is_empty() {
+                        m.set_extra(what, v.iter().sum::<f64>() / v.len() as f64);
+                    }
                 }
             }
             r.measurements.extend(lat);

@@ -25,6 +25,8 @@ pub const APPLIED_INDEX: &str = "vellum_raft_applied_index";
 pub const REPLICATION_LAG: &str = "vellum_raft_replication_lag_entries";
 pub const LEADER_CHANGES: &str = "vellum_raft_leader_changes_total";
 pub const HTTP_DURATION: &str = "vellum_http_request_duration_seconds";
+/// One stage of a client write's commit path, by `stage` (docs/METRICS.md).
+pub const STAGE_DURATION: &str = "vellum_commit_stage_duration_seconds";
 pub const BUILD_INFO: &str = "vellum_build_info";
 
 /// The Prometheus text content type Prometheus 2 and 3 both accept.
@@ -33,8 +35,9 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// Installs the global recorder. Call once per process.
 pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError> {
     let mut builder = PrometheusBuilder::new();
-    let node_histograms: [(&str, &[f64]); 3] = [
+    let node_histograms: [(&str, &[f64]); 4] = [
         (COMMIT_DURATION, LATENCY_BUCKETS),
+        (STAGE_DURATION, LATENCY_BUCKETS),
         (HTTP_DURATION, LATENCY_BUCKETS),
         (PROPOSAL_BATCH_ENTRIES, BATCH_BUCKETS),
     ];
@@ -61,6 +64,11 @@ fn describe() {
     describe_counter!(
         PROPOSALS_TOTAL,
         "Client operations proposed, by result (committed, not_leader, failed)."
+    );
+    describe_histogram!(
+        STAGE_DURATION,
+        Unit::Seconds,
+        "One stage of a client write's commit path, by stage: queued (waiting in the proposal batcher), raft_write (client_write: leader append, replication, commit, apply), replication_round_trip (leader: one AppendEntries with entries, until the follower answered), follower_append_rpc (follower: handling it)."
     );
     describe_gauge!(TERM, "The current Raft term.");
     describe_gauge!(IS_LEADER, "1 while this node is the leader, else 0.");

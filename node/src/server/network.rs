@@ -25,6 +25,7 @@ use vellum_raft_store::{KvNode, TypeConfig};
 
 use super::codec::{decode, encode};
 use super::member::{self, Guard};
+use super::metrics as m;
 
 /// Bytes of entries one AppendEntries RPC carries (at least one entry). openraft 0.9 bounds
 /// a payload by its number of entries only, and gives an AppendEntries one heartbeat interval
@@ -211,7 +212,14 @@ impl RaftNetwork<TypeConfig> for Peer {
     ) -> RpcResult<AppendEntriesResponse<u64>, openraft::error::Infallible> {
         let keep = prefix_within(&rpc.entries, APPEND_BYTES);
         if keep == rpc.entries.len() {
-            return self.call("append", &rpc, &option).await;
+            // The replication round trip of a commit, timed when entries go (not heartbeats).
+            let started = (!rpc.entries.is_empty()).then(std::time::Instant::now);
+            let resp = self.call("append", &rpc, &option).await;
+            if let Some(t) = started {
+                metrics::histogram!(m::STAGE_DURATION, "stage" => "replication_round_trip")
+                    .record(t.elapsed().as_secs_f64());
+            }
+            return resp;
         }
         // Send a prefix; a success of it is a partial success of the whole, and openraft
         // sends the rest right away (its documented contract for `PartialSuccess`).

@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use openraft::Raft;
+use openraft::raft::AppendEntriesRequest;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
@@ -19,6 +20,7 @@ use vellum_raft_store::TypeConfig;
 
 use super::codec::{decode, encode};
 use super::member::{self, Guard, Knowledge, Refused};
+use super::metrics as m;
 use vellum_raft_store::member::PeerBook;
 
 /// Largest RPC body (a batch of entries or a snapshot chunk).
@@ -208,7 +210,17 @@ where
 
 async fn append(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) -> Response {
     let Some(s) = slot.ready.get() else { return not_ready() };
-    handle(s, &headers, &body, |raft, req| async move { raft.append_entries(req).await }).await
+    handle(s, &headers, &body, |raft, req: AppendEntriesRequest<TypeConfig>| async move {
+        // The follower's part of a commit: its log append, timed when entries came along.
+        let started = (!req.entries.is_empty()).then(std::time::Instant::now);
+        let resp = raft.append_entries(req).await;
+        if let Some(t) = started {
+            metrics::histogram!(m::STAGE_DURATION, "stage" => "follower_append_rpc")
+                .record(t.elapsed().as_secs_f64());
+        }
+        resp
+    })
+    .await
 }
 
 async fn vote(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) -> Response {
