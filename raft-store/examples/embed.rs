@@ -1,5 +1,6 @@
 //! Embedding the Vellum store in an openraft 0.9 application: a one-node cluster whose log
-//! and state machine live in a volume file, one write through Raft, one read back.
+//! and state machine live in a volume file, one write through Raft, one read back, then 64
+//! concurrent writers through a proposal batcher.
 //!
 //! Run: `cargo run --release -p vellum-raft-store --example embed`
 
@@ -15,7 +16,10 @@ use openraft::raft::{
 };
 use openraft::{Config, Raft};
 use vellum_raft_store::types::KvNode;
-use vellum_raft_store::{KvOp, KvRequest, LogConfig, TypeConfig, open_store, open_volume};
+use vellum_raft_store::{
+    BatchLimits, KvBatcher, KvBatching, KvOp, KvRequest, LogConfig, TypeConfig, open_store,
+    open_volume,
+};
 
 /// A one-node cluster has no peers to talk to; a real application sends these RPCs over its
 /// network (the KV node in `node/` does, over HTTP with bincode bodies).
@@ -104,6 +108,24 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         written.log_id, ops.writes, ops.barriers
     );
     println!("hello = {:?}", kv.get("hello").map(String::from_utf8));
+
+    // openraft 0.9 makes one entry durable at a time, one entry per `client_write`: writers
+    // go through a batcher, which puts everything that arrives while one entry is in flight
+    // into the next entry.
+    let batcher = KvBatcher::start(raft.clone(), KvBatching, BatchLimits::default());
+    let first = raft.metrics().borrow().last_log_index.unwrap_or(0);
+    let writers: Vec<_> = (0..64)
+        .map(|i| {
+            let batcher = batcher.clone();
+            let op = KvOp::Put { key: format!("key-{i}"), value: vec![b'v'; 256] };
+            tokio::spawn(async move { batcher.propose(op).await })
+        })
+        .collect();
+    let mut last = first;
+    for w in writers {
+        last = last.max(w.await??.log_index);
+    }
+    println!("64 concurrent writes committed in {} entries", last - first);
 
     raft.shutdown().await?;
     Ok(())

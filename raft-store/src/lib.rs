@@ -8,12 +8,15 @@
 //!   torn-tail recovery; vote / committed / purged records).
 //! - [`LogStore`]: openraft 0.9 `RaftLogStorage` + `RaftLogReader` on the core.
 //! - [`KvStateMachine`]: the KV state machine with snapshots written into the volume.
+//! - [`batcher`]: proposal batching for openraft 0.9 (one entry in flight, everything that
+//!   arrives meanwhile in the next), generic over the application's types.
 //! - [`member`]: the store's identity (node id, incarnation) and the peer book a member uses
 //!   to refuse a peer that lost its state.
 //!
 //! See `raft-store/examples/embed.rs` for a one-node openraft cluster on it, and
 //! `docs/RAFT-LOG.md` for the on-disk log format and the torn-write design.
 
+pub mod batcher;
 mod codec;
 pub mod error;
 pub mod log;
@@ -26,6 +29,7 @@ mod store;
 mod sync;
 pub mod types;
 
+pub use batcher::{BatchLimits, Batcher, Batching, KvBatcher, KvBatching, ProposeError, Proposed};
 pub use error::{Error, Result};
 pub use log::{LogConfig, LogCore, LogEntry};
 pub use log_store::LogStore;

@@ -23,6 +23,10 @@ pub const RECOVERY_SCANNED_BYTES: &str = "vellum_log_recovery_scanned_bytes";
 pub const APPLY_DURATION: &str = "vellum_raft_apply_duration_seconds";
 pub const SNAPSHOT_BUILD_DURATION: &str = "vellum_snapshot_build_duration_seconds";
 pub const SNAPSHOT_BYTES: &str = "vellum_snapshot_bytes";
+pub const PROPOSAL_BATCH_ENTRIES: &str = "vellum_raft_proposal_batch_entries";
+pub const PROPOSALS_TOTAL: &str = "vellum_raft_proposals_total";
+/// One stage of a client write's commit path, by label `stage` (docs/METRICS.md).
+pub const STAGE_DURATION: &str = "vellum_commit_stage_duration_seconds";
 
 /// Latency buckets from 50 us to 8 s, including etcd's edges (1 ms x 2^k, up to 8.192 s), so
 /// etcd's dashboards and alert thresholds carry over.
@@ -44,6 +48,8 @@ pub const HISTOGRAMS: &[(&str, &[f64])] = &[
     (SNAPSHOT_BUILD_DURATION, LATENCY_BUCKETS),
     (APPLY_DURATION, LATENCY_BUCKETS),
     (APPEND_BATCH_ENTRIES, BATCH_BUCKETS),
+    (PROPOSAL_BATCH_ENTRIES, BATCH_BUCKETS),
+    (STAGE_DURATION, LATENCY_BUCKETS),
 ];
 
 /// Registers HELP text and units for every metric the engine and the store record.
@@ -112,5 +118,18 @@ pub fn describe() {
         APPLY_DURATION,
         Unit::Seconds,
         "Applying one batch of committed entries to the state machine."
+    );
+    describe_histogram!(
+        PROPOSAL_BATCH_ENTRIES,
+        "Client operations proposed together in one log entry (the proposal batcher)."
+    );
+    describe_counter!(
+        PROPOSALS_TOTAL,
+        "Client operations proposed, by result (committed, not_leader, failed)."
+    );
+    describe_histogram!(
+        STAGE_DURATION,
+        Unit::Seconds,
+        "One stage of a client write's commit path, by stage: queued (waiting in the proposal batcher), raft_write (client_write: leader append, replication, commit, apply), replication_round_trip (leader: one AppendEntries with entries, until the follower answered), follower_append_rpc (follower: handling it)."
     );
 }

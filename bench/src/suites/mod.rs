@@ -3,6 +3,7 @@
 pub mod carrier;
 pub mod cluster;
 pub mod devops;
+pub mod harness;
 pub mod hdd;
 pub mod log;
 pub mod memory;

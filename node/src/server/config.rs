@@ -71,6 +71,10 @@ pub struct ServeArgs {
     /// every node.
     #[arg(long, env = "VELLUM_MAX_BATCH_BYTES", default_value = "2MiB", value_parser = size_arg)]
     pub max_batch_bytes: u64,
+    /// Log entries of client writes proposed and not yet committed. With 2 the leader
+    /// appends the next batch while the previous one replicates.
+    #[arg(long, env = "VELLUM_MAX_PROPOSALS_IN_FLIGHT", default_value_t = 1)]
+    pub max_proposals_in_flight: usize,
     /// Raft heartbeat interval in milliseconds (elections time out after 4x to 8x this).
     #[arg(long, env = "VELLUM_HEARTBEAT_MS", default_value_t = 100)]
     pub heartbeat_ms: u64,

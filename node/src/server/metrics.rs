@@ -1,5 +1,7 @@
 //! The node's metrics: the Prometheus exporter (with explicit buckets, so histograms stay
-//! histograms), its upkeep, the Raft gauges fed from openraft's metrics, HTTP timings.
+//! histograms), its upkeep, the Raft gauges fed from openraft's metrics, HTTP timings. The
+//! proposal batcher's metrics (`vellum_raft_proposal_batch_entries`,
+//! `vellum_raft_proposals_total`) are named, described and bucketed by the store crate.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,11 +14,9 @@ use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use openraft::{Raft, ServerState};
 use vellum_raft_store::TypeConfig;
-use vellum_raft_store::metrics::{BATCH_BUCKETS, HISTOGRAMS, LATENCY_BUCKETS};
+use vellum_raft_store::metrics::{HISTOGRAMS, LATENCY_BUCKETS};
 
 pub const COMMIT_DURATION: &str = "vellum_raft_commit_duration_seconds";
-pub const PROPOSAL_BATCH_ENTRIES: &str = "vellum_raft_proposal_batch_entries";
-pub const PROPOSALS_TOTAL: &str = "vellum_raft_proposals_total";
 pub const TERM: &str = "vellum_raft_term";
 pub const IS_LEADER: &str = "vellum_raft_is_leader";
 pub const HAS_LEADER: &str = "vellum_raft_has_leader";
@@ -25,8 +25,6 @@ pub const APPLIED_INDEX: &str = "vellum_raft_applied_index";
 pub const REPLICATION_LAG: &str = "vellum_raft_replication_lag_entries";
 pub const LEADER_CHANGES: &str = "vellum_raft_leader_changes_total";
 pub const HTTP_DURATION: &str = "vellum_http_request_duration_seconds";
-/// One stage of a client write's commit path, by `stage` (docs/METRICS.md).
-pub const STAGE_DURATION: &str = "vellum_commit_stage_duration_seconds";
 pub const BUILD_INFO: &str = "vellum_build_info";
 
 /// The Prometheus text content type Prometheus 2 and 3 both accept.
@@ -35,12 +33,8 @@ pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// Installs the global recorder. Call once per process.
 pub fn install() -> Result<PrometheusHandle, metrics_exporter_prometheus::BuildError> {
     let mut builder = PrometheusBuilder::new();
-    let node_histograms: [(&str, &[f64]); 4] = [
-        (COMMIT_DURATION, LATENCY_BUCKETS),
-        (STAGE_DURATION, LATENCY_BUCKETS),
-        (HTTP_DURATION, LATENCY_BUCKETS),
-        (PROPOSAL_BATCH_ENTRIES, BATCH_BUCKETS),
-    ];
+    let node_histograms: [(&str, &[f64]); 2] =
+        [(COMMIT_DURATION, LATENCY_BUCKETS), (HTTP_DURATION, LATENCY_BUCKETS)];
     for (name, buckets) in HISTOGRAMS.iter().copied().chain(node_histograms) {
         builder = builder.set_buckets_for_metric(Matcher::Full(name.to_string()), buckets)?;
     }
@@ -56,19 +50,6 @@ fn describe() {
         COMMIT_DURATION,
         Unit::Seconds,
         "A client write, from acceptance until it is committed and applied."
-    );
-    describe_histogram!(
-        PROPOSAL_BATCH_ENTRIES,
-        "Client operations proposed together in one log entry."
-    );
-    describe_counter!(
-        PROPOSALS_TOTAL,
-        "Client operations proposed, by result (committed, not_leader, failed)."
-    );
-    describe_histogram!(
-        STAGE_DURATION,
-        Unit::Seconds,
-        "One stage of a client write's commit path, by stage: queued (waiting in the proposal batcher), raft_write (client_write: leader append, replication, commit, apply), replication_round_trip (leader: one AppendEntries with entries, until the follower answered), follower_append_rpc (follower: handling it)."
     );
     describe_gauge!(TERM, "The current Raft term.");
     describe_gauge!(IS_LEADER, "1 while this node is the leader, else 0.");

@@ -9,7 +9,6 @@
 //! volume is closed clean. A node that learns from a peer that it lost its state stops too,
 //! and exits non-zero with one line that says so.
 
-mod batcher;
 mod codec;
 pub mod config;
 pub mod http;
@@ -26,7 +25,10 @@ use openraft::error::{InitializeError, RaftError};
 use openraft::{Config, Raft, SnapshotPolicy};
 use tokio::net::TcpListener;
 use vellum_raft_store::member::{Identity, PeerBook};
-use vellum_raft_store::{KvStateMachine, LogConfig, LogStore, TypeConfig, open_store, open_volume};
+use vellum_raft_store::{
+    BatchLimits, KvBatcher, KvBatching, KvStateMachine, LogConfig, LogStore, TypeConfig,
+    open_store, open_volume,
+};
 
 use crate::cli::CliError;
 use config::ClusterState;
@@ -340,7 +342,15 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         id: args.id,
         raft: raft.clone(),
         kv,
-        proposer: batcher::Proposer::start(raft.clone(), args.max_batch, batch_bytes),
+        proposer: KvBatcher::start(
+            raft.clone(),
+            KvBatching,
+            BatchLimits {
+                max_ops: args.max_batch,
+                max_bytes: batch_bytes,
+                max_in_flight: args.max_proposals_in_flight,
+            },
+        ),
         limits,
         ready,
         prometheus,

@@ -21,11 +21,11 @@ use openraft::raft::{
 };
 use serde::Serialize;
 use serde::de::DeserializeOwned;
+use vellum_raft_store::metrics::STAGE_DURATION;
 use vellum_raft_store::{KvNode, TypeConfig};
 
 use super::codec::{decode, encode};
 use super::member::{self, Guard};
-use super::metrics as m;
 
 /// Bytes of entries one AppendEntries RPC carries (at least one entry). openraft 0.9 bounds
 /// a payload by its number of entries only, and gives an AppendEntries one heartbeat interval
@@ -216,7 +216,7 @@ impl RaftNetwork<TypeConfig> for Peer {
             let started = (!rpc.entries.is_empty()).then(std::time::Instant::now);
             let resp = self.call("append", &rpc, &option).await;
             if let Some(t) = started {
-                metrics::histogram!(m::STAGE_DURATION, "stage" => "replication_round_trip")
+                metrics::histogram!(STAGE_DURATION, "stage" => "replication_round_trip")
                     .record(t.elapsed().as_secs_f64());
             }
             return resp;

@@ -17,10 +17,10 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 use vellum_raft_store::TypeConfig;
+use vellum_raft_store::metrics::STAGE_DURATION;
 
 use super::codec::{decode, encode};
 use super::member::{self, Guard, Knowledge, Refused};
-use super::metrics as m;
 use vellum_raft_store::member::PeerBook;
 
 /// Largest RPC body (a batch of entries or a snapshot chunk).
@@ -215,7 +215,7 @@ async fn append(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) 
         let started = (!req.entries.is_empty()).then(std::time::Instant::now);
         let resp = raft.append_entries(req).await;
         if let Some(t) = started {
-            metrics::histogram!(m::STAGE_DURATION, "stage" => "follower_append_rpc")
+            metrics::histogram!(STAGE_DURATION, "stage" => "follower_append_rpc")
                 .record(t.elapsed().as_secs_f64());
         }
         resp

@@ -6,10 +6,9 @@ use axum::extract::{OriginalUri, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use vellum_raft_store::KvOp;
+use vellum_raft_store::{KvOp, ProposeError, TypeConfig};
 
 use super::{ApiError, AppState, FORWARDED, Leader, relay};
-use crate::server::batcher::ProposeError;
 
 #[derive(Debug, Default, Deserialize)]
 pub struct Params {
@@ -76,9 +75,9 @@ async fn to_leader(
     }
 }
 
-async fn propose(s: &AppState, op: KvOp) -> Result<Response, ProposeError> {
-    let index = s.proposer.propose(op).await?;
-    Ok(axum::Json(serde_json::json!({ "index": index })).into_response())
+async fn propose(s: &AppState, op: KvOp) -> Result<Response, ProposeError<TypeConfig>> {
+    let proposed = s.proposer.propose(op).await?;
+    Ok(axum::Json(serde_json::json!({ "index": proposed.log_index })).into_response())
 }
 
 async fn write(
@@ -114,8 +113,8 @@ async fn write_inner(
     if matches!(s.leader(), Leader::Me) {
         match propose(&s, op).await {
             Ok(r) => return r,
-            Err(ProposeError::NotLeader) => {} // lost leadership meanwhile: forward
-            Err(ProposeError::Failed(why)) => return ApiError::Internal(why).into_response(),
+            Err(ProposeError::NotLeader { .. }) => {} // lost leadership meanwhile: forward
+            Err(why) => return ApiError::Internal(why.to_string()).into_response(),
         }
     }
     to_leader(&s, method, &uri, &params, &headers, body).await

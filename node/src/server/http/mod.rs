@@ -24,7 +24,6 @@ use vellum_raft_store::{KvNode, KvReader, TypeConfig};
 pub use cluster::Status as ClusterStatus;
 pub use errors::ApiError;
 
-use super::batcher::Proposer;
 use super::metrics as m;
 
 /// Header marking a request one node forwarded to another (never forwarded again).
@@ -43,7 +42,7 @@ pub struct AppState {
     pub id: u64,
     pub raft: Raft<TypeConfig>,
     pub kv: KvReader,
-    pub proposer: Proposer,
+    pub proposer: vellum_raft_store::KvBatcher,
     pub limits: Limits,
     pub ready: Arc<AtomicBool>,
     pub prometheus: PrometheusHandle,

@@ -1,0 +1,330 @@
+//! `harness`: three openraft 0.9.25 nodes in one process, the network a function call, the
+//! same client workload on openraft's own in-memory store (openraft-memstore, the baseline)
+//! and on Vellum's store: file volumes, `memory:` volumes, and file volumes with the
+//! proposal batcher in front of `client_write`.
+//!
+//! What it shows: with the network out of the way, how Vellum's durable log compares with a
+//! store that does no IO at all, at 1 to 256 concurrent clients, and how many durable writes
+//! the leader's volume makes per client write (openraft 0.9 appends one entry per
+//! `client_write`, so without a batcher that is about one).
+//!
+//! openraft-memstore 0.9.25 implements the v1 `RaftStorage`, which openraft hides when
+//! `storage-v2` is on, and Vellum's store needs `storage-v2`: the two cannot link into one
+//! binary. The baseline is `bench/harness-memstore`, a crate outside the workspace that
+//! compiles the same workload and network sources (`workload.rs`, `net09.rs`), built and run
+//! as a child process by this suite.
+
+pub mod net09;
+pub mod workload;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use vellum_engine::carrier::{CarrierOptions, MemoryCarrier};
+use vellum_engine::{FormatOptions, Volume, VolumeOptions};
+use vellum_raft_store::types::KvNode;
+use vellum_raft_store::{
+    BatchLimits, KvBatcher, KvBatching, KvOp, KvRequest, LogConfig, TypeConfig, open_store,
+};
+use workload::{Load, Outcome, drive};
+
+use super::{e, fresh_volume};
+use crate::stats::{Measurement, Unit};
+use crate::{Options, SuiteResult};
+
+/// Client counts, one case each.
+pub const CLIENTS: [usize; 4] = [1, 16, 64, 256];
+/// Bytes per written value.
+pub const VALUE_BYTES: usize = 256;
+
+pub const MEMSTORE: &str = "openraft-memstore (no IO)";
+pub const FILE: &str = "vellum, file volumes";
+pub const MEMORY: &str = "vellum, memory: volumes";
+pub const BATCHED: &str = "vellum, file volumes + batcher";
+
+/// Per-node volume sizes and the log segment size: room for every run's log (no snapshots,
+/// no purges), where one entry per durable write takes a 4 KiB block of log, 256 B value or
+/// not. Memory volumes are zeroed lazily; file volumes are zero-filled, so they stay smaller.
+const FILE_VOLUME_BYTES: u64 = 512 << 20;
+const MEMORY_VOLUME_BYTES: u64 = 1 << 30;
+const SEGMENT_BYTES: u64 = 64 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Store {
+    File,
+    Memory,
+    FileBatched,
+}
+
+impl Store {
+    fn name(self) -> &'static str {
+        match self {
+            Store::File => FILE,
+            Store::Memory => MEMORY,
+            Store::FileBatched => BATCHED,
+        }
+    }
+}
+
+/// One client count's run on one store.
+#[derive(Debug, Clone, Default)]
+pub struct Run {
+    pub clients: usize,
+    pub outcome: Outcome,
+    /// Log entries the leader appended per client write.
+    pub entries_per_write: f64,
+    /// Write-through writes + barriers on the leader's volume per client write (Vellum only).
+    pub durable_per_write: Option<f64>,
+}
+
+fn case(clients: usize) -> String {
+    format!("{clients} clients, {VALUE_BYTES} B writes")
+}
+
+const LATENCY_CASE: &str = "1 client, commit latency";
+
+/// Timings of one run: measured and warm-up seconds per client count.
+#[derive(Debug, Clone, Copy)]
+pub struct Timing {
+    pub secs: f64,
+    pub warm_secs: f64,
+}
+
+fn load(clients: usize, secs: f64) -> Load {
+    Load { clients, duration: Duration::from_secs_f64(secs), value_bytes: VALUE_BYTES }
+}
+
+/// Three volumes of the store's kind; files under `dir`.
+fn volumes(store: Store, dir: &Path) -> Result<Vec<Volume>, String> {
+    (1..=3)
+        .map(|id| match store {
+            Store::Memory => Volume::format(
+                Box::new(MemoryCarrier::new(MEMORY_VOLUME_BYTES)),
+                &FormatOptions::default(),
+                VolumeOptions::default(),
+            )
+            .map_err(e("memory volume")),
+            Store::File | Store::FileBatched => fresh_volume(
+                &dir.join(format!("node-{id}.vlm")),
+                FILE_VOLUME_BYTES,
+                CarrierOptions::PRODUCTION,
+            ),
+        })
+        .collect()
+}
+
+/// Runs every client count on a fresh three-node cluster of `store`.
+fn run_vellum(
+    rt: &tokio::runtime::Runtime,
+    store: Store,
+    dir: &Path,
+    timing: Timing,
+) -> Result<Vec<Run>, String> {
+    let vols = volumes(store, dir)?;
+    let config = LogConfig { segment_bytes: SEGMENT_BYTES, ..LogConfig::default() };
+    let stores = vols
+        .iter()
+        .map(|v| open_store(v, config.clone()).map_err(e("open store")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let leader_volume = vols[0].clone();
+    let runs = rt.block_on(async move {
+        let node = |id| KvNode { raft_addr: format!("node-{id}"), api_addr: String::new() };
+        let cluster = net09::Cluster::<TypeConfig>::start(stores, node).await?;
+        let batcher = (store == Store::FileBatched).then(|| {
+            KvBatcher::start(cluster.leader().clone(), KvBatching, BatchLimits::default())
+        });
+        let mut runs = Vec::new();
+        for clients in CLIENTS {
+            let raft = cluster.leader().clone();
+            let batcher = batcher.clone();
+            let write = move |client: usize, seq: u64, value: Vec<u8>| {
+                let (raft, batcher) = (raft.clone(), batcher.clone());
+                // A bounded key space per client: the state machine stays small.
+                let op = KvOp::Put { key: format!("c{client}-{}", seq % 256), value };
+                async move {
+                    match batcher {
+                        Some(b) => b.propose(op).await.map(drop).map_err(|e| e.to_string()),
+                        None => raft
+                            .client_write(KvRequest { ops: vec![op] })
+                            .await
+                            .map(drop)
+                            .map_err(|e| e.to_string()),
+                    }
+                }
+            };
+            let write = std::sync::Arc::new(write);
+            let w = std::sync::Arc::clone(&write);
+            drive(load(clients, timing.warm_secs), move |c, s, v| w(c, s, v)).await?;
+            let (stats, first) = (leader_volume.carrier_stats(), cluster.last_log_index());
+            let outcome = drive(load(clients, timing.secs), move |c, s, v| write(c, s, v)).await?;
+            let ops = leader_volume.carrier_stats() - stats;
+            let entries = cluster.last_log_index() - first;
+            let writes = outcome.writes.max(1) as f64;
+            runs.push(Run {
+                clients,
+                entries_per_write: entries as f64 / writes,
+                durable_per_write: Some((ops.durable_writes + ops.barriers) as f64 / writes),
+                outcome,
+            });
+        }
+        cluster.shutdown().await;
+        Ok::<_, String>(runs)
+    })?;
+    drop(vols);
+    for id in 1..=3 {
+        let _ = std::fs::remove_file(dir.join(format!("node-{id}.vlm")));
+        let _ = std::fs::remove_file(dir.join(format!("node-{id}.vlm.lock")));
+    }
+    Ok(runs)
+}
+
+/// The baseline crate, outside the workspace.
+fn memstore_manifest() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("harness-memstore/Cargo.toml")
+}
+
+fn target_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target")
+}
+
+/// Builds the baseline binary (untimed; quick once built) and returns its path.
+fn build_memstore() -> Result<PathBuf, String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    let status = Command::new(cargo)
+        .args(["build", "--release", "--quiet", "--manifest-path"])
+        .arg(memstore_manifest())
+        .arg("--target-dir")
+        .arg(target_dir())
+        .status()
+        .map_err(e("running cargo"))?;
+    if !status.success() {
+        return Err(format!("cargo build of {} failed", memstore_manifest().display()));
+    }
+    Ok(target_dir().join("release/vellum-harness-memstore"))
+}
+
+/// Runs every client count on openraft-memstore, in the child process.
+fn run_memstore(bin: &Path, timing: Timing) -> Result<Vec<Run>, String> {
+    let clients: Vec<String> = CLIENTS.iter().map(ToString::to_string).collect();
+    let out = Command::new(bin)
+        .arg(clients.join(","))
+        .arg(timing.secs.to_string())
+        .arg(timing.warm_secs.to_string())
+        .arg(VALUE_BYTES.to_string())
+        .output()
+        .map_err(e("running harness-memstore"))?;
+    if !out.status.success() {
+        return Err(format!("harness-memstore: {}", String::from_utf8_lossy(&out.stderr)));
+    }
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|line| {
+            let v: serde_json::Value =
+                serde_json::from_str(line).map_err(e("harness-memstore output"))?;
+            let num = |k: &str| v[k].as_f64().ok_or_else(|| format!("harness-memstore: no {k}"));
+            let latencies_us = v["latencies_us"]
+                .as_array()
+                .map(|a| a.iter().filter_map(serde_json::Value::as_f64).collect())
+                .unwrap_or_default();
+            Ok(Run {
+                clients: num("clients")? as usize,
+                outcome: Outcome {
+                    writes: num("writes")? as u64,
+                    secs: num("secs")?,
+                    latencies_us,
+                },
+                entries_per_write: num("entries_per_write")?,
+                durable_per_write: None,
+            })
+        })
+        .collect()
+}
+
+/// Adds one variant's runs of one repetition to the measurements.
+fn record(ms: &mut [Measurement], variant: &str, runs: &[Run]) {
+    for run in runs {
+        let Some(m) = ms.iter_mut().find(|m| m.variant == variant && m.case == case(run.clients))
+        else {
+            continue;
+        };
+        m.add_rep(vec![run.outcome.writes_per_sec()]);
+        // Extras are averaged over the repetitions.
+        let reps = m.rep_medians.len() as f64;
+        let mut mean = |key: &str, x: f64| {
+            let old = m.extra(key).unwrap_or(0.0);
+            m.set_extra(key, old + (x - old) / reps);
+        };
+        mean("entries per write", run.entries_per_write);
+        if let Some(d) = run.durable_per_write {
+            mean("leader durable writes per write", d);
+        }
+        if run.clients == 1
+            && let Some(l) = ms.iter_mut().find(|m| m.variant == variant && m.case == LATENCY_CASE)
+        {
+            l.add_rep(run.outcome.latencies_us.clone());
+        }
+    }
+}
+
+pub fn run(opts: &Options) -> Result<SuiteResult, String> {
+    let mut r = SuiteResult::new("harness");
+    let dir = opts.dir.join("harness");
+    std::fs::create_dir_all(&dir).map_err(e("harness dir"))?;
+    // One measured second per client count at full scale (0.2 s at least); a fifth of it
+    // warms up first. Three repetitions at most: the whole suite stays near two minutes.
+    let secs = opts.scale.max(0.2);
+    let timing = Timing { secs, warm_secs: secs / 5.0 };
+    let reps = opts.reps.min(3);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(e("tokio runtime"))?;
+    let memstore = match build_memstore() {
+        Ok(bin) => Some(bin),
+        Err(why) => {
+            r.skipped.push(format!("openraft-memstore baseline: {why}"));
+            None
+        }
+    };
+    let variants = [MEMSTORE, FILE, MEMORY, BATCHED];
+    let mut ms = Vec::new();
+    for c in CLIENTS {
+        for (i, v) in variants.iter().enumerate() {
+            let base = (i > 0).then_some(MEMSTORE);
+            ms.push(Measurement::new("harness", &case(c), v, base, Unit::OpsPerSec));
+        }
+    }
+    for (i, v) in variants.iter().enumerate() {
+        let base = (i > 0).then_some(MEMSTORE);
+        ms.push(Measurement::new("harness", LATENCY_CASE, v, base, Unit::Micros));
+    }
+    let stores = [Store::File, Store::Memory, Store::FileBatched];
+    let bar = opts.bar("harness", (reps * variants.len()) as u64);
+    for rep in 0..reps {
+        // The starting variant rotates, so slow drifts of the machine fall on all alike.
+        for k in 0..variants.len() {
+            let v = (rep + k) % variants.len();
+            if v == 0 {
+                if let Some(bin) = &memstore {
+                    let runs = run_memstore(bin, timing)?;
+                    record(&mut ms, MEMSTORE, &runs);
+                }
+            } else {
+                let store = stores[v - 1];
+                let runs = run_vellum(&rt, store, &dir, timing)?;
+                record(&mut ms, store.name(), &runs);
+            }
+            bar.inc(1);
+        }
+    }
+    bar.finish_and_clear();
+    ms.retain(|m| !m.samples.is_empty());
+    r.measurements = ms;
+    r.notes.push(format!(
+        "Three openraft 0.9.25 nodes in one process (tokio, 2 worker threads), RPCs as direct calls into the target's Raft; snapshots off; node 1 leads. Each case: C client tasks, each awaiting one {VALUE_BYTES} B put at a time for {secs:.1} s after {:.1} s of warm-up, on a fresh cluster per repetition; one sample per repetition (writes/s). openraft-memstore runs the same workload and network code in a child process (bench/harness-memstore: its v1 storage cannot link with storage-v2). Extras: log entries the leader appended per client write, and for Vellum the leader volume's write-through writes + barriers per client write. The batcher row proposes through vellum_raft_store::batcher (one entry in flight, at most 1024 ops / 1 MiB per entry).",
+        timing.warm_secs
+    ));
+    Ok(r)
+}

@@ -1,0 +1,367 @@
+//! Proposal batching for any openraft 0.9 application.
+//!
+//! openraft 0.9 appends one entry per `client_write` and awaits its durable append before the
+//! next, so an application that calls `client_write` per request gets one request per durable
+//! write, whatever its concurrency. A [`Batcher`] keeps at most `max_in_flight` proposals in
+//! flight (default one); every request that arrives meanwhile goes into the next entry, so
+//! throughput grows with concurrency and a lone caller still pays one durable write plus
+//! replication. With two in flight, the leader appends the next entry while the previous one
+//! replicates (openraft 0.9 awaits only the leader's own append before the next command).
+//!
+//! The application says, through [`Batching`], how N requests become one `C::D`, how one
+//! `C::R` splits back into N per-caller responses, and what one request weighs in bytes.
+//!
+//! Invariants:
+//! - At most `max_in_flight` `client_write`s of a batcher are outstanding. With one, batches
+//!   reach openraft in the order their first requests arrived; with more, they may reach it
+//!   in another order (each caller is still answered only once its own entry is committed
+//!   and applied). Requests keep their arrival order inside a batch.
+//! - A batch holds at most `max_ops` requests and at most `max_bytes` bytes, except that a
+//!   single request heavier than `max_bytes` goes alone (the application must refuse what
+//!   cannot fit an entry before it gets here).
+//! - Every caller gets exactly one answer: its own response, or the batch's error.
+
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Instant;
+
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::raft::ClientWriteResponse;
+use openraft::raft::responder::Responder;
+use openraft::{Raft, RaftTypeConfig};
+use tokio::sync::{Semaphore, mpsc, oneshot};
+
+use crate::metrics as m;
+use crate::types::{KvOp, KvRequest, KvResponse, TypeConfig};
+
+/// How an application's requests are batched into entries. Implement it once per
+/// `RaftTypeConfig`; [`KvBatching`] is the KV store's.
+pub trait Batching<C: RaftTypeConfig>: Send + Sync + 'static {
+    /// One caller's request.
+    type Request: Send + 'static;
+    /// One caller's share of the entry's response.
+    type Response: Send + 'static;
+
+    /// What `request` adds to an entry, in bytes, for the byte bound.
+    fn request_bytes(&self, request: &Self::Request) -> usize;
+
+    /// The entry that applies `requests` in order (never empty).
+    fn merge(&self, requests: Vec<Self::Request>) -> C::D;
+
+    /// Splits the applied entry's response into one response per request, in the order
+    /// `merge` got them. Returning another count fails the whole batch.
+    fn split(&self, response: C::R, count: usize) -> Vec<Self::Response>;
+}
+
+/// The result of `Raft::client_write` in openraft 0.9.
+pub type SubmitResult<C> = Result<
+    ClientWriteResponse<C>,
+    RaftError<
+        <C as RaftTypeConfig>::NodeId,
+        ClientWriteError<<C as RaftTypeConfig>::NodeId, <C as RaftTypeConfig>::Node>,
+    >,
+>;
+
+/// Where a batcher sends its entries: a `Raft` handle, or a stand-in in tests.
+pub trait Submit<C: RaftTypeConfig>: Send + Sync + 'static {
+    fn submit(&self, data: C::D) -> impl Future<Output = SubmitResult<C>> + Send;
+}
+
+impl<C, E> Submit<C> for Raft<C>
+where
+    C: RaftTypeConfig,
+    <C::Responder as Responder<C>>::Receiver:
+        Future<Output = Result<openraft::raft::ClientWriteResult<C>, E>> + Send,
+    E: std::error::Error + Send,
+{
+    fn submit(&self, data: C::D) -> impl Future<Output = SubmitResult<C>> + Send {
+        self.client_write(data)
+    }
+}
+
+/// How large a batch may grow.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchLimits {
+    /// Requests per entry (at least 1).
+    pub max_ops: usize,
+    /// Bytes per entry, as [`Batching::request_bytes`] counts them.
+    pub max_bytes: usize,
+    /// Entries proposed and not yet committed (at least 1).
+    pub max_in_flight: usize,
+}
+
+impl Default for BatchLimits {
+    fn default() -> Self {
+        BatchLimits { max_ops: 1024, max_bytes: 1 << 20, max_in_flight: 1 }
+    }
+}
+
+/// A committed request: where its entry is in the log, and its share of the response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Proposed<T> {
+    pub log_index: u64,
+    pub response: T,
+}
+
+/// Why a request did not commit. Every caller of a batch gets the same error.
+#[derive(thiserror::Error)]
+#[non_exhaustive]
+pub enum ProposeError<C: RaftTypeConfig> {
+    /// This node is not the leader (any more): send the request to `leader_id` if known.
+    #[error("not the leader (leader: {leader_id:?})")]
+    NotLeader { leader_id: Option<C::NodeId>, leader_node: Option<C::Node> },
+    /// Raft refused or failed the write (storage error, shutdown, ...).
+    #[error("raft failed the write: {0}")]
+    Raft(RaftError<C::NodeId, ClientWriteError<C::NodeId, C::Node>>),
+    /// [`Batching::split`] returned `got` responses for `expected` requests.
+    #[error("the application split the response into {got} parts for {expected} requests")]
+    Split { expected: usize, got: usize },
+    /// The batcher's task has stopped (the runtime is shutting down).
+    #[error("the batcher has stopped")]
+    Stopped,
+}
+
+impl<C: RaftTypeConfig> fmt::Debug for ProposeError<C> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl<C: RaftTypeConfig> Clone for ProposeError<C> {
+    fn clone(&self) -> Self {
+        match self {
+            ProposeError::NotLeader { leader_id, leader_node } => ProposeError::NotLeader {
+                leader_id: leader_id.clone(),
+                leader_node: leader_node.clone(),
+            },
+            ProposeError::Raft(e) => ProposeError::Raft(e.clone()),
+            ProposeError::Split { expected, got } => {
+                ProposeError::Split { expected: *expected, got: *got }
+            }
+            ProposeError::Stopped => ProposeError::Stopped,
+        }
+    }
+}
+
+impl<C: RaftTypeConfig> ProposeError<C> {
+    /// The `result` label of [`m::PROPOSALS_TOTAL`].
+    fn label(&self) -> &'static str {
+        match self {
+            ProposeError::NotLeader { .. } => "not_leader",
+            _ => "failed",
+        }
+    }
+}
+
+impl<C: RaftTypeConfig> From<RaftError<C::NodeId, ClientWriteError<C::NodeId, C::Node>>>
+    for ProposeError<C>
+{
+    fn from(e: RaftError<C::NodeId, ClientWriteError<C::NodeId, C::Node>>) -> Self {
+        match e {
+            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
+                ProposeError::NotLeader { leader_id: f.leader_id, leader_node: f.leader_node }
+            }
+            other => ProposeError::Raft(other),
+        }
+    }
+}
+
+type Reply<C, B> = oneshot::Sender<Result<Proposed<<B as Batching<C>>::Response>, ProposeError<C>>>;
+
+struct Pending<C: RaftTypeConfig, B: Batching<C>> {
+    request: B::Request,
+    bytes: usize,
+    reply: Reply<C, B>,
+    queued: Instant,
+}
+
+/// The handle callers propose through; clone it freely. The batching task stops once every
+/// handle is dropped.
+pub struct Batcher<C: RaftTypeConfig, B: Batching<C>> {
+    tx: mpsc::Sender<Pending<C, B>>,
+    batching: Arc<B>,
+}
+
+impl<C: RaftTypeConfig, B: Batching<C>> Clone for Batcher<C, B> {
+    fn clone(&self) -> Self {
+        Batcher { tx: self.tx.clone(), batching: Arc::clone(&self.batching) }
+    }
+}
+
+/// Requests queued beyond this make `propose` wait (back-pressure on callers).
+const QUEUE_DEPTH: usize = 64 * 1024;
+
+impl<C: RaftTypeConfig, B: Batching<C>> Batcher<C, B> {
+    /// Starts the batching task on the current tokio runtime, proposing into `raft`.
+    pub fn start(raft: Raft<C>, batching: B, limits: BatchLimits) -> Self
+    where
+        Raft<C>: Submit<C>,
+    {
+        Self::start_on(raft, batching, limits)
+    }
+
+    /// [`Batcher::start`] with any [`Submit`]: a wrapper around `Raft`, or a test double.
+    pub fn start_on<S: Submit<C>>(submit: S, batching: B, limits: BatchLimits) -> Self {
+        let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
+        let batching = Arc::new(batching);
+        let limits = BatchLimits {
+            max_ops: limits.max_ops.max(1),
+            max_in_flight: limits.max_in_flight.max(1),
+            ..limits
+        };
+        tokio::spawn(run(Arc::new(submit), Arc::clone(&batching), rx, limits));
+        Batcher { tx, batching }
+    }
+
+    /// Proposes `request`; resolves once its entry is committed and applied.
+    pub async fn propose(
+        &self,
+        request: B::Request,
+    ) -> Result<Proposed<B::Response>, ProposeError<C>> {
+        let (reply, rx) = oneshot::channel();
+        let bytes = self.batching.request_bytes(&request);
+        let pending = Pending { request, bytes, reply, queued: Instant::now() };
+        self.tx.send(pending).await.map_err(|_| ProposeError::Stopped)?;
+        rx.await.map_err(|_| ProposeError::Stopped)?
+    }
+}
+
+/// A batch, and the request that starts the next one.
+type Gathered<C, B> = (Vec<Pending<C, B>>, Option<Pending<C, B>>);
+
+/// Takes the next batch: `first`, then whatever is already queued, within the bounds. A
+/// request that would cross the byte bound is handed back to start the next batch.
+fn gather<C: RaftTypeConfig, B: Batching<C>>(
+    rx: &mut mpsc::Receiver<Pending<C, B>>,
+    first: Pending<C, B>,
+    limits: BatchLimits,
+) -> Gathered<C, B> {
+    let mut bytes = first.bytes;
+    let mut batch = vec![first];
+    while batch.len() < limits.max_ops {
+        let Ok(p) = rx.try_recv() else { break };
+        if bytes.saturating_add(p.bytes) > limits.max_bytes {
+            return (batch, Some(p));
+        }
+        bytes += p.bytes;
+        batch.push(p);
+    }
+    (batch, None)
+}
+
+async fn run<C: RaftTypeConfig, B: Batching<C>, S: Submit<C>>(
+    submit: Arc<S>,
+    batching: Arc<B>,
+    mut rx: mpsc::Receiver<Pending<C, B>>,
+    limits: BatchLimits,
+) {
+    let slots = Arc::new(Semaphore::new(limits.max_in_flight));
+    let mut carried = None;
+    loop {
+        let first = match carried.take() {
+            Some(p) => p,
+            None => match rx.recv().await {
+                Some(p) => p,
+                None => return,
+            },
+        };
+        // Gathered once a slot is free: what arrived while all were taken joins this batch.
+        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { return };
+        let (batch, next) = gather(&mut rx, first, limits);
+        carried = next;
+        if limits.max_in_flight == 1 {
+            propose_batch(submit.as_ref(), batching.as_ref(), batch).await;
+            drop(slot);
+        } else {
+            let (submit, batching) = (Arc::clone(&submit), Arc::clone(&batching));
+            tokio::spawn(async move {
+                propose_batch(submit.as_ref(), batching.as_ref(), batch).await;
+                drop(slot);
+            });
+            // Give the spawned proposal a chance to reach openraft before the next one.
+            tokio::task::yield_now().await;
+        }
+    }
+}
+
+/// Proposes one batch and answers each of its callers.
+async fn propose_batch<C: RaftTypeConfig, B: Batching<C>, S: Submit<C>>(
+    submit: &S,
+    batching: &B,
+    batch: Vec<Pending<C, B>>,
+) {
+    let count = batch.len();
+    metrics::histogram!(m::PROPOSAL_BATCH_ENTRIES).record(count as f64);
+    let started = Instant::now();
+    for p in &batch {
+        metrics::histogram!(m::STAGE_DURATION, "stage" => "queued")
+            .record(started.duration_since(p.queued).as_secs_f64());
+    }
+    let (requests, replies): (Vec<_>, Vec<_>) =
+        batch.into_iter().map(|p| (p.request, p.reply)).unzip();
+    let submitted = submit.submit(batching.merge(requests)).await;
+    metrics::histogram!(m::STAGE_DURATION, "stage" => "raft_write")
+        .record(started.elapsed().as_secs_f64());
+    let outcome = match submitted {
+        Ok(written) => {
+            let responses = batching.split(written.data, count);
+            if responses.len() == count {
+                Ok((written.log_id.index, responses))
+            } else {
+                Err(ProposeError::Split { expected: count, got: responses.len() })
+            }
+        }
+        Err(e) => Err(ProposeError::from(e)),
+    };
+    let label = outcome.as_ref().map_or_else(ProposeError::label, |_| "committed");
+    metrics::counter!(m::PROPOSALS_TOTAL, "result" => label).increment(count as u64);
+    match outcome {
+        Ok((log_index, responses)) => {
+            for (reply, response) in replies.into_iter().zip(responses) {
+                // A caller that gave up (dropped its future) needs no answer.
+                let _ = reply.send(Ok(Proposed { log_index, response }));
+            }
+        }
+        Err(e) => {
+            for reply in replies {
+                let _ = reply.send(Err(e.clone()));
+            }
+        }
+    }
+}
+
+/// Bytes one KV operation adds to an entry besides its key and value.
+const KV_OP_OVERHEAD: usize = 16;
+
+/// The KV store's batching: operations in, one [`KvRequest`] per entry, nothing per operation
+/// beyond the log index (every operation of an entry is applied, in order).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct KvBatching;
+
+impl Batching<TypeConfig> for KvBatching {
+    type Request = KvOp;
+    type Response = ();
+
+    fn request_bytes(&self, op: &KvOp) -> usize {
+        KV_OP_OVERHEAD
+            + match op {
+                KvOp::Put { key, value } => key.len() + value.len(),
+                KvOp::Delete { key } => key.len(),
+            }
+    }
+
+    fn merge(&self, ops: Vec<KvOp>) -> KvRequest {
+        KvRequest { ops }
+    }
+
+    fn split(&self, _response: KvResponse, count: usize) -> Vec<()> {
+        vec![(); count]
+    }
+}
+
+/// The KV store's batcher.
+pub type KvBatcher = Batcher<TypeConfig, KvBatching>;
+
+#[cfg(test)]
+mod tests;
