@@ -147,7 +147,8 @@ pub const SUITES: &[&str] = &[
     "hdd-model",
 ];
 
-/// Runs the named suites in order (`hdd-model` reads the `devops` results of the same run).
+/// Runs the named suites in order (`hdd-model` reads the `devops` and `harness` results of
+/// the same run).
 pub fn run(names: &[String], opts: &Options) -> Result<Vec<SuiteResult>, String> {
     if let Some(bad) = names.iter().find(|n| !SUITES.contains(&n.as_str())) {
         return Err(format!("unknown suite {bad} (suites: {})", SUITES.join(", ")));
@@ -175,7 +176,10 @@ pub fn run(names: &[String], opts: &Options) -> Result<Vec<SuiteResult>, String>
             "memory" => suites::memory::run(opts),
             "cluster" => suites::cluster::run(opts),
             "harness" => suites::harness::run(opts),
-            "hdd-model" => Ok(suites::hdd::run(out.iter().find(|r| r.name == "devops"))),
+            "hdd-model" => Ok(suites::hdd::run(
+                out.iter().find(|r| r.name == "devops"),
+                out.iter().find(|r| r.name == "harness"),
+            )),
             other => return Err(format!("unknown suite {other} (suites: {})", SUITES.join(", "))),
         };
         out.push(r.map_err(|e| format!("suite {name}: {e}"))?);

@@ -73,7 +73,7 @@ pub struct ServeArgs {
     pub max_batch_bytes: u64,
     /// Log entries of client writes proposed and not yet committed. With 2 the leader
     /// appends the next batch while the previous one replicates.
-    #[arg(long, env = "VELLUM_MAX_PROPOSALS_IN_FLIGHT", default_value_t = 1)]
+    #[arg(long, env = "VELLUM_MAX_PROPOSALS_IN_FLIGHT", default_value_t = 2)]
     pub max_proposals_in_flight: usize,
     /// Raft heartbeat interval in milliseconds (elections time out after 4x to 8x this).
     #[arg(long, env = "VELLUM_HEARTBEAT_MS", default_value_t = 100)]

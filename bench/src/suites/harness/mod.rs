@@ -1,7 +1,10 @@
 //! `harness`: three openraft 0.9.25 nodes in one process, the network a function call, the
 //! same client workload on openraft's own in-memory store (openraft-memstore, the baseline)
 //! and on Vellum's store: file volumes, `memory:` volumes, and file volumes with the
-//! proposal batcher in front of `client_write`.
+//! proposal batcher in front of `client_write` (one and two entries in flight). Two more
+//! file-volume rows at 1 and 64 clients compare who performs the log's writes
+//! (`LogConfig::io`): the default IO thread, `spawn_blocking`, or the caller inline (which
+//! blocks a tokio worker for each write).
 //!
 //! What it shows: with the network out of the way, how Vellum's durable log compares with a
 //! store that does no IO at all, at 1 to 256 concurrent clients, and how many durable writes
@@ -23,6 +26,7 @@ use std::time::Duration;
 
 use vellum_engine::carrier::{CarrierOptions, MemoryCarrier};
 use vellum_engine::{FormatOptions, Volume, VolumeOptions};
+use vellum_raft_store::log::LogIo;
 use vellum_raft_store::types::KvNode;
 use vellum_raft_store::{
     BatchLimits, KvBatcher, KvBatching, KvOp, KvRequest, LogConfig, TypeConfig, open_store,
@@ -42,11 +46,14 @@ pub const MEMSTORE: &str = "openraft-memstore (no IO)";
 pub const FILE: &str = "vellum, file volumes";
 pub const MEMORY: &str = "vellum, memory: volumes";
 pub const BATCHED: &str = "vellum, file volumes + batcher";
+pub const PIPELINED: &str = "vellum, file volumes + batcher, 2 entries in flight";
+pub const SPAWN_BLOCKING: &str = "vellum, file volumes, log IO by spawn_blocking";
+pub const INLINE: &str = "vellum, file volumes, log IO inline (blocks a worker)";
 
 /// Per-node volume sizes and the log segment size: room for every run's log (no snapshots,
 /// no purges), where one entry per durable write takes a 4 KiB block of log, 256 B value or
 /// not. Memory volumes are zeroed lazily; file volumes are zero-filled, so they stay smaller.
-const FILE_VOLUME_BYTES: u64 = 512 << 20;
+const FILE_VOLUME_BYTES: u64 = 256 << 20;
 const MEMORY_VOLUME_BYTES: u64 = 1 << 30;
 const SEGMENT_BYTES: u64 = 64 << 20;
 
@@ -55,14 +62,54 @@ enum Store {
     File,
     Memory,
     FileBatched,
+    FilePipelined,
+    FileSpawnBlocking,
+    FileInline,
 }
 
 impl Store {
+    const ALL: [Store; 6] = [
+        Store::File,
+        Store::Memory,
+        Store::FileBatched,
+        Store::FilePipelined,
+        Store::FileSpawnBlocking,
+        Store::FileInline,
+    ];
+
     fn name(self) -> &'static str {
         match self {
             Store::File => FILE,
             Store::Memory => MEMORY,
             Store::FileBatched => BATCHED,
+            Store::FilePipelined => PIPELINED,
+            Store::FileSpawnBlocking => SPAWN_BLOCKING,
+            Store::FileInline => INLINE,
+        }
+    }
+
+    fn io(self) -> LogIo {
+        match self {
+            Store::FileSpawnBlocking => LogIo::SpawnBlocking,
+            Store::FileInline => LogIo::Inline,
+            _ => LogIo::Thread,
+        }
+    }
+
+    /// Entries in flight through the batcher; `None`: plain `client_write`.
+    fn batcher(self) -> Option<usize> {
+        match self {
+            Store::FileBatched => Some(1),
+            Store::FilePipelined => Some(2),
+            _ => None,
+        }
+    }
+
+    /// The client counts it runs (the IO-mode rows only the two that decide).
+    fn clients(self) -> &'static [usize] {
+        match self {
+            Store::FileSpawnBlocking | Store::FileInline => &[1, 64],
+            _ => &CLIENTS,
         }
     }
 }
@@ -76,6 +123,8 @@ pub struct Run {
     pub entries_per_write: f64,
     /// Write-through writes + barriers on the leader's volume per client write (Vellum only).
     pub durable_per_write: Option<f64>,
+    /// The same on a follower's volume.
+    pub follower_durable_per_write: Option<f64>,
 }
 
 fn case(clients: usize) -> String {
@@ -105,7 +154,7 @@ fn volumes(store: Store, dir: &Path) -> Result<Vec<Volume>, String> {
                 VolumeOptions::default(),
             )
             .map_err(e("memory volume")),
-            Store::File | Store::FileBatched => fresh_volume(
+            _ => fresh_volume(
                 &dir.join(format!("node-{id}.vlm")),
                 FILE_VOLUME_BYTES,
                 CarrierOptions::PRODUCTION,
@@ -122,20 +171,21 @@ fn run_vellum(
     timing: Timing,
 ) -> Result<Vec<Run>, String> {
     let vols = volumes(store, dir)?;
-    let config = LogConfig { segment_bytes: SEGMENT_BYTES, ..LogConfig::default() };
+    let config = LogConfig { segment_bytes: SEGMENT_BYTES, io: store.io(), ..LogConfig::default() };
     let stores = vols
         .iter()
         .map(|v| open_store(v, config.clone()).map_err(e("open store")))
         .collect::<Result<Vec<_>, _>>()?;
-    let leader_volume = vols[0].clone();
+    let (leader_volume, follower_volume) = (vols[0].clone(), vols[1].clone());
     let runs = rt.block_on(async move {
         let node = |id| KvNode { raft_addr: format!("node-{id}"), api_addr: String::new() };
         let cluster = net09::Cluster::<TypeConfig>::start(stores, node).await?;
-        let batcher = (store == Store::FileBatched).then(|| {
-            KvBatcher::start(cluster.leader().clone(), KvBatching, BatchLimits::default())
+        let batcher = store.batcher().map(|max_in_flight| {
+            let limits = BatchLimits { max_in_flight, ..BatchLimits::default() };
+            KvBatcher::start(cluster.leader().clone(), KvBatching, limits)
         });
         let mut runs = Vec::new();
-        for clients in CLIENTS {
+        for &clients in store.clients() {
             let raft = cluster.leader().clone();
             let batcher = batcher.clone();
             let write = move |client: usize, seq: u64, value: Vec<u8>| {
@@ -157,14 +207,19 @@ fn run_vellum(
             let w = std::sync::Arc::clone(&write);
             drive(load(clients, timing.warm_secs), move |c, s, v| w(c, s, v)).await?;
             let (stats, first) = (leader_volume.carrier_stats(), cluster.last_log_index());
+            let follower_stats = follower_volume.carrier_stats();
             let outcome = drive(load(clients, timing.secs), move |c, s, v| write(c, s, v)).await?;
             let ops = leader_volume.carrier_stats() - stats;
+            let follower_ops = follower_volume.carrier_stats() - follower_stats;
             let entries = cluster.last_log_index() - first;
             let writes = outcome.writes.max(1) as f64;
             runs.push(Run {
                 clients,
                 entries_per_write: entries as f64 / writes,
                 durable_per_write: Some((ops.durable_writes + ops.barriers) as f64 / writes),
+                follower_durable_per_write: Some(
+                    (follower_ops.durable_writes + follower_ops.barriers) as f64 / writes,
+                ),
                 outcome,
             });
         }
@@ -236,6 +291,7 @@ fn run_memstore(bin: &Path, timing: Timing) -> Result<Vec<Run>, String> {
                 },
                 entries_per_write: num("entries_per_write")?,
                 durable_per_write: None,
+                follower_durable_per_write: None,
             })
         })
         .collect()
@@ -258,6 +314,9 @@ fn record(ms: &mut [Measurement], variant: &str, runs: &[Run]) {
         mean("entries per write", run.entries_per_write);
         if let Some(d) = run.durable_per_write {
             mean("leader durable writes per write", d);
+        }
+        if let Some(d) = run.follower_durable_per_write {
+            mean("follower durable writes per write", d);
         }
         if run.clients == 1
             && let Some(l) = ms.iter_mut().find(|m| m.variant == variant && m.case == LATENCY_CASE)
@@ -288,10 +347,14 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
             None
         }
     };
-    let variants = [MEMSTORE, FILE, MEMORY, BATCHED];
+    let variants: Vec<&str> =
+        std::iter::once(MEMSTORE).chain(Store::ALL.iter().map(|s| s.name())).collect();
     let mut ms = Vec::new();
     for c in CLIENTS {
         for (i, v) in variants.iter().enumerate() {
+            if i > 0 && !Store::ALL[i - 1].clients().contains(&c) {
+                continue;
+            }
             let base = (i > 0).then_some(MEMSTORE);
             ms.push(Measurement::new("harness", &case(c), v, base, Unit::OpsPerSec));
         }
@@ -300,7 +363,7 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
         let base = (i > 0).then_some(MEMSTORE);
         ms.push(Measurement::new("harness", LATENCY_CASE, v, base, Unit::Micros));
     }
-    let stores = [Store::File, Store::Memory, Store::FileBatched];
+    let stores = Store::ALL;
     let bar = opts.bar("harness", (reps * variants.len()) as u64);
     for rep in 0..reps {
         // The starting variant rotates, so slow drifts of the machine fall on all alike.
@@ -323,7 +386,7 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
     ms.retain(|m| !m.samples.is_empty());
     r.measurements = ms;
     r.notes.push(format!(
-        "Three openraft 0.9.25 nodes in one process (tokio, 2 worker threads), RPCs as direct calls into the target's Raft; snapshots off; node 1 leads. Each case: C client tasks, each awaiting one {VALUE_BYTES} B put at a time for {secs:.1} s after {:.1} s of warm-up, on a fresh cluster per repetition; one sample per repetition (writes/s). openraft-memstore runs the same workload and network code in a child process (bench/harness-memstore: its v1 storage cannot link with storage-v2). Extras: log entries the leader appended per client write, and for Vellum the leader volume's write-through writes + barriers per client write. The batcher row proposes through vellum_raft_store::batcher (one entry in flight, at most 1024 ops / 1 MiB per entry).",
+        "Three openraft 0.9.25 nodes in one process (tokio, 2 worker threads), RPCs as direct calls into the target's Raft; snapshots off; node 1 leads. Each case: C client tasks, each awaiting one {VALUE_BYTES} B put at a time for {secs:.1} s after {:.1} s of warm-up, on a fresh cluster per repetition; one sample per repetition (writes/s). openraft-memstore runs the same workload and network code in a child process (bench/harness-memstore: its v1 storage cannot link with storage-v2). Extras: log entries the leader appended per client write, and for Vellum the leader volume's write-through writes + barriers per client write. The batcher rows propose through vellum_raft_store::batcher (one or two entries in flight, at most 1024 ops / 1 MiB per entry). The log's writes are done by its IO thread except in the spawn_blocking and inline rows.",
         timing.warm_secs
     ));
     Ok(r)
