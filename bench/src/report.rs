@@ -150,8 +150,76 @@ fn machine() -> String {
     format!("{} ({cpus} vCPU, {cpu}); disks: {}", run("uname", &["-sr"]), disks.join("; "))
 }
 
-/// Regenerates `docs/BENCHMARKS.md` and the plots beside it in `docs/bench/`.
+/// What a report of some suites keeps from the report already in `docs/BENCHMARKS.md`: the
+/// target lines, result sections and figure lines of the suites this run did not measure,
+/// and the header lines of the runs they came from.
+#[derive(Default)]
+struct Kept {
+    command: String,
+    date: String,
+    runs: Vec<String>,
+    targets: Vec<String>,
+    sections: Vec<(String, String)>,
+    figures: Vec<String>,
+}
+
+/// The suite a target line (`- met: [log] ...`) or figure line (`![log: ...`) belongs to.
+fn line_suite(line: &str) -> Option<&str> {
+    if let Some(rest) = line.strip_prefix("![") {
+        return rest.split(':').next();
+    }
+    let start = line.find("] ").and_then(|end| line[..end].rfind('[').map(|s| (s, end)))?;
+    Some(&line[start.0 + 1..start.1])
+}
+
+fn kept(old: &str, ran: &[&str]) -> Kept {
+    let mut k = Kept::default();
+    let mut part = "";
+    let mut section: Option<(String, String)> = None;
+    for line in old.lines() {
+        if line.starts_with("## ") {
+            part = line;
+        }
+        if line.starts_with("### ") || line.starts_with("## ") {
+            k.sections.extend(section.take());
+            if let Some(name) = line.strip_prefix("### ")
+                && !ran.contains(&name)
+            {
+                section = Some((name.to_string(), String::new()));
+            }
+        }
+        if let Some((_, text)) = section.as_mut() {
+            text.push_str(line);
+            text.push('\n');
+            continue;
+        }
+        let foreign = line_suite(line).is_some_and(|s| !ran.contains(&s));
+        match part {
+            "" if line.starts_with("- command: ") => k.command = line[11..].to_string(),
+            "" if line.starts_with("- date: ") => k.date = line[8..].to_string(),
+            "" if line.starts_with("- earlier run") => k.runs.push(line.to_string()),
+            "## Targets" if line.starts_with("- ") && foreign => k.targets.push(line.into()),
+            "## Latency distributions" if line.starts_with("![") && foreign => {
+                k.figures.push(line.into());
+            }
+            _ => {}
+        }
+    }
+    k.sections.extend(section);
+    k
+}
+
+/// Regenerates `docs/BENCHMARKS.md` and the plots beside it in `docs/bench/`. A run of some
+/// suites replaces only theirs: the other suites' sections stay as the run that made them
+/// left them, and the header names both runs.
 pub fn markdown(results: &[SuiteResult], docs: &Path, command: &str) -> std::io::Result<()> {
+    let ran: Vec<&str> = results.iter().map(|r| r.name.as_str()).collect();
+    let partial = crate::SUITES.iter().any(|s| !ran.contains(s));
+    let old = if partial {
+        kept(&std::fs::read_to_string(docs.join("BENCHMARKS.md")).unwrap_or_default(), &ran)
+    } else {
+        Kept::default()
+    };
     let plots = docs.join("bench");
     std::fs::create_dir_all(&plots)?;
     let mut md = String::new();
@@ -176,15 +244,47 @@ pub fn markdown(results: &[SuiteResult], docs: &Path, command: &str) -> std::io:
     let _ = writeln!(md, "- machine: {}", machine());
     let _ = writeln!(
         md,
-        "- date: {}\n",
+        "- date: {}",
         std::process::Command::new("date")
             .arg("-u")
             .output()
             .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
             .unwrap_or_default()
     );
-    let _ = writeln!(md, "## Targets\n\n{}", targets(results));
-    let _ = writeln!(md, "## Results\n{}", tables(results));
+    if !old.sections.is_empty() {
+        // The runs the kept sections came from, newest first.
+        let names: Vec<&str> = old.sections.iter().map(|(n, _)| n.as_str()).collect();
+        let _ = writeln!(
+            md,
+            "- this run measured: {}; the sections of {} are kept from earlier runs:",
+            ran.join(", "),
+            names.join(", ")
+        );
+        if !old.command.is_empty() {
+            let _ = writeln!(md, "- earlier run: {} on {}", old.command, old.date);
+        }
+        for l in &old.runs {
+            let _ = writeln!(md, "{l}");
+        }
+    }
+    md.push('\n');
+    let mut target_lines = targets(results);
+    for t in &old.targets {
+        let _ = writeln!(target_lines, "{t}");
+    }
+    let _ = writeln!(md, "## Targets\n\n{target_lines}");
+    // Sections in the order of SUITES, each from this run or kept.
+    let mut sections = String::new();
+    for name in crate::SUITES {
+        if let Some(r) = results.iter().find(|r| r.name == *name) {
+            sections.push_str(&tables(std::slice::from_ref(r)));
+        } else if let Some((_, text)) = old.sections.iter().find(|(n, _)| n == name) {
+            sections.push('\n');
+            sections.push_str(text.trim_end());
+            sections.push('\n');
+        }
+    }
+    let _ = writeln!(md, "## Results\n{sections}");
     let mut figures = String::new();
     for r in results {
         for case in
@@ -223,8 +323,30 @@ pub fn markdown(results: &[SuiteResult], docs: &Path, command: &str) -> std::io:
             let _ = writeln!(figures, "![{}: {case}](bench/{file})\n", r.name);
         }
     }
+    for f in &old.figures {
+        let _ = writeln!(figures, "{f}\n");
+    }
     if !figures.is_empty() {
         let _ = writeln!(md, "\n## Latency distributions\n\n{figures}");
     }
     std::fs::write(docs.join("BENCHMARKS.md"), md)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const OLD: &str = "# Benchmarks\n\n- command: `old cmd`\n- machine: m\n- date: d1\n\n## Targets\n\n- met: [carrier] a: b (observed 1.0)\n- MISSED: [log] c\n\n## Results\n\n### carrier\n\n| t |\n\n### log\n\n| u |\n\n## Latency distributions\n\n![carrier: x](bench/carrier-x.svg)\n\n![log: y](bench/log-y.svg)\n";
+
+    #[test]
+    fn a_partial_report_keeps_the_other_suites_sections() {
+        let k = kept(OLD, &["log"]);
+        assert_eq!(k.command, "`old cmd`");
+        assert_eq!(k.date, "d1");
+        assert_eq!(k.targets, vec!["- met: [carrier] a: b (observed 1.0)".to_string()]);
+        assert_eq!(k.sections.len(), 1);
+        assert_eq!(k.sections[0].0, "carrier");
+        assert!(k.sections[0].1.contains("| t |") && !k.sections[0].1.contains("| u |"));
+        assert_eq!(k.figures, vec!["![carrier: x](bench/carrier-x.svg)".to_string()]);
+    }
 }

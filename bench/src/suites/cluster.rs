@@ -379,8 +379,48 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
     } else {
         slow_disk(&mut r, opts, &bin, etcd_bin.as_deref(), &dir.join("slow"))?;
     }
+    targets(&mut r, opts);
     r.notes.push("Three processes per cluster on loopback, clients writing to the leader over HTTP/1.1 keep-alive, each client waiting for its write before the next; latency is client-side (accepted to committed and applied, plus HTTP). Vellum: volume files preallocated, direct IO, write-through, or memory: volumes. etcd 3.4.23 (Debian etcd-server) with default settings through its v3 JSON gateway (base64 key and value), data dirs in the same work dir.".into());
     Ok(r)
+}
+
+/// The commit-path targets (docs/BENCHMARKS.md states each met or missed).
+fn targets(r: &mut SuiteResult, opts: &Options) {
+    let one = case_name(1, 256);
+    let many = format!("{}: writes/s", case_name(64, 256));
+    let etcd_one = r.ratio(&one, VELLUM_FILE).filter(|_| r.find(&one, ETCD).is_some());
+    r.target("1 client, 256 B: vellum p50 <= 0.8x etcd's", etcd_one, |x| x <= 0.8, "");
+    let etcd_many = r.ratio(&many, VELLUM_FILE).filter(|_| r.find(&many, ETCD).is_some());
+    r.target("64 clients, 256 B: vellum writes/s >= 3x etcd's", etcd_many, |x| x >= 3.0, "");
+    let vs = |r: &SuiteResult, case: &str| {
+        let (f, m) = (r.find(case, VELLUM_FILE)?, r.find(case, VELLUM_MEMORY)?);
+        Some(f.summary().median / m.summary().median)
+    };
+    let p50 = vs(r, &one);
+    r.target("1 client: file-volume p50 <= 1.6x memory-volume p50", p50, |x| x <= 1.6, "");
+    let rate = vs(r, &many);
+    r.target(
+        "64 clients: file-volume writes/s >= 0.85x memory-volume writes/s",
+        rate,
+        |x| x >= 0.85,
+        "",
+    );
+    let slow =
+        format!("slow disk ({} ms per durable request), {}", opts.slow_disk_ms, case_name(1, 256));
+    let leader = r.find(&slow, VELLUM_SLOW).and_then(|m| m.extra("leader durable requests/write"));
+    r.target(
+        "slow disk, 1 client: the leader makes 1 durable request per write (2 with a durable save_committed)",
+        leader,
+        |x| x <= 1.05,
+        "",
+    );
+    let p50 = r.find(&slow, VELLUM_SLOW).map(|m| m.summary().median / opts.slow_disk_ms);
+    r.target(
+        "slow disk, 1 client: vellum p50 <= 2.2 durable requests (two in series under openraft 0.9, was three)",
+        p50,
+        |x| x <= 2.2,
+        "",
+    );
 }
 
 /// Vellum (file and `memory:` volumes) and etcd on the work dir's disk, 256 B and 4 KiB.

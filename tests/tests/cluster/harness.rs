@@ -19,7 +19,23 @@ pub fn vellum_bin() -> PathBuf {
     bin
 }
 
+/// A port to listen on, below Linux's ephemeral range (32768 on): a port the kernel hands
+/// out for `bind(0)` may meanwhile become the source port of some outgoing connection (the
+/// nodes' own RPCs), and the node then fails to bind it. Ports are taken in turn from a
+/// window chosen by the process id, so parallel tests and test binaries rarely meet; each is
+/// checked free before it is handed out.
 pub fn free_port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 10_000;
+    const SPAN: u32 = 22_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let base = std::process::id().wrapping_mul(7919) % SPAN;
+    for _ in 0..SPAN {
+        let port = (LOW + (base + NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 

@@ -385,6 +385,13 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
     bar.finish_and_clear();
     ms.retain(|m| !m.samples.is_empty());
     r.measurements = ms;
+    let batched = r.ratio(&case(64), BATCHED).filter(|_| memstore.is_some());
+    r.target(
+        "64 clients: vellum file volumes + batcher >= 0.5x openraft-memstore's writes/s",
+        batched,
+        |x| x >= 0.5,
+        "",
+    );
     r.notes.push(format!(
         "Three openraft 0.9.25 nodes in one process (tokio, 2 worker threads), RPCs as direct calls into the target's Raft; snapshots off; node 1 leads. Each case: C client tasks, each awaiting one {VALUE_BYTES} B put at a time for {secs:.1} s after {:.1} s of warm-up, on a fresh cluster per repetition; one sample per repetition (writes/s). openraft-memstore runs the same workload and network code in a child process (bench/harness-memstore: its v1 storage cannot link with storage-v2). Extras: log entries the leader appended per client write, and for Vellum the leader volume's write-through writes + barriers per client write. The batcher rows propose through vellum_raft_store::batcher (one or two entries in flight, at most 1024 ops / 1 MiB per entry). The log's writes are done by its IO thread except in the spawn_blocking and inline rows.",
         timing.warm_secs
