@@ -171,10 +171,12 @@ async fn one_client_costs_one_durable_write_per_entry_on_leader_and_followers() 
         let per_entry = (n.durable_writes() - b) as f64 / writes as f64;
         let role = if n.raft.metrics().borrow().id == leader { "leader" } else { "follower" };
         eprintln!("{role}: {per_entry:.3} durable writes per committed entry");
-        // One write per entry (a follower sometimes gets two entries in one append).
+        // At most one write per entry: the leader appends each entry alone (openraft 0.9,
+        // one client); a follower that fell behind gets several entries in one append.
+        let low = if role == "leader" { 0.95 } else { 0.01 };
         assert!(
-            (0.9..=1.05).contains(&per_entry),
-            "{role}: {per_entry:.3} durable writes per committed entry (want 1)"
+            (low..=1.05).contains(&per_entry),
+            "{role}: {per_entry:.3} durable writes per committed entry (want at most 1)"
         );
     }
     // The committed ids rode along: durable up to the last few entries, without a write of

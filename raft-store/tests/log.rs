@@ -163,6 +163,52 @@ fn vote_and_truncate_are_one_write_each() {
     assert_eq!((d.writes, d.barriers), (2, 0));
 }
 
+#[test]
+fn the_committed_id_rides_on_the_next_write_or_waits_the_lag_alone() {
+    let carrier = Arc::new(FaultyCarrier::new(32 << 20, true));
+    let v = Volume::format(
+        Box::new(Arc::clone(&carrier)),
+        &FormatOptions::default(),
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    let lag = std::time::Duration::from_millis(20);
+    let core = LogCore::open(v.clone(), LogConfig { commit_lag: lag, ..config() }).unwrap();
+    append(&core, (0..10).map(|i| entry(i, 1, 100)).collect());
+    // Saved: no write of its own; the next append carries it in its one write.
+    let before = v.carrier_stats();
+    core.save_committed(9, b"c9".to_vec()).unwrap();
+    assert_eq!(v.carrier_stats() - before, vellum_engine::carrier::StatsSnapshot::default());
+    append(&core, vec![entry(10, 1, 100)]);
+    let d = v.carrier_stats() - before;
+    assert_eq!((d.writes, d.durable_writes), (1, 1), "the commit frame rides along");
+    assert_eq!(core.durable_committed_index(), Some(9));
+    // An older id changes nothing; with nothing to ride on, the IO thread saves it alone.
+    core.save_committed(8, b"c8".to_vec()).unwrap();
+    assert_eq!(core.meta().committed_index, Some(9));
+    core.save_committed(10, b"c10".to_vec()).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while core.durable_committed_index() != Some(10) {
+        assert!(std::time::Instant::now() < deadline, "the lazy save never came");
+        std::thread::sleep(lag);
+    }
+    let d = v.carrier_stats() - before;
+    assert_eq!(d.writes, 2, "one meta write for the idle id");
+    // Close saves the last one; a reopen recovers it.
+    core.save_committed(10, b"c10".to_vec()).unwrap();
+    append(&core, vec![entry(11, 1, 100)]);
+    core.save_committed(11, b"c11".to_vec()).unwrap();
+    core.close();
+    drop(core);
+    v.close().unwrap();
+    let v = Volume::open(Box::new(Arc::clone(&carrier)), VolumeOptions::default()).unwrap();
+    let core = LogCore::open(v, config()).unwrap();
+    assert_eq!(
+        (core.meta().committed_index, core.meta().committed),
+        (Some(11), Some(b"c11".to_vec()))
+    );
+}
+
 /// Builds a log over several segments, closes it, and returns the bytes and the paths.
 fn multi_segment_log() -> (Vec<u8>, Vec<Vec<u8>>) {
     let (fx, v) = Fixture::new();

@@ -157,9 +157,11 @@ impl Bell {
 }
 
 /// The IO thread: drains the queue whenever it is rung, and saves a committed id that has
-/// waited `commit_lag` for a write to ride on. Holds the log weakly: it ends when the log is
-/// dropped or closed.
+/// waited `commit_lag` for a write to ride on (the same index found pending, not yet durable,
+/// that long). Holds the log weakly: it ends when the log is dropped or closed.
 fn io_thread(log: &Weak<Log>, bell: &Bell, lag: Duration) {
+    // The pending committed index last seen, and since when.
+    let mut waiting: Option<(u64, Instant)> = None;
     loop {
         {
             let mut s = lock(&bell.state);
@@ -173,13 +175,21 @@ fn io_thread(log: &Weak<Log>, bell: &Bell, lag: Duration) {
         }
         let Some(log) = log.upgrade() else { return };
         log.drain();
-        let since = *lock(&log.shared.committed_since);
-        if since.is_some_and(|t| t.elapsed() >= lag) && log.shared.committed_pending().is_some() {
-            *lock(&log.shared.committed_since) = None;
-            if log.save_pending_committed(Box::new(|_| {})).is_ok() {
-                log.drain();
+        let pending = log.shared.committed_pending().map(|(index, _)| index);
+        waiting = match (pending, waiting) {
+            (None, _) => None,
+            (Some(p), Some((w, since))) if p == w => {
+                if since.elapsed() < lag {
+                    Some((w, since))
+                } else {
+                    if log.save_pending_committed(Box::new(|_| {})).is_ok() {
+                        log.drain();
+                    }
+                    None
+                }
             }
-        }
+            (Some(p), _) => Some((p, Instant::now())),
+        };
     }
 }
 
@@ -373,11 +383,6 @@ impl LogCore {
         }
         meta.committed = Some(committed);
         meta.committed_index = Some(index);
-        drop(meta);
-        let mut since = lock(&self.shared().committed_since);
-        if since.is_none() {
-            *since = Some(Instant::now());
-        }
         Ok(())
     }
 

@@ -119,7 +119,6 @@ pub(super) fn open(volume: Volume, config: LogConfig) -> Result<Opened> {
         segments: Mutex::new(segments),
         needs_barrier,
         durable_committed: AtomicU64::new(durable_committed.map_or(0, |c| c + 1)),
-        committed_since: Mutex::new(None),
     };
     let spares = SpareMaker::start(
         volume,

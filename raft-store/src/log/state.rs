@@ -8,7 +8,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use vellum_engine::{File, Volume};
 
@@ -162,8 +162,6 @@ pub(crate) struct Shared {
     /// The committed index known durable (in a meta slot or a `Commit` frame), plus one;
     /// 0 for none. Written by the writer only.
     pub durable_committed: AtomicU64,
-    /// When the newest saved committed id (if not yet durable) was saved.
-    pub committed_since: Mutex<Option<Instant>>,
 }
 
 impl Shared {
