@@ -10,69 +10,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{InstallSnapshotError, RPCError, RaftError, Unreachable};
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
-use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
-};
+use common::router::Router;
 use openraft::{Config, Raft};
 use vellum_raft_store::types::KvNode;
 use vellum_raft_store::{
     BatchLimits, KvBatcher, KvBatching, KvOp, KvReader, LogConfig, ProposeError, TypeConfig,
     open_store,
 };
-
-/// One member: there is nobody to call.
-#[derive(Clone)]
-struct NoPeers;
-
-#[derive(Debug)]
-struct NoPeer;
-
-impl std::fmt::Display for NoPeer {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("a one-member cluster has no peers")
-    }
-}
-
-impl std::error::Error for NoPeer {}
-
-impl RaftNetworkFactory<TypeConfig> for NoPeers {
-    type Network = NoPeers;
-    async fn new_client(&mut self, _target: u64, _node: &KvNode) -> NoPeers {
-        NoPeers
-    }
-}
-
-impl RaftNetwork<TypeConfig> for NoPeers {
-    async fn append_entries(
-        &mut self,
-        _rpc: AppendEntriesRequest<TypeConfig>,
-        _option: RPCOption,
-    ) -> Result<AppendEntriesResponse<u64>, RPCError<u64, KvNode, RaftError<u64>>> {
-        Err(RPCError::Unreachable(Unreachable::new(&NoPeer)))
-    }
-
-    async fn install_snapshot(
-        &mut self,
-        _rpc: InstallSnapshotRequest<TypeConfig>,
-        _option: RPCOption,
-    ) -> Result<
-        InstallSnapshotResponse<u64>,
-        RPCError<u64, KvNode, RaftError<u64, InstallSnapshotError>>,
-    > {
-        Err(RPCError::Unreachable(Unreachable::new(&NoPeer)))
-    }
-
-    async fn vote(
-        &mut self,
-        _rpc: VoteRequest<u64>,
-        _option: RPCOption,
-    ) -> Result<VoteResponse<u64>, RPCError<u64, KvNode, RaftError<u64>>> {
-        Err(RPCError::Unreachable(Unreachable::new(&NoPeer)))
-    }
-}
 
 /// A node on a memory volume; initialized as a one-member cluster when `lead`.
 async fn node(lead: bool) -> (Raft<TypeConfig>, KvReader) {
@@ -90,7 +34,8 @@ async fn node(lead: bool) -> (Raft<TypeConfig>, KvReader) {
         .validate()
         .unwrap(),
     );
-    let raft = Raft::new(1, config, NoPeers, log, sm).await.unwrap();
+    // One member: the router knows no other node to call.
+    let raft = Raft::new(1, config, Router::default(), log, sm).await.unwrap();
     if lead {
         raft.initialize(BTreeMap::from([(1, KvNode::default())])).await.unwrap();
         raft.wait(Some(Duration::from_secs(10))).current_leader(1, "node 1 leads").await.unwrap();

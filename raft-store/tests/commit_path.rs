@@ -5,78 +5,16 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, Mutex};
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
-use openraft::error::{InstallSnapshotError, RPCError, RaftError, RemoteError, Unreachable};
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
-use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
-};
+use common::router::Router;
 use openraft::{Config, Raft};
 use vellum_engine::carrier::{Carrier, FaultyCarrier};
-use vellum_engine::{FormatOptions, Volume, VolumeOptions};
 use vellum_raft_store::{KvNode, KvOp, KvRequest, LogConfig, LogCore, TypeConfig, open_store};
-
-type Rpc<T, E = openraft::error::Infallible> = Result<T, RPCError<u64, KvNode, RaftError<u64, E>>>;
-
-/// The nodes of the in-process cluster, by id.
-#[derive(Clone, Default)]
-struct Router(Arc<Mutex<HashMap<u64, Raft<TypeConfig>>>>);
-
-struct Conn {
-    router: Router,
-    target: u64,
-}
-
-impl Conn {
-    // openraft's `RPCError` is the trait's error type, not ours to box.
-    #[allow(clippy::result_large_err)]
-    fn raft<E: std::error::Error>(&self) -> Result<Raft<TypeConfig>, RPCError<u64, KvNode, E>> {
-        let nodes = self.router.0.lock().unwrap();
-        nodes.get(&self.target).cloned().ok_or_else(|| {
-            RPCError::Unreachable(Unreachable::new(&std::io::Error::other("no such node")))
-        })
-    }
-}
-
-impl RaftNetworkFactory<TypeConfig> for Router {
-    type Network = Conn;
-    async fn new_client(&mut self, target: u64, _node: &KvNode) -> Conn {
-        Conn { router: self.clone(), target }
-    }
-}
-
-impl RaftNetwork<TypeConfig> for Conn {
-    async fn append_entries(
-        &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
-        _option: RPCOption,
-    ) -> Rpc<AppendEntriesResponse<u64>> {
-        let raft = self.raft()?;
-        raft.append_entries(rpc)
-            .await
-            .map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
-    }
-
-    async fn install_snapshot(
-        &mut self,
-        rpc: InstallSnapshotRequest<TypeConfig>,
-        _option: RPCOption,
-    ) -> Rpc<InstallSnapshotResponse<u64>, InstallSnapshotError> {
-        let raft = self.raft()?;
-        raft.install_snapshot(rpc)
-            .await
-            .map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
-    }
-
-    async fn vote(&mut self, rpc: VoteRequest<u64>, _option: RPCOption) -> Rpc<VoteResponse<u64>> {
-        let raft = self.raft()?;
-        raft.vote(rpc).await.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
-    }
-}
 
 struct Node {
     raft: Raft<TypeConfig>,
@@ -105,13 +43,7 @@ async fn cluster() -> Vec<Node> {
     );
     let mut nodes = Vec::new();
     for id in 1..=3u64 {
-        let carrier = Arc::new(FaultyCarrier::new(64 << 20, true));
-        let volume = Volume::format(
-            Box::new(Arc::clone(&carrier)),
-            &FormatOptions::default(),
-            VolumeOptions::default(),
-        )
-        .unwrap();
+        let (carrier, volume) = common::faulty_volume(64 << 20);
         // A long commit lag: no idle meta save falls into the counted window, whatever the
         // timing (a count, not a timing, decides this test).
         let log = LogConfig {
@@ -122,7 +54,7 @@ async fn cluster() -> Vec<Node> {
         let (store, sm) = open_store(&volume, log).unwrap();
         let core = store.core().clone();
         let raft = Raft::new(id, Arc::clone(&config), router.clone(), store, sm).await.unwrap();
-        router.0.lock().unwrap().insert(id, raft.clone());
+        router.add(id, raft.clone());
         nodes.push(Node { raft, carrier, core });
     }
     let members: BTreeMap<u64, KvNode> = (1..=3).map(|id| (id, KvNode::default())).collect();

@@ -165,13 +165,7 @@ fn vote_and_truncate_are_one_write_each() {
 
 #[test]
 fn the_committed_id_rides_on_the_next_write_or_waits_the_lag_alone() {
-    let carrier = Arc::new(FaultyCarrier::new(32 << 20, true));
-    let v = Volume::format(
-        Box::new(Arc::clone(&carrier)),
-        &FormatOptions::default(),
-        VolumeOptions::default(),
-    )
-    .unwrap();
+    let (carrier, v) = common::faulty_volume(32 << 20);
     let lag = std::time::Duration::from_millis(20);
     let core = LogCore::open(v.clone(), LogConfig { commit_lag: lag, ..config() }).unwrap();
     append(&core, (0..10).map(|i| entry(i, 1, 100)).collect());

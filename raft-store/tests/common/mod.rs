@@ -1,7 +1,10 @@
 //! Helpers the log tests share: entries with a recognisable payload, a blocking append, a
-//! full read, volumes on the memory and the fault-injecting carrier.
+//! full read, volumes on the memory and the fault-injecting carrier, and an in-process
+//! openraft network (`router`).
 
 #![allow(dead_code)] // each test binary uses its own part of these
+
+pub mod router;
 
 use std::sync::Arc;
 
