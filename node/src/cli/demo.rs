@@ -216,7 +216,7 @@ pub async fn run(dir: &Path, writes: usize, no_wait: bool) -> Result<(), CliErro
         percentile(&lat, 0.99)
     );
     println!(
-        "{concurrent} concurrent clients, 4 KiB values: {rate:.0} writes/s (proposals batch while one is in flight)"
+        "{concurrent} concurrent clients, 4 KiB values: {rate:.0} writes/s (proposals batch while earlier ones are in flight)"
     );
     println!("read back through a follower (linearizable): {key} = {got:?}");
     println!();
