@@ -35,9 +35,9 @@ pub struct LogConfig {
     pub background_spares: bool,
     /// Which thread performs the log's writes.
     pub io: LogIo,
-    /// How long a saved committed id may wait for a write to ride on before it gets one of
-    /// its own (a meta save). Only the `Thread` mode keeps this timer; otherwise the id waits
-    /// for the next write or `close`.
+    /// How long a saved committed id waits for a write to ride on before it gets one of its
+    /// own (a meta save, between one and two lags after it was saved). Only the `Thread` mode
+    /// keeps this timer; otherwise the id waits for the next write or `close`.
     pub commit_lag: Duration,
 }
 
