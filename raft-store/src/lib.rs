@@ -7,6 +7,7 @@
 //! - [`log`]: the openraft-agnostic log core (entries as index, term, bytes; group commit;
 //!   torn-tail recovery; vote / committed / purged records).
 //! - [`LogStore`]: openraft 0.9 `RaftLogStorage` + `RaftLogReader` on the core.
+//! - [`v010`] (feature `openraft-v010`): the same for openraft 0.10 (`=0.10.0-alpha.37`).
 //! - [`KvStateMachine`]: the KV state machine with snapshots written into the volume.
 //! - [`batcher`]: proposal batching for openraft 0.9 (one entry in flight, everything that
 //!   arrives meanwhile in the next), generic over the application's types.
@@ -28,11 +29,13 @@ mod state_machine;
 mod store;
 mod sync;
 pub mod types;
+#[cfg(feature = "openraft-v010")]
+pub mod v010;
 
 pub use batcher::{BatchLimits, Batcher, Batching, KvBatcher, KvBatching, ProposeError, Proposed};
 pub use error::{Error, Result};
 pub use log::{LogConfig, LogCore, LogEntry};
 pub use log_store::LogStore;
-pub use state_machine::{KvReader, KvStateMachine};
+pub use state_machine::{Flavor, KvMachine, KvReader, KvReaderOf, KvStateMachine, V09};
 pub use store::{StoreOptions, open_store, open_volume};
 pub use types::{KvNode, KvOp, KvRequest, KvResponse, TypeConfig};

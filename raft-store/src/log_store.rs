@@ -36,7 +36,7 @@ impl<C: RaftTypeConfig> Debug for LogStore<C> {
 }
 
 /// Waits for a core callback without blocking the async runtime.
-async fn completed(start: impl FnOnce(Callback) -> Result<()>) -> Result<()> {
+pub(crate) async fn completed(start: impl FnOnce(Callback) -> Result<()>) -> Result<()> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     start(Box::new(move |r| {
         let _ = tx.send(r);
@@ -82,7 +82,7 @@ impl<C: RaftTypeConfig> LogStore<C> {
     }
 }
 
-fn range_bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
+pub(crate) fn range_bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
     let lo = match range.start_bound() {
         Bound::Included(&x) => x,
         Bound::Excluded(&x) => x.saturating_add(1),

@@ -5,8 +5,13 @@
 //! machine resumes from that snapshot, and openraft re-applies the committed entries after it
 //! from the log. Snapshots built here and snapshots installed from the leader are published
 //! through one [`snapshot::Publisher`]: one at a time, newest wins.
+//!
+//! The machine is written once, generic over what an openraft version calls a log id, a
+//! membership and a snapshot's meta ([`Flavor`]); each adapter (0.9 below, 0.10 in `v010`)
+//! only maps its trait's calls onto [`KvMachine`].
 
 use std::collections::BTreeMap;
+use std::fmt::Debug;
 use std::io::Cursor;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
@@ -16,6 +21,7 @@ use openraft::{
     EntryPayload, ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftSnapshotBuilder, Snapshot,
     SnapshotMeta, StorageError, StoredMembership,
 };
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use vellum_engine::Volume;
 
@@ -25,35 +31,99 @@ use crate::metrics as m;
 use crate::snapshot;
 use crate::types::{KvNode, KvOp, KvResponse, NodeId, TypeConfig};
 
-type Membership = StoredMembership<NodeId, KvNode>;
-
-/// What a snapshot holds.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct SnapshotData {
-    last_applied: Option<LogId<NodeId>>,
-    membership: Membership,
-    data: BTreeMap<String, Vec<u8>>,
+/// The openraft types the state machine stores: its log position, its membership and the
+/// meta of its snapshots. One implementation per supported openraft version.
+pub trait Flavor: Debug + Send + Sync + 'static {
+    type LogId: Clone + PartialOrd + Debug + Serialize + DeserializeOwned + Send + Sync;
+    type Membership: Clone + Default + Debug + Serialize + DeserializeOwned + Send + Sync;
+    type SnapshotMeta: Clone + Debug + Serialize + DeserializeOwned + Send + Sync;
+    /// The last log id and membership a snapshot's meta covers.
+    fn meta_position(meta: &Self::SnapshotMeta) -> (Option<Self::LogId>, Self::Membership);
 }
 
-#[derive(Debug, Default)]
-struct State {
-    last_applied: Option<LogId<NodeId>>,
-    membership: Membership,
+/// openraft 0.9's types.
+#[derive(Debug)]
+pub enum V09 {}
+
+impl Flavor for V09 {
+    type LogId = LogId<NodeId>;
+    type Membership = StoredMembership<NodeId, KvNode>;
+    type SnapshotMeta = SnapshotMeta<NodeId, KvNode>;
+    fn meta_position(meta: &Self::SnapshotMeta) -> (Option<Self::LogId>, Self::Membership) {
+        (meta.last_log_id, meta.last_membership.clone())
+    }
+}
+
+/// What a snapshot holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(bound = "")]
+pub(crate) struct SnapshotData<F: Flavor> {
+    pub(crate) last_applied: Option<F::LogId>,
+    pub(crate) membership: F::Membership,
+    pub(crate) data: BTreeMap<String, Vec<u8>>,
+}
+
+#[derive(Debug)]
+pub(crate) struct State<F: Flavor> {
+    pub(crate) last_applied: Option<F::LogId>,
+    pub(crate) membership: F::Membership,
     data: BTreeMap<String, Vec<u8>>,
     snapshots_built: u64,
 }
 
-/// Read access to the applied KV map (the node serves reads from it).
-#[derive(Debug, Clone)]
-pub struct KvReader(Arc<RwLock<State>>);
+impl<F: Flavor> Default for State<F> {
+    fn default() -> Self {
+        State {
+            last_applied: None,
+            membership: F::Membership::default(),
+            data: BTreeMap::new(),
+            snapshots_built: 0,
+        }
+    }
+}
 
-impl KvReader {
+impl<F: Flavor> State<F> {
+    /// Applies the operations of one request in order; returns how many.
+    pub(crate) fn apply_ops(&mut self, ops: Vec<KvOp>) -> usize {
+        let n = ops.len();
+        for op in ops {
+            match op {
+                KvOp::Put { key, value } => {
+                    self.data.insert(key, value);
+                }
+                KvOp::Delete { key } => {
+                    self.data.remove(&key);
+                }
+            }
+        }
+        n
+    }
+}
+
+/// Read access to the applied KV map (the node serves reads from it).
+#[derive(Debug)]
+pub struct KvReaderOf<F: Flavor>(Arc<RwLock<State<F>>>);
+
+impl<F: Flavor> Clone for KvReaderOf<F> {
+    fn clone(&self) -> Self {
+        KvReaderOf(Arc::clone(&self.0))
+    }
+}
+
+/// The reader of the openraft 0.9 machine.
+pub type KvReader = KvReaderOf<V09>;
+
+impl<F: Flavor> KvReaderOf<F> {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, State<F>> {
+        self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     pub fn get(&self, key: &str) -> Option<Vec<u8>> {
-        self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner).data.get(key).cloned()
+        self.read().data.get(key).cloned()
     }
 
     pub fn len(&self) -> usize {
-        self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner).data.len()
+        self.read().data.len()
     }
 
     pub fn is_empty(&self) -> bool {
@@ -61,8 +131,8 @@ impl KvReader {
     }
 
     /// The last log id applied.
-    pub fn last_applied(&self) -> Option<LogId<NodeId>> {
-        self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner).last_applied
+    pub fn last_applied(&self) -> Option<F::LogId> {
+        self.read().last_applied.clone()
     }
 }
 
@@ -70,10 +140,9 @@ impl KvReader {
 #[cfg(test)]
 type Hook = Arc<dyn Fn(&'static str) + Send + Sync>;
 
-/// The state machine of one node.
-#[derive(Clone)]
-pub struct KvStateMachine {
-    state: Arc<RwLock<State>>,
+/// The state machine of one node, for the openraft version of `F`.
+pub struct KvMachine<F: Flavor> {
+    state: Arc<RwLock<State<F>>>,
     volume: Volume,
     dir: String,
     publisher: Arc<snapshot::Publisher>,
@@ -81,35 +150,43 @@ pub struct KvStateMachine {
     hook: Option<Hook>,
 }
 
-impl std::fmt::Debug for KvStateMachine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KvStateMachine").field("dir", &self.dir).finish_non_exhaustive()
+/// The state machine of the openraft 0.9 adapter.
+pub type KvStateMachine = KvMachine<V09>;
+
+impl<F: Flavor> Clone for KvMachine<F> {
+    fn clone(&self) -> Self {
+        KvMachine {
+            state: Arc::clone(&self.state),
+            volume: self.volume.clone(),
+            dir: self.dir.clone(),
+            publisher: Arc::clone(&self.publisher),
+            #[cfg(test)]
+            hook: self.hook.clone(),
+        }
     }
 }
 
-fn snap_error(
-    meta: Option<&SnapshotMeta<NodeId, KvNode>>,
-    verb: ErrorVerb,
-    e: &Error,
-) -> StorageError<NodeId> {
-    storage_error(ErrorSubject::Snapshot(meta.map(SnapshotMeta::signature)), verb, e)
+impl<F: Flavor> std::fmt::Debug for KvMachine<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KvMachine").field("dir", &self.dir).finish_non_exhaustive()
+    }
 }
 
-impl KvStateMachine {
+impl<F: Flavor> KvMachine<F> {
     /// Opens the machine under `dir` of `volume`, resuming from the current snapshot.
-    pub fn open(volume: Volume, dir: &str) -> Result<KvStateMachine> {
+    pub fn open(volume: Volume, dir: &str) -> Result<KvMachine<F>> {
         let leftovers = snapshot::remove_leftovers(&volume, dir)?;
         if leftovers > 0 {
             tracing::info!(leftovers, "removed unpublished snapshot files a crash left behind");
         }
         let mut state = State::default();
         if let Some((_, bytes)) = snapshot::read(&volume, dir)? {
-            let snap: SnapshotData = decode(&bytes)?;
+            let snap: SnapshotData<F> = decode(&bytes)?;
             state.last_applied = snap.last_applied;
             state.membership = snap.membership;
             state.data = snap.data;
         }
-        Ok(KvStateMachine {
+        Ok(KvMachine {
             state: Arc::new(RwLock::new(state)),
             volume,
             dir: dir.into(),
@@ -119,40 +196,76 @@ impl KvStateMachine {
         })
     }
 
-    pub fn reader(&self) -> KvReader {
-        KvReader(Arc::clone(&self.state))
+    pub fn reader(&self) -> KvReaderOf<F> {
+        KvReaderOf(Arc::clone(&self.state))
     }
 
-    fn write_state(&self) -> std::sync::RwLockWriteGuard<'_, State> {
+    pub(crate) fn write_state(&self) -> std::sync::RwLockWriteGuard<'_, State<F>> {
         self.state.write().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn read_state(&self) -> std::sync::RwLockReadGuard<'_, State> {
+    pub(crate) fn read_state(&self) -> std::sync::RwLockReadGuard<'_, State<F>> {
         self.state.read().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn current_snapshot(&self) -> Result<Option<Snapshot<TypeConfig>>> {
+    /// The current snapshot's meta and bytes, if there is one.
+    pub(crate) fn current_snapshot(&self) -> Result<Option<(F::SnapshotMeta, Vec<u8>)>> {
         let Some((meta, data)) = snapshot::read(&self.volume, &self.dir)? else { return Ok(None) };
-        let meta: SnapshotMeta<NodeId, KvNode> = decode(&meta)?;
-        Ok(Some(Snapshot { meta, snapshot: Box::new(Cursor::new(data)) }))
+        Ok(Some((decode(&meta)?, data)))
+    }
+
+    /// Takes what a snapshot of the current state holds, and how many were built so far.
+    pub(crate) fn snapshot_data(&self) -> (SnapshotData<F>, u64) {
+        let mut s = self.write_state();
+        s.snapshots_built += 1;
+        let snap = SnapshotData {
+            last_applied: s.last_applied.clone(),
+            membership: s.membership.clone(),
+            data: s.data.clone(),
+        };
+        (snap, s.snapshots_built)
+    }
+
+    /// Encodes and publishes a snapshot this machine built; returns its bytes.
+    pub(crate) async fn build(
+        &self,
+        meta: &F::SnapshotMeta,
+        snap: &SnapshotData<F>,
+    ) -> Result<Vec<u8>> {
+        let started = Instant::now();
+        let bytes = encode(snap)?;
+        self.stage("built");
+        self.publish(meta, bytes.clone()).await?;
+        metrics::histogram!(m::SNAPSHOT_BUILD_DURATION).record(started.elapsed().as_secs_f64());
+        Ok(bytes)
+    }
+
+    /// Installs a snapshot received from the leader: checks it decodes, publishes it, and
+    /// replaces the state with it.
+    pub(crate) async fn install(&self, meta: &F::SnapshotMeta, bytes: Vec<u8>) -> Result<()> {
+        let snap: SnapshotData<F> = decode(&bytes)?;
+        self.publish(meta, bytes).await?;
+        let (last, membership) = F::meta_position(meta);
+        let mut s = self.write_state();
+        s.last_applied = last;
+        s.membership = membership;
+        s.data = snap.data;
+        Ok(())
     }
 
     /// Writes `data` as the current snapshot off the async runtime, unless the current one
     /// is newer (then it is left in place).
-    async fn publish(
-        &self,
-        meta: &SnapshotMeta<NodeId, KvNode>,
-        data: Vec<u8>,
-    ) -> Result<snapshot::Published> {
+    async fn publish(&self, meta: &F::SnapshotMeta, data: Vec<u8>) -> Result<snapshot::Published> {
         let meta_bytes = encode(meta)?;
         let (volume, dir) = (self.volume.clone(), self.dir.clone());
         let publisher = Arc::clone(&self.publisher);
-        let last = meta.last_log_id;
+        let (last, _) = F::meta_position(meta);
         let len = data.len();
+        let compared = last.clone();
         let published = tokio::task::spawn_blocking(move || {
             publisher.write(&volume, &dir, &meta_bytes, &data, |current| {
                 // A current meta that does not decode is not newer: replace it.
-                decode::<SnapshotMeta<NodeId, KvNode>>(current).is_ok_and(|c| c.last_log_id > last)
+                decode::<F::SnapshotMeta>(current).is_ok_and(|c| F::meta_position(&c).0 > compared)
             })
         })
         .await
@@ -181,19 +294,19 @@ impl KvStateMachine {
     fn stage(&self, _stage: &'static str) {}
 }
 
-impl RaftSnapshotBuilder<TypeConfig> for KvStateMachine {
+// ---- the openraft 0.9 adapter ----
+
+fn snap_error(
+    meta: Option<&SnapshotMeta<NodeId, KvNode>>,
+    verb: ErrorVerb,
+    e: &Error,
+) -> StorageError<NodeId> {
+    storage_error(ErrorSubject::Snapshot(meta.map(SnapshotMeta::signature)), verb, e)
+}
+
+impl RaftSnapshotBuilder<TypeConfig> for KvMachine<V09> {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
-        let started = Instant::now();
-        let (snap, id) = {
-            let mut s = self.write_state();
-            s.snapshots_built += 1;
-            let snap = SnapshotData {
-                last_applied: s.last_applied,
-                membership: s.membership.clone(),
-                data: s.data.clone(),
-            };
-            (snap, s.snapshots_built)
-        };
+        let (snap, id) = self.snapshot_data();
         let snapshot_id = match snap.last_applied {
             Some(l) => format!("{}-{}-{}-{id}", l.leader_id.term, l.leader_id.node_id, l.index),
             None => format!("none-{id}"),
@@ -203,22 +316,21 @@ impl RaftSnapshotBuilder<TypeConfig> for KvStateMachine {
             last_membership: snap.membership.clone(),
             snapshot_id,
         };
-        let bytes = encode(&snap).map_err(|e| snap_error(Some(&meta), ErrorVerb::Write, &e))?;
-        self.stage("built");
-        self.publish(&meta, bytes.clone())
+        let bytes = self
+            .build(&meta, &snap)
             .await
             .map_err(|e| snap_error(Some(&meta), ErrorVerb::Write, &e))?;
-        metrics::histogram!(m::SNAPSHOT_BUILD_DURATION).record(started.elapsed().as_secs_f64());
         Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) })
     }
 }
 
-impl RaftStateMachine<TypeConfig> for KvStateMachine {
+impl RaftStateMachine<TypeConfig> for KvMachine<V09> {
     type SnapshotBuilder = Self;
 
     async fn applied_state(
         &mut self,
-    ) -> Result<(Option<LogId<NodeId>>, Membership), StorageError<NodeId>> {
+    ) -> Result<(Option<LogId<NodeId>>, StoredMembership<NodeId, KvNode>), StorageError<NodeId>>
+    {
         let s = self.read_state();
         Ok((s.last_applied, s.membership.clone()))
     }
@@ -235,20 +347,7 @@ impl RaftStateMachine<TypeConfig> for KvStateMachine {
             s.last_applied = Some(entry.log_id);
             let applied = match entry.payload {
                 EntryPayload::Blank => 0,
-                EntryPayload::Normal(req) => {
-                    let n = req.ops.len();
-                    for op in req.ops {
-                        match op {
-                            KvOp::Put { key, value } => {
-                                s.data.insert(key, value);
-                            }
-                            KvOp::Delete { key } => {
-                                s.data.remove(&key);
-                            }
-                        }
-                    }
-                    n
-                }
+                EntryPayload::Normal(req) => s.apply_ops(req.ops),
                 EntryPayload::Membership(mem) => {
                     s.membership = StoredMembership::new(Some(entry.log_id), mem);
                     0
@@ -277,22 +376,18 @@ impl RaftStateMachine<TypeConfig> for KvStateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError<NodeId>> {
         let bytes = snapshot.into_inner();
-        let snap: SnapshotData =
-            decode(&bytes).map_err(|e| snap_error(Some(meta), ErrorVerb::Read, &e))?;
-        self.publish(meta, bytes)
-            .await
-            .map_err(|e| snap_error(Some(meta), ErrorVerb::Write, &e))?;
-        let mut s = self.write_state();
-        s.last_applied = meta.last_log_id;
-        s.membership = meta.last_membership.clone();
-        s.data = snap.data;
-        Ok(())
+        self.install(meta, bytes).await.map_err(|e| {
+            let verb =
+                if matches!(e, Error::Decode(_)) { ErrorVerb::Read } else { ErrorVerb::Write };
+            snap_error(Some(meta), verb, &e)
+        })
     }
 
     async fn get_current_snapshot(
         &mut self,
     ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
-        self.current_snapshot().map_err(|e| snap_error(None, ErrorVerb::Read, &e))
+        let current = self.current_snapshot().map_err(|e| snap_error(None, ErrorVerb::Read, &e))?;
+        Ok(current.map(|(meta, data)| Snapshot { meta, snapshot: Box::new(Cursor::new(data)) }))
     }
 }
 
@@ -351,7 +446,7 @@ mod tests {
             assert_eq!(stage.await.unwrap(), "built");
             // Meanwhile the leader's newer snapshot arrives and is installed.
             index += 100;
-            let data = SnapshotData {
+            let data = SnapshotData::<V09> {
                 last_applied: Some(log_id(index)),
                 membership: membership.clone(),
                 data: BTreeMap::from([(format!("installed{round}"), vec![round as u8])]),
@@ -379,7 +474,7 @@ mod tests {
             let mut sm = KvStateMachine::open(volume.clone(), "/raft").unwrap();
             let current = sm.get_current_snapshot().await.unwrap().unwrap();
             assert_eq!(current.meta.snapshot_id, last_installed);
-            let data: SnapshotData = decode(&current.snapshot.into_inner()).unwrap();
+            let data: SnapshotData<V09> = decode(&current.snapshot.into_inner()).unwrap();
             assert_eq!(data.last_applied, Some(log_id(index)));
             assert_eq!(sm.applied_state().await.unwrap().0, Some(log_id(index)));
             let names: Vec<_> = volume.list("/raft/snapshot").unwrap();

@@ -18,6 +18,21 @@ pub struct KvRequest {
     pub ops: Vec<KvOp>,
 }
 
+impl std::fmt::Display for KvRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Logged by openraft 0.10: counts only, never keys or values.
+        let bytes: usize = self
+            .ops
+            .iter()
+            .map(|op| match op {
+                KvOp::Put { key, value } => key.len() + value.len(),
+                KvOp::Delete { key } => key.len(),
+            })
+            .sum();
+        write!(f, "{} ops, {bytes} bytes", self.ops.len())
+    }
+}
+
 /// A cluster member: where its peers reach its Raft RPC, and where clients reach its API.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct KvNode {
@@ -28,6 +43,12 @@ pub struct KvNode {
 impl std::fmt::Display for KvNode {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "raft {} / api {}", self.raft_addr, self.api_addr)
+    }
+}
+
+impl std::fmt::Display for KvResponse {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} applied", self.applied)
     }
 }
 

@@ -1,0 +1,69 @@
+//! openraft 0.10's own storage conformance suite (`=0.10.0-alpha.37`) on the 0.10 adapter,
+//! on a memory carrier and on a file carrier. Run with
+//! `cargo test -p vellum-raft-store --features openraft-v010 --test suite_v010`.
+
+#![cfg(feature = "openraft-v010")]
+
+use vellum_engine::carrier::{CarrierOptions, MemoryCarrier};
+use vellum_engine::{FormatOptions, Volume, VolumeOptions};
+use vellum_raft_store::LogConfig;
+use vellum_raft_store::v010::openraft::StorageError;
+use vellum_raft_store::v010::openraft::testing::log::{StoreBuilder, Suite};
+use vellum_raft_store::v010::openraft::type_config::TypeConfigExt;
+use vellum_raft_store::v010::{KvStateMachine, LogStore, TypeConfig, open_store};
+
+fn small_log() -> LogConfig {
+    LogConfig { segment_bytes: 1 << 20, ..LogConfig::default() }
+}
+
+fn to_storage(e: vellum_raft_store::Error) -> StorageError<TypeConfig> {
+    StorageError::write(TypeConfig::err_from_error(&e))
+}
+
+struct MemoryBuilder;
+
+impl StoreBuilder<TypeConfig, LogStore<TypeConfig>, KvStateMachine, ()> for MemoryBuilder {
+    async fn build(
+        &self,
+    ) -> Result<((), LogStore<TypeConfig>, KvStateMachine), StorageError<TypeConfig>> {
+        let fmt = FormatOptions::default();
+        let volume =
+            Volume::format(Box::new(MemoryCarrier::new(64 << 20)), &fmt, VolumeOptions::default())
+                .map_err(|e| to_storage(e.into()))?;
+        let (log, sm) = open_store(&volume, small_log()).map_err(to_storage)?;
+        Ok(((), log, sm))
+    }
+}
+
+struct FileBuilder;
+
+impl StoreBuilder<TypeConfig, LogStore<TypeConfig>, KvStateMachine, tempfile::TempDir>
+    for FileBuilder
+{
+    async fn build(
+        &self,
+    ) -> Result<(tempfile::TempDir, LogStore<TypeConfig>, KvStateMachine), StorageError<TypeConfig>>
+    {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let fmt = FormatOptions { capacity_bytes: Some(32 << 20), ..FormatOptions::default() };
+        let volume = Volume::create_path(
+            &dir.path().join("node.vlm"),
+            &fmt,
+            CarrierOptions::PRODUCTION,
+            VolumeOptions::default(),
+        )
+        .map_err(|e| to_storage(e.into()))?;
+        let (log, sm) = open_store(&volume, small_log()).map_err(to_storage)?;
+        Ok((dir, log, sm))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openraft_010_suite_on_the_memory_carrier() {
+    Suite::test_all(MemoryBuilder).await.expect("openraft 0.10 storage suite (memory carrier)");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openraft_010_suite_on_a_file_carrier() {
+    Suite::test_all(FileBuilder).await.expect("openraft 0.10 storage suite (file carrier)");
+}
