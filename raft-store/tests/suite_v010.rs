@@ -16,8 +16,8 @@ fn small_log() -> LogConfig {
     LogConfig { segment_bytes: 1 << 20, ..LogConfig::default() }
 }
 
-fn to_storage(e: vellum_raft_store::Error) -> StorageError<TypeConfig> {
-    StorageError::write(TypeConfig::err_from_error(&e))
+fn to_storage(e: &vellum_raft_store::Error) -> StorageError<TypeConfig> {
+    StorageError::write(TypeConfig::err_from_error(e))
 }
 
 struct MemoryBuilder;
@@ -29,8 +29,8 @@ impl StoreBuilder<TypeConfig, LogStore<TypeConfig>, KvStateMachine, ()> for Memo
         let fmt = FormatOptions::default();
         let volume =
             Volume::format(Box::new(MemoryCarrier::new(64 << 20)), &fmt, VolumeOptions::default())
-                .map_err(|e| to_storage(e.into()))?;
-        let (log, sm) = open_store(&volume, small_log()).map_err(to_storage)?;
+                .map_err(|e| to_storage(&e.into()))?;
+        let (log, sm) = open_store(&volume, small_log()).map_err(|e| to_storage(&e))?;
         Ok(((), log, sm))
     }
 }
@@ -52,8 +52,8 @@ impl StoreBuilder<TypeConfig, LogStore<TypeConfig>, KvStateMachine, tempfile::Te
             CarrierOptions::PRODUCTION,
             VolumeOptions::default(),
         )
-        .map_err(|e| to_storage(e.into()))?;
-        let (log, sm) = open_store(&volume, small_log()).map_err(to_storage)?;
+        .map_err(|e| to_storage(&e.into()))?;
+        let (log, sm) = open_store(&volume, small_log()).map_err(|e| to_storage(&e))?;
         Ok((dir, log, sm))
     }
 }
