@@ -17,6 +17,7 @@
 //! compiles the same workload and network sources (`workload.rs`, `net09.rs`), built and run
 //! as a child process by this suite.
 
+pub mod net010;
 pub mod net09;
 pub mod workload;
 
@@ -28,6 +29,7 @@ use vellum_engine::carrier::{CarrierOptions, MemoryCarrier};
 use vellum_engine::{FormatOptions, Volume, VolumeOptions};
 use vellum_raft_store::log::LogIo;
 use vellum_raft_store::types::KvNode;
+use vellum_raft_store::v010;
 use vellum_raft_store::{
     BatchLimits, KvBatcher, KvBatching, KvOp, KvRequest, LogConfig, TypeConfig, open_store,
 };
@@ -49,6 +51,10 @@ pub const BATCHED: &str = "vellum, file volumes + batcher";
 pub const PIPELINED: &str = "vellum, file volumes + batcher, 2 entries in flight";
 pub const SPAWN_BLOCKING: &str = "vellum, file volumes, log IO by spawn_blocking";
 pub const INLINE: &str = "vellum, file volumes, log IO inline (blocks a worker)";
+pub const FILE_010: &str = "vellum on openraft 0.10, file volumes";
+pub const MEMORY_010: &str = "vellum on openraft 0.10, memory: volumes";
+pub const BROADCAST_010: &str =
+    "vellum on openraft 0.10, file volumes, replicate submitted entries";
 
 /// Per-node volume sizes and the log segment size: room for every run's log (no snapshots,
 /// no purges), where one entry per durable write takes a 4 KiB block of log, 256 B value or
@@ -65,16 +71,25 @@ enum Store {
     FilePipelined,
     FileSpawnBlocking,
     FileInline,
+    /// The openraft 0.10 adapter (`vellum_raft_store::v010`).
+    File010,
+    Memory010,
+    /// The same with `Config::broadcast_submitted_on_append`: followers get entries the
+    /// leader has submitted but not yet written.
+    File010Broadcast,
 }
 
 impl Store {
-    const ALL: [Store; 6] = [
+    const ALL: [Store; 9] = [
         Store::File,
         Store::Memory,
         Store::FileBatched,
         Store::FilePipelined,
         Store::FileSpawnBlocking,
         Store::FileInline,
+        Store::File010,
+        Store::Memory010,
+        Store::File010Broadcast,
     ];
 
     fn name(self) -> &'static str {
@@ -85,6 +100,9 @@ impl Store {
             Store::FilePipelined => PIPELINED,
             Store::FileSpawnBlocking => SPAWN_BLOCKING,
             Store::FileInline => INLINE,
+            Store::File010 => FILE_010,
+            Store::Memory010 => MEMORY_010,
+            Store::File010Broadcast => BROADCAST_010,
         }
     }
 
@@ -93,6 +111,24 @@ impl Store {
             Store::FileSpawnBlocking => LogIo::SpawnBlocking,
             Store::FileInline => LogIo::Inline,
             _ => LogIo::Thread,
+        }
+    }
+
+    fn v010(self) -> bool {
+        matches!(self, Store::File010 | Store::Memory010 | Store::File010Broadcast)
+    }
+
+    fn memory(self) -> bool {
+        matches!(self, Store::Memory | Store::Memory010)
+    }
+
+    /// What its rows are compared with: the 0.10 rows with their 0.9 counterpart, the
+    /// others with openraft-memstore.
+    fn baseline(self) -> &'static str {
+        match self {
+            Store::File010 | Store::File010Broadcast => FILE,
+            Store::Memory010 => MEMORY,
+            _ => MEMSTORE,
         }
     }
 
@@ -147,20 +183,136 @@ fn load(clients: usize, secs: f64) -> Load {
 /// Three volumes of the store's kind; files under `dir`.
 fn volumes(store: Store, dir: &Path) -> Result<Vec<Volume>, String> {
     (1..=3)
-        .map(|id| match store {
-            Store::Memory => Volume::format(
+        .map(|id| match store.memory() {
+            true => Volume::format(
                 Box::new(MemoryCarrier::new(MEMORY_VOLUME_BYTES)),
                 &FormatOptions::default(),
                 VolumeOptions::default(),
             )
             .map_err(e("memory volume")),
-            _ => fresh_volume(
+            false => fresh_volume(
                 &dir.join(format!("node-{id}.vlm")),
                 FILE_VOLUME_BYTES,
                 CarrierOptions::PRODUCTION,
             ),
         })
         .collect()
+}
+
+/// The volumes a run counts the durable writes of.
+struct Counted {
+    leader: Volume,
+    follower: Volume,
+}
+
+/// Runs every client count of `store` against a started cluster: `write` is one client
+/// write, `last_index` the leader's last log index.
+async fn measure<W, F>(
+    store: Store,
+    timing: Timing,
+    counted: &Counted,
+    last_index: impl Fn() -> u64,
+    write: W,
+) -> Result<Vec<Run>, String>
+where
+    W: Fn(usize, u64, Vec<u8>) -> F + Send + Sync + 'static,
+    F: std::future::Future<Output = Result<(), String>> + Send + 'static,
+{
+    let write = std::sync::Arc::new(write);
+    let mut runs = Vec::new();
+    for &clients in store.clients() {
+        let w = std::sync::Arc::clone(&write);
+        drive(load(clients, timing.warm_secs), move |c, s, v| w(c, s, v)).await?;
+        let (stats, first) = (counted.leader.carrier_stats(), last_index());
+        let follower_stats = counted.follower.carrier_stats();
+        let w = std::sync::Arc::clone(&write);
+        let outcome = drive(load(clients, timing.secs), move |c, s, v| w(c, s, v)).await?;
+        let ops = counted.leader.carrier_stats() - stats;
+        let follower_ops = counted.follower.carrier_stats() - follower_stats;
+        let entries = last_index() - first;
+        let writes = outcome.writes.max(1) as f64;
+        runs.push(Run {
+            clients,
+            entries_per_write: entries as f64 / writes,
+            durable_per_write: Some((ops.durable_writes + ops.barriers) as f64 / writes),
+            follower_durable_per_write: Some(
+                (follower_ops.durable_writes + follower_ops.barriers) as f64 / writes,
+            ),
+            outcome,
+        });
+    }
+    Ok(runs)
+}
+
+/// A client's put: a bounded key space per client, so the state machine stays small.
+fn put(client: usize, seq: u64, value: Vec<u8>) -> KvOp {
+    KvOp::Put { key: format!("c{client}-{}", seq % 256), value }
+}
+
+fn harness_node(id: u64) -> KvNode {
+    KvNode { raft_addr: format!("node-{id}"), api_addr: String::new() }
+}
+
+/// The store's runs on openraft 0.9.
+async fn run_09(
+    store: Store,
+    stores: Vec<(vellum_raft_store::LogStore<TypeConfig>, vellum_raft_store::KvStateMachine)>,
+    counted: &Counted,
+    timing: Timing,
+) -> Result<Vec<Run>, String> {
+    let cluster = net09::Cluster::<TypeConfig>::start(stores, harness_node).await?;
+    let batcher = store.batcher().map(|max_in_flight| {
+        let limits = BatchLimits { max_in_flight, ..BatchLimits::default() };
+        KvBatcher::start(cluster.leader().clone(), KvBatching, limits)
+    });
+    let raft = cluster.leader().clone();
+    let write = move |client: usize, seq: u64, value: Vec<u8>| {
+        let (raft, batcher) = (raft.clone(), batcher.clone());
+        let op = put(client, seq, value);
+        async move {
+            match batcher {
+                Some(b) => b.propose(op).await.map(drop).map_err(|e| e.to_string()),
+                None => raft
+                    .client_write(KvRequest { ops: vec![op] })
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string()),
+            }
+        }
+    };
+    let runs = measure(store, timing, counted, || cluster.last_log_index(), write).await;
+    cluster.shutdown().await;
+    runs
+}
+
+/// The store's runs on openraft 0.10 (plain `client_write`: the 0.10 core batches the
+/// writes that queue up into one submission by itself).
+async fn run_010(
+    store: Store,
+    stores: Vec<(v010::LogStore<v010::TypeConfig>, v010::KvStateMachine)>,
+    counted: &Counted,
+    timing: Timing,
+) -> Result<Vec<Run>, String> {
+    let mut config = (*net010::config()?).clone();
+    if store == Store::File010Broadcast {
+        config.broadcast_submitted_on_append = Some(true);
+    }
+    let config = std::sync::Arc::new(config);
+    let cluster = net010::Cluster::start(stores, config, harness_node).await?;
+    let raft = cluster.leader().clone();
+    let write = move |client: usize, seq: u64, value: Vec<u8>| {
+        let raft = raft.clone();
+        let op = put(client, seq, value);
+        async move {
+            raft.client_write(KvRequest { ops: vec![op] })
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }
+    };
+    let runs = measure(store, timing, counted, || cluster.last_log_index(), write).await;
+    cluster.shutdown().await;
+    runs
 }
 
 /// Runs every client count on a fresh three-node cluster of `store`.
@@ -172,60 +324,21 @@ fn run_vellum(
 ) -> Result<Vec<Run>, String> {
     let vols = volumes(store, dir)?;
     let config = LogConfig { segment_bytes: SEGMENT_BYTES, io: store.io(), ..LogConfig::default() };
-    let stores = vols
-        .iter()
-        .map(|v| open_store(v, config.clone()).map_err(e("open store")))
-        .collect::<Result<Vec<_>, _>>()?;
-    let (leader_volume, follower_volume) = (vols[0].clone(), vols[1].clone());
-    let runs = rt.block_on(async move {
-        let node = |id| KvNode { raft_addr: format!("node-{id}"), api_addr: String::new() };
-        let cluster = net09::Cluster::<TypeConfig>::start(stores, node).await?;
-        let batcher = store.batcher().map(|max_in_flight| {
-            let limits = BatchLimits { max_in_flight, ..BatchLimits::default() };
-            KvBatcher::start(cluster.leader().clone(), KvBatching, limits)
-        });
-        let mut runs = Vec::new();
-        for &clients in store.clients() {
-            let raft = cluster.leader().clone();
-            let batcher = batcher.clone();
-            let write = move |client: usize, seq: u64, value: Vec<u8>| {
-                let (raft, batcher) = (raft.clone(), batcher.clone());
-                // A bounded key space per client: the state machine stays small.
-                let op = KvOp::Put { key: format!("c{client}-{}", seq % 256), value };
-                async move {
-                    match batcher {
-                        Some(b) => b.propose(op).await.map(drop).map_err(|e| e.to_string()),
-                        None => raft
-                            .client_write(KvRequest { ops: vec![op] })
-                            .await
-                            .map(drop)
-                            .map_err(|e| e.to_string()),
-                    }
-                }
-            };
-            let write = std::sync::Arc::new(write);
-            let w = std::sync::Arc::clone(&write);
-            drive(load(clients, timing.warm_secs), move |c, s, v| w(c, s, v)).await?;
-            let (stats, first) = (leader_volume.carrier_stats(), cluster.last_log_index());
-            let follower_stats = follower_volume.carrier_stats();
-            let outcome = drive(load(clients, timing.secs), move |c, s, v| write(c, s, v)).await?;
-            let ops = leader_volume.carrier_stats() - stats;
-            let follower_ops = follower_volume.carrier_stats() - follower_stats;
-            let entries = cluster.last_log_index() - first;
-            let writes = outcome.writes.max(1) as f64;
-            runs.push(Run {
-                clients,
-                entries_per_write: entries as f64 / writes,
-                durable_per_write: Some((ops.durable_writes + ops.barriers) as f64 / writes),
-                follower_durable_per_write: Some(
-                    (follower_ops.durable_writes + follower_ops.barriers) as f64 / writes,
-                ),
-                outcome,
-            });
-        }
-        cluster.shutdown().await;
-        Ok::<_, String>(runs)
-    })?;
+    let counted = Counted { leader: vols[0].clone(), follower: vols[1].clone() };
+    let runs = if store.v010() {
+        let stores = vols
+            .iter()
+            .map(|v| v010::open_store(v, config.clone()).map_err(e("open store")))
+            .collect::<Result<Vec<_>, _>>()?;
+        rt.block_on(run_010(store, stores, &counted, timing))?
+    } else {
+        let stores = vols
+            .iter()
+            .map(|v| open_store(v, config.clone()).map_err(e("open store")))
+            .collect::<Result<Vec<_>, _>>()?;
+        rt.block_on(run_09(store, stores, &counted, timing))?
+    };
+    drop(counted);
     drop(vols);
     for id in 1..=3 {
         let _ = std::fs::remove_file(dir.join(format!("node-{id}.vlm")));
@@ -355,12 +468,12 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
             if i > 0 && !Store::ALL[i - 1].clients().contains(&c) {
                 continue;
             }
-            let base = (i > 0).then_some(MEMSTORE);
+            let base = (i > 0).then(|| Store::ALL[i - 1].baseline());
             ms.push(Measurement::new("harness", &case(c), v, base, Unit::OpsPerSec));
         }
     }
     for (i, v) in variants.iter().enumerate() {
-        let base = (i > 0).then_some(MEMSTORE);
+        let base = (i > 0).then(|| Store::ALL[i - 1].baseline());
         ms.push(Measurement::new("harness", LATENCY_CASE, v, base, Unit::Micros));
     }
     let stores = Store::ALL;
@@ -392,8 +505,28 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
         |x| x >= 0.5,
         "",
     );
+    let durable_010 =
+        r.find(&case(64), FILE_010).and_then(|m| m.extra("leader durable writes per write"));
+    r.target(
+        "64 clients: openraft 0.10 adapter, leader durable writes per client write <= 0.2",
+        durable_010,
+        |x| x <= 0.2,
+        "",
+    );
+    r.target(
+        "64 clients: openraft 0.10 adapter >= 5x the 0.9 adapter's writes/s (file volumes)",
+        r.ratio(&case(64), FILE_010),
+        |x| x >= 5.0,
+        "",
+    );
+    r.target(
+        "1 client: openraft 0.10 adapter commit latency <= 0.7x the 0.9 adapter's (file volumes)",
+        r.ratio(LATENCY_CASE, FILE_010),
+        |x| x <= 0.7,
+        "",
+    );
     r.notes.push(format!(
-        "Three openraft 0.9.25 nodes in one process (tokio, 2 worker threads), RPCs as direct calls into the target's Raft; snapshots off; node 1 leads. Each case: C client tasks, each awaiting one {VALUE_BYTES} B put at a time for {secs:.1} s after {:.1} s of warm-up, on a fresh cluster per repetition; one sample per repetition (writes/s). openraft-memstore runs the same workload and network code in a child process (bench/harness-memstore: its v1 storage cannot link with storage-v2). Extras: log entries the leader appended per client write, and for Vellum the leader volume's write-through writes + barriers per client write. The batcher rows propose through vellum_raft_store::batcher (one or two entries in flight, at most 1024 ops / 1 MiB per entry). The log's writes are done by its IO thread except in the spawn_blocking and inline rows.",
+        "Three openraft 0.9.25 nodes in one process (tokio, 2 worker threads), RPCs as direct calls into the target's Raft; snapshots off; node 1 leads. Each case: C client tasks, each awaiting one {VALUE_BYTES} B put at a time for {secs:.1} s after {:.1} s of warm-up, on a fresh cluster per repetition; one sample per repetition (writes/s). openraft-memstore runs the same workload and network code in a child process (bench/harness-memstore: its v1 storage cannot link with storage-v2). Extras: log entries the leader appended per client write, and for Vellum the leader volume's write-through writes + barriers per client write. The batcher rows propose through vellum_raft_store::batcher (one or two entries in flight, at most 1024 ops / 1 MiB per entry). The log's writes are done by its IO thread except in the spawn_blocking and inline rows. The openraft 0.10 rows (=0.10.0-alpha.37, vellum_raft_store::v010, plain client_write: 0.10's core batches queued writes itself) are compared with the 0.9 rows of the same volumes; one of them sets Config::broadcast_submitted_on_append.",
         timing.warm_secs
     ));
     Ok(r)
