@@ -395,6 +395,13 @@ impl LogCore {
         Ok(())
     }
 
+    /// Whether entry `index` is durable: its write returned. An entry before the log's first
+    /// one counts as durable (only durable entries are purged); one past the last does not.
+    pub fn is_durable(&self, index: u64) -> bool {
+        let ix = read_lock(&self.shared().index);
+        index < ix.first_index() || ix.get(index).is_some_and(|l| l.durable)
+    }
+
     /// The committed index known durable (what recovery would report at least).
     pub fn durable_committed_index(&self) -> Option<u64> {
         self.shared().durable_committed()
