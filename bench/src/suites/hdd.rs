@@ -29,11 +29,15 @@ pub fn model_ms(writes: f64, flushes: f64, bytes: f64) -> f64 {
 /// The harness case and variant whose counts feed the commit-path model.
 const HARNESS_CASE: &str = "1 clients, 256 B writes";
 const HARNESS_VARIANT: &str = "vellum, file volumes";
+/// The same counted through the openraft 0.10 adapter as the node configures it.
+const HARNESS_VARIANT_010: &str =
+    "vellum on openraft 0.10, file volumes, replicate submitted entries";
 
 /// A 1-client commit of a 3-node cluster on modelled drives, from the durable writes per
 /// client write the `harness` suite counted on the leader and a follower. Under openraft 0.9
 /// the leader's append completes before replication starts, so its writes and a follower's
-/// are in series; etcd's leader writes in parallel with its followers (one write's time).
+/// are in series; etcd's leader writes in parallel with its followers (one write's time), and
+/// so does openraft 0.10 with `broadcast_submitted_on_append` (the slower of the two).
 fn commit_path(r: &mut SuiteResult, harness: &SuiteResult) {
     let Some(m) = harness.find(HARNESS_CASE, HARNESS_VARIANT) else {
         r.skipped.push("the commit-path model needs the harness suite's counts".into());
@@ -48,6 +52,16 @@ fn commit_path(r: &mut SuiteResult, harness: &SuiteResult) {
     let one = model_ms(1.0, 1.0, 4096.0);
     let case = "3-node commit, 1 client (model)";
     let etcd = "etcd-style: leader writes in parallel with followers (1 write)";
+    let parallel_010 = harness.find(HARNESS_CASE, HARNESS_VARIANT_010).and_then(|m| {
+        let l = m.extra("leader durable writes per write")?;
+        let f = m.extra("follower durable writes per write")?;
+        Some((
+            format!(
+                "vellum on openraft 0.10: leader in parallel with followers, counted {l:.2} and {f:.2} writes"
+            ),
+            l.max(f),
+        ))
+    });
     let rows = [
         (etcd.to_string(), 1.0),
         (
@@ -62,6 +76,7 @@ fn commit_path(r: &mut SuiteResult, harness: &SuiteResult) {
             leader + follower + 1.0,
         ),
     ];
+    let rows: Vec<(String, f64)> = rows.into_iter().chain(parallel_010).collect();
     for (i, (variant, writes)) in rows.iter().enumerate() {
         let mut out =
             Measurement::new("hdd-model", case, variant, (i > 0).then_some(etcd), Unit::Millis);
