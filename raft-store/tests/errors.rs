@@ -54,3 +54,35 @@ async fn a_failed_write_is_a_storage_error_and_poisons_the_store() {
         "reads still answer (the queued state)"
     );
 }
+
+/// The same through the openraft 0.10 adapter, whose storage errors are `io::Error`s: the
+/// failure says what failed, and the store stays failed.
+#[cfg(feature = "openraft-v010")]
+#[tokio::test]
+async fn a_failed_write_is_an_io_error_through_the_010_adapter() {
+    use vellum_raft_store::v010::openraft::storage::RaftLogStorage as _;
+    use vellum_raft_store::v010::{LogId, Vote as Vote010};
+
+    let carrier = Arc::new(FaultyCarrier::new(16 << 20, true));
+    let volume = Volume::format(
+        Box::new(Arc::clone(&carrier)),
+        &FormatOptions::default(),
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    let (mut log, _sm) = vellum_raft_store::v010::open_store(
+        &volume,
+        LogConfig { segment_bytes: 1 << 20, background_spares: false, ..LogConfig::default() },
+    )
+    .unwrap();
+    log.save_vote(&Vote010::new(1, 1)).await.unwrap();
+    carrier.inject_error(InjectedError { at_op: carrier.ops(), errno: libc::EIO });
+    let e = log.save_vote(&Vote010::new(2, 1)).await.unwrap_err();
+    assert!(e.to_string().contains("Input/output error"), "the carrier's EIO: {e}");
+    let e2 = log.save_vote(&Vote010::new(3, 1)).await.unwrap_err();
+    assert!(e2.to_string().contains("reopen the store"), "the store stays failed: {e2}");
+    let leader =
+        vellum_raft_store::v010::openraft::impls::leader_id_adv::LeaderId { term: 1, node_id: 1 };
+    let e3 = log.truncate_after(Some(LogId::new(leader, 0))).await.unwrap_err();
+    assert!(e3.to_string().contains("reopen the store"), "{e3}");
+}
