@@ -77,7 +77,7 @@ where
 
     /// Index of the committed log id last saved (what the node had committed at start-up).
     pub fn committed_index(&self) -> Option<u64> {
-        self.meta_log_id(self.core.meta().committed.as_ref()).ok().flatten().map(|l| l.index())
+        Self::meta_log_id(self.core.meta().committed.as_ref()).ok().flatten().map(|l| l.index())
     }
 
     /// The openraft-agnostic core underneath.
@@ -95,8 +95,7 @@ where
         }
     }
 
-    #[allow(clippy::unused_self)] // keeps the call sites' shape of the 0.9 adapter
-    fn meta_log_id(&self, bytes: Option<&Vec<u8>>) -> Result<Option<LogIdOf<C>>> {
+    fn meta_log_id(bytes: Option<&Vec<u8>>) -> Result<Option<LogIdOf<C>>> {
         bytes.map(|b| decode::<LogIdOf<C>>(b)).transpose()
     }
 }
@@ -134,7 +133,7 @@ where
     type LogReader = Self;
 
     async fn get_log_state(&mut self) -> Result<LogState<C>, io::Error> {
-        let purged = self.meta_log_id(self.core.meta().purged.as_ref()).map_err(io_error)?;
+        let purged = Self::meta_log_id(self.core.meta().purged.as_ref()).map_err(io_error)?;
         let last = self.last_log_id().map_err(io_error)?.or_else(|| purged.clone());
         Ok(LogState { last_purged_log_id: purged, last_log_id: last })
     }
@@ -156,7 +155,7 @@ where
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogIdOf<C>>, io::Error> {
-        self.meta_log_id(self.core.meta().committed.as_ref()).map_err(io_error)
+        Self::meta_log_id(self.core.meta().committed.as_ref()).map_err(io_error)
     }
 
     async fn append<I>(&mut self, entries: I, callback: IOFlushed<C>) -> Result<(), io::Error>
