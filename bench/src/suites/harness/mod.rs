@@ -183,18 +183,21 @@ fn load(clients: usize, secs: f64) -> Load {
 /// Three volumes of the store's kind; files under `dir`.
 fn volumes(store: Store, dir: &Path) -> Result<Vec<Volume>, String> {
     (1..=3)
-        .map(|id| match store.memory() {
-            true => Volume::format(
-                Box::new(MemoryCarrier::new(MEMORY_VOLUME_BYTES)),
-                &FormatOptions::default(),
-                VolumeOptions::default(),
-            )
-            .map_err(e("memory volume")),
-            false => fresh_volume(
-                &dir.join(format!("node-{id}.vlm")),
-                FILE_VOLUME_BYTES,
-                CarrierOptions::PRODUCTION,
-            ),
+        .map(|id| {
+            if store.memory() {
+                Volume::format(
+                    Box::new(MemoryCarrier::new(MEMORY_VOLUME_BYTES)),
+                    &FormatOptions::default(),
+                    VolumeOptions::default(),
+                )
+                .map_err(e("memory volume"))
+            } else {
+                fresh_volume(
+                    &dir.join(format!("node-{id}.vlm")),
+                    FILE_VOLUME_BYTES,
+                    CarrierOptions::PRODUCTION,
+                )
+            }
         })
         .collect()
 }
