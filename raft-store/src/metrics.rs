@@ -125,11 +125,11 @@ pub fn describe() {
     );
     describe_counter!(
         PROPOSALS_TOTAL,
-        "Client operations proposed, by result (committed, not_leader, failed)."
+        "Client operations proposed, by result (committed, not_leader, failed; unknown: appended, then lost to a new leader's log)."
     );
     describe_histogram!(
         STAGE_DURATION,
         Unit::Seconds,
-        "One stage of a client write's commit path, by stage: queued (waiting in the proposal batcher), raft_write (client_write: leader append, replication, commit, apply), replication_round_trip (leader: one AppendEntries with entries, until the follower answered), follower_append_rpc (follower: handling it)."
+        "One stage of a client write's commit path, by stage: raft_write (client_write: leader append, replication, commit, apply), queued (waiting in an openraft 0.9 proposal batcher), replication_round_trip (leader: one AppendEntries with entries, until the follower answered), follower_append_rpc (follower: handling it)."
     );
 }

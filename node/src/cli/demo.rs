@@ -2,7 +2,7 @@
 //!
 //! Starts three `vellum serve` processes on free ports with fresh volumes under `DIR/`, waits
 //! for a leader, runs a short workload (sequential writes for latency, concurrent writes for
-//! batching, reads back through a follower), prints the endpoints, the commit latency and the
+//! group commit, reads back through a follower), prints the endpoints, the commit latency and the
 //! `/metrics` URLs, and keeps serving until Ctrl-C, then stops the nodes cleanly.
 
 use std::path::Path;
@@ -177,7 +177,8 @@ pub async fn run(dir: &Path, writes: usize, no_wait: bool) -> Result<(), CliErro
         lat.push(t.elapsed().as_secs_f64() * 1e3);
     }
     lat.sort_by(f64::total_cmp);
-    // Concurrent writes: they queue behind the proposal in flight and commit in batches.
+    // Concurrent writes: the leader puts those that queue up into one log append, and the
+    // log makes the appends in flight durable in one write.
     let concurrent = 64;
     let per_client = 20;
     let t = Instant::now();
@@ -216,7 +217,7 @@ pub async fn run(dir: &Path, writes: usize, no_wait: bool) -> Result<(), CliErro
         percentile(&lat, 0.99)
     );
     println!(
-        "{concurrent} concurrent clients, 4 KiB values: {rate:.0} writes/s (proposals batch while earlier ones are in flight)"
+        "{concurrent} concurrent clients, 4 KiB values: {rate:.0} writes/s (the leader appends queued writes together)"
     );
     println!("read back through a follower (linearizable): {key} = {got:?}");
     println!();

@@ -63,18 +63,6 @@ pub struct ServeArgs {
     /// Log entries kept behind a snapshot (followers further behind get the snapshot).
     #[arg(long, env = "VELLUM_SNAPSHOT_KEEP", default_value_t = 1000)]
     pub snapshot_keep: u64,
-    /// Most client operations proposed in one log entry.
-    #[arg(long, env = "VELLUM_MAX_BATCH", default_value_t = 1024)]
-    pub max_batch: usize,
-    /// Most bytes of keys and values proposed in one log entry (a single larger value goes
-    /// alone). Every entry must fit one log segment of every node: use the same value on
-    /// every node.
-    #[arg(long, env = "VELLUM_MAX_BATCH_BYTES", default_value = "2MiB", value_parser = size_arg)]
-    pub max_batch_bytes: u64,
-    /// Log entries of client writes proposed and not yet committed. With 2 the leader
-    /// appends the next batch while the previous one replicates.
-    #[arg(long, env = "VELLUM_MAX_PROPOSALS_IN_FLIGHT", default_value_t = 2)]
-    pub max_proposals_in_flight: usize,
     /// Raft heartbeat interval in milliseconds (elections time out after 4x to 8x this).
     #[arg(long, env = "VELLUM_HEARTBEAT_MS", default_value_t = 100)]
     pub heartbeat_ms: u64,

@@ -1,7 +1,7 @@
 //! The node's metrics: the Prometheus exporter (with explicit buckets, so histograms stay
 //! histograms), its upkeep, the Raft gauges fed from openraft's metrics, HTTP timings. The
-//! proposal batcher's metrics (`vellum_raft_proposal_batch_entries`,
-//! `vellum_raft_proposals_total`) are named, described and bucketed by the store crate.
+//! store crate names, describes and buckets the metrics it shares with the node
+//! (`vellum_raft_proposals_total`, `vellum_commit_stage_duration_seconds`).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,9 +12,11 @@ use axum::middleware::Next;
 use axum::response::Response;
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
-use openraft::{Raft, ServerState};
-use vellum_raft_store::TypeConfig;
 use vellum_raft_store::metrics::{HISTOGRAMS, LATENCY_BUCKETS};
+use vellum_raft_store::v010::openraft::ServerState;
+use vellum_raft_store::v010::openraft::async_runtime::WatchReceiver;
+
+use super::KvRaft;
 
 pub const COMMIT_DURATION: &str = "vellum_raft_commit_duration_seconds";
 pub const TERM: &str = "vellum_raft_term";
@@ -84,8 +86,9 @@ pub fn spawn_upkeep(handle: PrometheusHandle) {
 }
 
 /// Feeds the Raft gauges from openraft's metrics, and raises `ready` once there is a leader
-/// and the state machine has applied the commit index known at start-up.
-pub fn spawn_raft_watch(raft: Raft<TypeConfig>, startup_commit: u64, ready: Arc<AtomicBool>) {
+/// and the state machine has applied the commit index known at start-up. On the leader, also
+/// once a quorum acknowledged it: openraft 0.10 refuses writes until its leader lease holds.
+pub fn spawn_raft_watch(raft: KvRaft, startup_commit: u64, ready: Arc<AtomicBool>) {
     tokio::spawn(async move {
         let mut rx = raft.metrics();
         let mut leader = None;
@@ -110,7 +113,13 @@ pub fn spawn_raft_watch(raft: Raft<TypeConfig>, startup_commit: u64, ready: Arc<
                 }
                 leader = m.current_leader;
             }
-            ready.store(m.current_leader.is_some() && applied >= startup_commit, Ordering::Release);
+            let leading = m.state == ServerState::Leader;
+            ready.store(
+                m.current_leader.is_some()
+                    && applied >= startup_commit
+                    && (!leading || m.last_quorum_acked.is_some()),
+                Ordering::Release,
+            );
             if rx.changed().await.is_err() {
                 return;
             }

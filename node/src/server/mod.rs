@@ -8,6 +8,11 @@
 //! learner first, then voter). SIGINT / SIGTERM stop it cleanly: Raft shuts down, then the
 //! volume is closed clean. A node that learns from a peer that it lost its state stops too,
 //! and exits non-zero with one line that says so.
+//!
+//! Raft is openraft 0.10 (`=0.10.0-alpha.37`, an alpha upstream) through the store's 0.10
+//! adapter (`vellum_raft_store::v010`). Every client write is its own `client_write`: 0.10
+//! puts the writes queued at the leader into one log append, and the log combines appends in
+//! flight into one durable write, so the node needs no proposal batcher.
 
 mod codec;
 pub mod config;
@@ -21,18 +26,19 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
-use openraft::error::{InitializeError, RaftError};
-use openraft::{Config, Raft, SnapshotPolicy};
 use tokio::net::TcpListener;
 use vellum_raft_store::member::{Identity, PeerBook};
-use vellum_raft_store::{
-    BatchLimits, KvBatcher, KvBatching, KvStateMachine, LogConfig, LogStore, TypeConfig,
-    open_store, open_volume,
-};
+use vellum_raft_store::v010::openraft::errors::{InitializeError, RaftError};
+use vellum_raft_store::v010::openraft::{Config, Raft, SnapshotPolicy};
+use vellum_raft_store::v010::{KvStateMachine, LogStore, TypeConfig, open_store};
+use vellum_raft_store::{LogConfig, open_volume};
 
 use crate::cli::CliError;
 use config::ClusterState;
 pub use config::ServeArgs;
+
+/// The node's Raft handle (0.10 names the state machine in it).
+pub type KvRaft = Raft<TypeConfig, KvStateMachine>;
 
 fn fail(what: &str) -> impl FnOnce(String) -> CliError + '_ {
     move |why| CliError::Usage(format!("{what}: {why}"))
@@ -61,7 +67,7 @@ async fn shutdown_signal() {
 }
 
 /// Bytes a `KvRequest` entry adds around its keys and values (log id, enum tags, lengths):
-/// a generous bound for the batch and value limits.
+/// a generous bound for the value limit.
 const ENTRY_OVERHEAD: usize = 256;
 /// Bytes one operation adds to an entry besides its key and value.
 const OP_OVERHEAD: usize = 16;
@@ -77,29 +83,35 @@ fn raft_config(args: &ServeArgs) -> Result<Arc<Config>, CliError> {
         snapshot_policy: SnapshotPolicy::LogsSinceLast(args.snapshot_entries.max(10)),
         max_in_snapshot_log_to_keep: args.snapshot_keep,
         snapshot_max_chunk_size: 1 << 20,
+        // Hand the leader's appended entries to replication as soon as `append` returns,
+        // not at the end of the core's step: lower latency at low concurrency.
+        broadcast_submitted_on_append: Some(true),
+        // A restarted leader must not resume leading without an election: the state machine
+        // is not durable when `apply` returns (it is made durable by snapshots) and the log
+        // saves the committed id lazily, which is the case openraft's docs call unsafe for
+        // leader restore.
+        enable_leader_restore: Some(false),
         ..Config::default()
     };
     Ok(Arc::new(config.validate().map_err(|e| fail("raft configuration")(e.to_string()))?))
 }
 
 /// The limits client input gets, checked against what one log entry of this volume can
-/// hold: a value that cannot fit is refused (413) before it reaches Raft, and a batch stays
-/// under an entry. A node whose segments cannot hold what it would propose refuses to start:
-/// its followers (configured alike) would refuse such an entry, and openraft 0.9 stops on
-/// any storage error.
-fn limits(args: &ServeArgs, max_entry_bytes: usize) -> Result<(http::Limits, usize), CliError> {
+/// hold: a value that cannot fit is refused (413) before it reaches Raft. A node whose
+/// segments cannot hold the largest write it accepts refuses to start: its followers
+/// (configured alike) would refuse such an entry, and openraft stops on any storage error.
+fn limits(args: &ServeArgs, max_entry_bytes: usize) -> Result<http::Limits, CliError> {
     let (key, value) = (args.max_key_bytes as usize, args.max_value_bytes as usize);
-    let batch = args.max_batch_bytes as usize;
-    let largest = batch.max(key + value + OP_OVERHEAD) + ENTRY_OVERHEAD;
+    let largest = key + value + OP_OVERHEAD + ENTRY_OVERHEAD;
     if largest > max_entry_bytes {
         return Err(CliError::Usage(format!(
-            "--max-value-bytes {value} and --max-batch-bytes {batch} make entries of up to \
+            "--max-key-bytes {key} and --max-value-bytes {value} make entries of up to \
              {largest} bytes, but one raft log entry of this volume holds {max_entry_bytes} \
              (set by its segment size): lower them, or create the volume with a larger \
              --segment-size (use the same settings on every node)"
         )));
     }
-    Ok((http::Limits { max_key_bytes: key, max_value_bytes: value }, batch))
+    Ok(http::Limits { max_key_bytes: key, max_value_bytes: value })
 }
 
 /// Opens (or formats) the volume the node runs on.
@@ -324,7 +336,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     let me = identity(&args, &volume, &log, &sm, missing).await?;
     let (guard, mut fatal) = member::Guard::new(me, book);
     let max_entry_bytes = log.core().max_entry_bytes();
-    let (limits, batch_bytes) = limits(&args, max_entry_bytes)?;
+    let limits = limits(&args, max_entry_bytes)?;
     let startup_commit = log.committed_index().unwrap_or(0);
     let log_core = log.core().clone();
     let kv = sm.reader();
@@ -342,15 +354,6 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         id: args.id,
         raft: raft.clone(),
         kv,
-        proposer: KvBatcher::start(
-            raft.clone(),
-            KvBatching,
-            BatchLimits {
-                max_ops: args.max_batch,
-                max_bytes: batch_bytes,
-                max_in_flight: args.max_proposals_in_flight,
-            },
-        ),
         limits,
         ready,
         prometheus,

@@ -1,8 +1,11 @@
 //! Raft RPC between nodes: HTTP POSTs with bincode bodies to the peer's raft address, one
 //! pooled keep-alive client per peer, each call bounded by openraft's deadline.
 //!
-//! Snapshots travel in chunks: openraft's default `full_snapshot` splits them into
-//! `install_snapshot` calls of `snapshot_max_chunk_size` bytes.
+//! openraft 0.10's `RaftNetworkV2`: `append_entries` (heartbeats too: 0.10 sends them from
+//! its own heartbeat worker, through `new_heartbeat_client`), `vote`, and `full_snapshot`,
+//! which sends the whole snapshot with the leader's vote and the snapshot's meta in one POST
+//! (the receiver calls `install_full_snapshot`). A snapshot is bounded by
+//! [`MAX_SNAPSHOT_BYTES`] and gets `install_snapshot_timeout` plus one second per MiB.
 //!
 //! Every call names this member and the target (`member.rs`); an answer from another
 //! incarnation of the target than the peer book holds is dropped (never counted), and an
@@ -10,54 +13,57 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
-use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
-};
-use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
-use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
-};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use vellum_raft_store::metrics::STAGE_DURATION;
-use vellum_raft_store::{KvNode, TypeConfig};
+use vellum_raft_store::v010::openraft::errors::{
+    Fatal, NetworkError, RPCError, RaftError, ReplicationClosed, StreamingError, Unreachable,
+};
+use vellum_raft_store::v010::openraft::network::{RPCOption, RaftNetworkFactory};
+use vellum_raft_store::v010::openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+};
+use vellum_raft_store::v010::openraft::type_config::alias::{SnapshotOf, VoteOf};
+use vellum_raft_store::v010::openraft::{EntryPayload, OptionalSend, RaftNetworkV2};
+use vellum_raft_store::v010::{Entry, KvNode, KvOp, SnapshotData, TypeConfig};
 
 use super::codec::{decode, encode};
 use super::member::{self, Guard};
+use super::raft_api::MAX_SNAPSHOT_BYTES;
 
-/// Bytes of entries one AppendEntries RPC carries (at least one entry). openraft 0.9 bounds
-/// a payload by its number of entries only, and gives an AppendEntries one heartbeat interval
-/// before it counts it as timed out and sends it again: a payload of many large entries would
-/// time out every time (and starve the heartbeats into elections). A larger payload is sent
-/// as a prefix instead.
+/// Bytes of entries one AppendEntries RPC carries (at least one entry). openraft bounds a
+/// payload by its number of entries only (`max_payload_entries`), and Vellum gives an
+/// AppendEntries one heartbeat interval (openraft's `hard_ttl`) before it counts it as failed
+/// and openraft sends it again: a payload of many large entries would fail every time. A
+/// larger payload is sent as a prefix instead.
 const APPEND_BYTES: usize = 2 << 20;
 
 /// An upper bound of the bytes `e` adds to an RPC body.
-fn entry_bytes(e: &openraft::Entry<TypeConfig>) -> usize {
+fn entry_bytes(e: &Entry) -> usize {
     const FIXED: usize = 64;
     match &e.payload {
-        openraft::EntryPayload::Blank => FIXED,
-        openraft::EntryPayload::Normal(req) => {
+        EntryPayload::Blank => FIXED,
+        EntryPayload::Normal(req) => {
             FIXED
                 + req
                     .ops
                     .iter()
                     .map(|op| match op {
-                        vellum_raft_store::KvOp::Put { key, value } => 16 + key.len() + value.len(),
-                        vellum_raft_store::KvOp::Delete { key } => 16 + key.len(),
+                        KvOp::Put { key, value } => 16 + key.len() + value.len(),
+                        KvOp::Delete { key } => 16 + key.len(),
                     })
                     .sum::<usize>()
         }
-        openraft::EntryPayload::Membership(m) => {
+        EntryPayload::Membership(m) => {
             FIXED + m.nodes().map(|(_, n)| 32 + n.raft_addr.len() + n.api_addr.len()).sum::<usize>()
         }
     }
 }
 
 /// How many of `entries` fit `budget` bytes (at least one).
-fn prefix_within(entries: &[openraft::Entry<TypeConfig>], budget: usize) -> usize {
+fn prefix_within(entries: &[Entry], budget: usize) -> usize {
     let mut total = 0;
     for (i, e) in entries.iter().enumerate() {
         total += entry_bytes(e);
@@ -66,6 +72,13 @@ fn prefix_within(entries: &[openraft::Entry<TypeConfig>], budget: usize) -> usiz
         }
     }
     entries.len()
+}
+
+/// The deadline of sending a snapshot of `bytes`: openraft's `install_snapshot_timeout` (the
+/// RPC's `hard_ttl`), plus one second per MiB, so that a large snapshot on a slow link is not
+/// resent forever (openraft 0.9 gave each 1 MiB chunk the whole timeout).
+fn snapshot_deadline(hard_ttl: Duration, bytes: usize) -> Duration {
+    hard_ttl + Duration::from_secs((bytes as u64).div_ceil(1 << 20))
 }
 
 /// Makes the per-peer clients.
@@ -117,26 +130,41 @@ pub struct Peer {
     guard: Arc<Guard>,
 }
 
-type RpcResult<T, E> = Result<T, RPCError<u64, KvNode, RaftError<u64, E>>>;
+type Rpc<T> = Result<T, RPCError<TypeConfig>>;
+
+fn network_error(e: &(impl std::error::Error + 'static)) -> RPCError<TypeConfig> {
+    RPCError::Network(NetworkError::new(e))
+}
+
+fn unreachable(why: String) -> RPCError<TypeConfig> {
+    RPCError::Unreachable(Unreachable::from_string(why))
+}
 
 impl Peer {
-    async fn call<Req, Resp, E>(
-        &self,
-        path: &str,
-        req: &Req,
-        option: &RPCOption,
-    ) -> RpcResult<Resp, E>
+    /// POSTs `req` to the target's `/raft/{path}` and decodes its answer, a bincode
+    /// `Result<Resp, E>`. The remote error `E` (openraft's `RaftError` or `Fatal`: the target's
+    /// Raft stopped) cannot travel as an `RPCError::RemoteError` in 0.10's network API: it
+    /// becomes `Unreachable`, so that openraft backs off that target.
+    async fn call<Req, Resp, E>(&self, path: &str, req: &Req, timeout: Duration) -> Rpc<Resp>
     where
         Req: Serialize,
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let body = encode(req).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
+        let body = encode(req).map_err(|e| network_error(&e))?;
+        self.post::<Resp, E>(path, body, timeout).await
+    }
+
+    async fn post<Resp, E>(&self, path: &str, body: Vec<u8>, timeout: Duration) -> Rpc<Resp>
+    where
+        Resp: DeserializeOwned,
+        E: std::error::Error + DeserializeOwned,
+    {
         let url = format!("http://{}/raft/{path}", self.node.raft_addr);
         let sent = self
             .client
             .post(url)
-            .timeout(option.hard_ttl())
+            .timeout(timeout)
             .header(member::FROM, self.guard.me_header())
             .header(member::TO, self.guard.to_header(self.target))
             .body(body)
@@ -145,14 +173,14 @@ impl Peer {
         let resp = match sent {
             Ok(r) => r,
             Err(e) if e.is_connect() => return Err(RPCError::Unreachable(Unreachable::new(&e))),
-            Err(e) => return Err(RPCError::Network(NetworkError::new(&e))),
+            Err(e) => return Err(network_error(&e)),
         };
         if resp.status() == reqwest::StatusCode::CONFLICT {
             return Err(self.refused(resp).await);
         }
         if !resp.status().is_success() {
             let e = std::io::Error::other(format!("peer answered HTTP {}", resp.status()));
-            return Err(RPCError::Network(NetworkError::new(&e)));
+            return Err(network_error(&e));
         }
         // The answer counts only from the incarnation of the target this member knows (or,
         // at first contact, from the one recorded now, durably, before it is used).
@@ -162,31 +190,21 @@ impl Peer {
             .and_then(|v| v.to_str().ok())
             .and_then(member::parse_member);
         let Some((id, Some(inc))) = answered.filter(|(id, _)| *id == self.target) else {
-            let e = std::io::Error::other(format!(
+            return Err(unreachable(format!(
                 "the answer of node {} does not name it as its member",
                 self.target
-            ));
-            return Err(RPCError::Unreachable(Unreachable::new(&e)));
+            )));
         };
         if let Err(refused) = self.guard.admit(id, inc).await {
-            let e = std::io::Error::other(format!("dropped the answer of node {id}: {refused:?}"));
-            return Err(RPCError::Unreachable(Unreachable::new(&e)));
+            return Err(unreachable(format!("dropped the answer of node {id}: {refused:?}")));
         }
-        let bytes = resp.bytes().await.map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        let result: Result<Resp, RaftError<u64, E>> =
-            decode(&bytes).map_err(|e| RPCError::Network(NetworkError::new(&e)))?;
-        result.map_err(|e| {
-            RPCError::RemoteError(RemoteError::new_with_node(self.target, self.node.clone(), e))
-        })
+        let bytes = resp.bytes().await.map_err(|e| network_error(&e))?;
+        let result: Result<Resp, E> = decode(&bytes).map_err(|e| network_error(&e))?;
+        result.map_err(|e| unreachable(format!("node {} answered with an error: {e}", self.target)))
     }
-}
 
-impl Peer {
     /// A 409 answer: one of the two members lost its state. If it names this node, stop.
-    async fn refused<E: std::error::Error>(
-        &self,
-        resp: reqwest::Response,
-    ) -> RPCError<u64, KvNode, RaftError<u64, E>> {
+    async fn refused(&self, resp: reqwest::Response) -> RPCError<TypeConfig> {
         let body: serde_json::Value = resp.json().await.unwrap_or_default();
         let stale = body["member"].as_u64();
         let known = body["known"].as_str().and_then(|k| k.parse().ok());
@@ -195,26 +213,28 @@ impl Peer {
         {
             self.guard.stale_self(self.target, known);
         }
-        let e = std::io::Error::other(format!(
+        unreachable(format!(
             "node {} refused the RPC: member {} lost its state",
             self.target,
             stale.map_or_else(|| "?".into(), |s| s.to_string())
-        ));
-        RPCError::Unreachable(Unreachable::new(&e))
+        ))
     }
 }
 
-impl RaftNetwork<TypeConfig> for Peer {
+impl RaftNetworkV2<TypeConfig> for Peer {
+    type SnapshotData = SnapshotData;
+
     async fn append_entries(
         &mut self,
         mut rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
-    ) -> RpcResult<AppendEntriesResponse<u64>, openraft::error::Infallible> {
+    ) -> Rpc<AppendEntriesResponse<TypeConfig>> {
+        type E = RaftError<TypeConfig>;
         let keep = prefix_within(&rpc.entries, APPEND_BYTES);
         if keep == rpc.entries.len() {
             // The replication round trip of a commit, timed when entries go (not heartbeats).
             let started = (!rpc.entries.is_empty()).then(std::time::Instant::now);
-            let resp = self.call("append", &rpc, &option).await;
+            let resp = self.call::<_, _, E>("append", &rpc, option.hard_ttl()).await;
             if let Some(t) = started {
                 metrics::histogram!(STAGE_DURATION, "stage" => "replication_round_trip")
                     .record(t.elapsed().as_secs_f64());
@@ -225,43 +245,82 @@ impl RaftNetwork<TypeConfig> for Peer {
         // sends the rest right away (its documented contract for `PartialSuccess`).
         rpc.entries.truncate(keep);
         let sent = rpc.entries.last().map(|e| e.log_id);
-        let resp = self.call("append", &rpc, &option).await?;
+        let resp = self.call::<_, _, E>("append", &rpc, option.hard_ttl()).await?;
         Ok(match resp {
             AppendEntriesResponse::Success => AppendEntriesResponse::PartialSuccess(sent),
             other => other,
         })
     }
 
-    async fn install_snapshot(
-        &mut self,
-        rpc: InstallSnapshotRequest<TypeConfig>,
-        option: RPCOption,
-    ) -> RpcResult<InstallSnapshotResponse<u64>, InstallSnapshotError> {
-        self.call("snapshot", &rpc, &option).await
-    }
-
     async fn vote(
         &mut self,
-        rpc: VoteRequest<u64>,
+        rpc: VoteRequest<TypeConfig>,
         option: RPCOption,
-    ) -> RpcResult<VoteResponse<u64>, openraft::error::Infallible> {
-        self.call("vote", &rpc, &option).await
+    ) -> Rpc<VoteResponse<TypeConfig>> {
+        self.call::<_, _, RaftError<TypeConfig>>("vote", &rpc, option.hard_ttl()).await
+    }
+
+    async fn full_snapshot(
+        &mut self,
+        vote: VoteOf<TypeConfig>,
+        snapshot: SnapshotOf<TypeConfig, SnapshotData>,
+        cancel: impl Future<Output = ReplicationClosed> + OptionalSend + 'static,
+        option: RPCOption,
+    ) -> Result<SnapshotResponse<TypeConfig>, StreamingError<TypeConfig>> {
+        let data = snapshot.snapshot.into_inner();
+        let len = data.len();
+        let body = (vote, snapshot.meta, data);
+        let body = encode(&body).map_err(|e| StreamingError::from(network_error(&e)))?;
+        if body.len() > MAX_SNAPSHOT_BYTES {
+            // The target would refuse it (413) every time: say why, and back off.
+            let why = format!(
+                "the snapshot for node {} is {} bytes, more than the {MAX_SNAPSHOT_BYTES} one \
+                 snapshot RPC may carry: node {} cannot catch up by snapshot",
+                self.target,
+                body.len(),
+                self.target
+            );
+            tracing::error!("{why}");
+            return Err(unreachable(why).into());
+        }
+        let deadline = snapshot_deadline(option.hard_ttl(), len);
+        let started = std::time::Instant::now();
+        let sent = tokio::select! {
+            closed = cancel => return Err(StreamingError::Closed(closed)),
+            r = self.post::<SnapshotResponse<TypeConfig>, Fatal<TypeConfig>>("snapshot", body, deadline) => r,
+        };
+        tracing::info!(
+            target = self.target,
+            bytes = len,
+            ms = started.elapsed().as_millis() as u64,
+            ok = sent.is_ok(),
+            "sent a snapshot"
+        );
+        Ok(sent?)
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use openraft::{CommittedLeaderId, Entry, EntryPayload, LogId};
-    use vellum_raft_store::{KvOp, KvRequest};
+    use vellum_raft_store::v010::openraft::impls::leader_id_adv::LeaderId;
+    use vellum_raft_store::v010::{KvRequest, LogId};
 
     use super::*;
 
-    fn put(index: u64, len: usize) -> Entry<TypeConfig> {
+    fn put(index: u64, len: usize) -> Entry {
         let op = KvOp::Put { key: "k".into(), value: vec![0; len] };
         Entry {
-            log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
+            log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, index),
             payload: EntryPayload::Normal(KvRequest { ops: vec![op] }),
         }
+    }
+
+    #[test]
+    fn a_snapshot_gets_a_second_per_mib_over_the_timeout() {
+        let ttl = Duration::from_secs(10);
+        assert_eq!(snapshot_deadline(ttl, 0), ttl);
+        assert_eq!(snapshot_deadline(ttl, 1), ttl + Duration::from_secs(1));
+        assert_eq!(snapshot_deadline(ttl, 64 << 20), ttl + Duration::from_secs(64));
     }
 
     #[test]

@@ -1,8 +1,11 @@
 //! The Raft RPC endpoint: `POST /raft/{append,vote,snapshot}` with bincode bodies; the reply
-//! body is the bincode of openraft's `Result`. Every request must name its sender and target
+//! body is the bincode of openraft's `Result`. A snapshot comes whole, with the leader's vote
+//! and the snapshot's meta, in one POST, and goes to openraft 0.10's `install_full_snapshot`
+//! (bodies up to [`MAX_SNAPSHOT_BYTES`]). Every request must name its sender and target
 //! members and every answer names this one (`member.rs`); `GET /raft/member/{id}` tells what
 //! this member knows of node `id` (the start-up check of a node on a fresh volume).
 
+use std::io::Cursor;
 use std::sync::Arc;
 
 use axum::body::Bytes;
@@ -11,24 +14,35 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use openraft::Raft;
-use openraft::raft::AppendEntriesRequest;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
-use vellum_raft_store::TypeConfig;
 use vellum_raft_store::metrics::STAGE_DURATION;
+use vellum_raft_store::v010::TypeConfig;
+use vellum_raft_store::v010::openraft::Snapshot;
+use vellum_raft_store::v010::openraft::async_runtime::WatchReceiver;
+use vellum_raft_store::v010::openraft::raft::{AppendEntriesRequest, VoteRequest};
+use vellum_raft_store::v010::openraft::type_config::alias::{SnapshotMetaOf, VoteOf};
 
+use super::KvRaft;
 use super::codec::{decode, encode};
 use super::member::{self, Guard, Knowledge, Refused};
 use vellum_raft_store::member::PeerBook;
 
-/// Largest RPC body (a batch of entries or a snapshot chunk).
+/// Largest append or vote RPC body.
 pub const MAX_RPC_BYTES: usize = 256 << 20;
+/// Largest snapshot RPC body: the whole snapshot travels in one POST (openraft 0.10 leaves
+/// chunking to the application), and both ends hold it in memory, as they hold the state
+/// machine. A follower behind a larger snapshot cannot catch up (the leader says so in its
+/// log).
+pub const MAX_SNAPSHOT_BYTES: usize = 1 << 30;
+
+/// A whole snapshot on the wire: the leader's vote, the snapshot's meta, its bytes.
+type SnapshotRpc = (VoteOf<TypeConfig>, SnapshotMetaOf<TypeConfig>, Vec<u8>);
 
 /// The Raft side of a started node.
 pub struct RpcState {
-    raft: Raft<TypeConfig>,
+    raft: KvRaft,
     guard: Arc<Guard>,
 }
 
@@ -57,18 +71,21 @@ impl Slot {
     }
 
     /// Serves Raft RPCs from now on.
-    pub fn ready(&self, raft: Raft<TypeConfig>, guard: Arc<Guard>) {
+    pub fn ready(&self, raft: KvRaft, guard: Arc<Guard>) {
         let _ = self.ready.set(RpcState { raft, guard });
     }
 }
 
 pub fn router(slot: Arc<Slot>) -> Router {
+    let snapshots = Router::new()
+        .route("/raft/snapshot", post(snapshot))
+        .layer(DefaultBodyLimit::max(MAX_SNAPSHOT_BYTES));
     Router::new()
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
-        .route("/raft/snapshot", post(snapshot))
         .route("/raft/member/{id}", get(knowledge))
         .layer(DefaultBodyLimit::max(MAX_RPC_BYTES))
+        .merge(snapshots)
         .with_state(slot)
 }
 
@@ -109,21 +126,21 @@ trait Sender {
     fn sender(&self) -> Option<u64>;
 }
 
-impl Sender for openraft::raft::AppendEntriesRequest<TypeConfig> {
+impl Sender for AppendEntriesRequest<TypeConfig> {
     fn sender(&self) -> Option<u64> {
-        self.vote.leader_id().voted_for()
+        Some(self.vote.leader_id().node_id)
     }
 }
 
-impl Sender for openraft::raft::VoteRequest<u64> {
+impl Sender for VoteRequest<TypeConfig> {
     fn sender(&self) -> Option<u64> {
-        self.vote.leader_id().voted_for()
+        Some(self.vote.leader_id().node_id)
     }
 }
 
-impl Sender for openraft::raft::InstallSnapshotRequest<TypeConfig> {
+impl Sender for SnapshotRpc {
     fn sender(&self) -> Option<u64> {
-        self.vote.leader_id().voted_for()
+        Some(self.0.leader_id().node_id)
     }
 }
 
@@ -171,8 +188,14 @@ async fn check(s: &RpcState, headers: &HeaderMap, sender: Option<u64>) -> Result
     {
         // The sender knows another incarnation of this node: this one lost its state. Only
         // a member of this node's configuration is believed enough to stop it.
-        let is_member =
-            s.raft.metrics().borrow().membership_config.membership().get_node(&from).is_some();
+        let is_member = s
+            .raft
+            .metrics()
+            .borrow_watched()
+            .membership_config
+            .membership()
+            .get_node(&from)
+            .is_some();
         if is_member {
             guard.stale_self(from, known);
         }
@@ -192,7 +215,7 @@ async fn handle<Req, Resp, F, Fut>(
 where
     Req: DeserializeOwned + Sender,
     Resp: Serialize,
-    F: FnOnce(Raft<TypeConfig>, Req) -> Fut,
+    F: FnOnce(KvRaft, Req) -> Fut,
     Fut: Future<Output = Resp>,
 {
     let mut resp = match decode::<Req>(body) {
@@ -225,12 +248,23 @@ async fn append(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) 
 
 async fn vote(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) -> Response {
     let Some(s) = slot.ready.get() else { return not_ready() };
-    handle(s, &headers, &body, |raft, req| async move { raft.vote(req).await }).await
+    handle(
+        s,
+        &headers,
+        &body,
+        |raft, req: VoteRequest<TypeConfig>| async move { raft.vote(req).await },
+    )
+    .await
 }
 
 async fn snapshot(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) -> Response {
     let Some(s) = slot.ready.get() else { return not_ready() };
-    handle(s, &headers, &body, |raft, req| async move { raft.install_snapshot(req).await }).await
+    // The member checks run first: `install_full_snapshot` panics on a snapshot that no
+    // protocol-following leader of this cluster could send (e.g. one of a former incarnation).
+    handle(s, &headers, &body, |raft, (vote, meta, data): SnapshotRpc| async move {
+        raft.install_full_snapshot(vote, Snapshot { meta, snapshot: Cursor::new(data) }).await
+    })
+    .await
 }
 
 async fn knowledge(State(slot): State<Arc<Slot>>, Path(id): Path<u64>) -> Response {

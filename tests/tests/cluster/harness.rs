@@ -113,6 +113,15 @@ impl Node {
         let _ = std::fs::remove_file(self.volume.with_extension("vlm.lock"));
     }
 
+    /// Sends `signal` (`STOP`, `CONT`) to the process: a stopped node is cut off from every
+    /// peer, its own timers included, until it continues.
+    pub fn signal(&self, signal: &str) {
+        if let Some(c) = &self.child {
+            let _ =
+                Command::new("kill").args([&format!("-{signal}"), &c.id().to_string()]).status();
+        }
+    }
+
     /// kill -9.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
@@ -235,6 +244,10 @@ impl Cluster {
             assert!(Instant::now() < deadline, "no leader among the running nodes in 30 s");
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+
+    pub fn by_ref(&self, id: u64) -> &Node {
+        self.nodes.iter().find(|n| n.id == id).unwrap()
     }
 
     pub fn by_id(&mut self, id: u64) -> &mut Node {

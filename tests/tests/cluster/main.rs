@@ -10,6 +10,7 @@ mod harness;
 mod t10_basic;
 mod t20_membership;
 mod t30_crash_restart;
+mod t35_lost_quorum;
 mod t40_bad_input;
 mod t50_prometheus;
 mod t60_deploy;

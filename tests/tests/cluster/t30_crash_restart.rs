@@ -39,6 +39,19 @@ fn no_acknowledged_write_is_lost_across_kill_and_restart() {
     eprintln!("new leader {new} after {:.2} s", started.elapsed().as_secs_f64());
     phase("every acknowledged write reads back linearizably from a survivor");
     let survivor = c.nodes.iter().find(|n| n.id != old).unwrap();
+    // `leader()` returns as soon as one node leads; the survivor may still point at the dead
+    // leader (or at none) until the new leader's first AppendEntries reaches it, and would
+    // answer those reads with a retryable 502 / 503, which is not a lost write.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c
+        .get(&survivor.url("/v1/cluster/status"))
+        .and_then(|r| r.json::<serde_json::Value>().ok())
+        .and_then(|v| v["leader"].as_u64())
+        != Some(new)
+    {
+        assert!(Instant::now() < deadline, "node {} does not follow node {new}", survivor.id);
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let lost: Vec<usize> = acked
         .iter()
         .copied()

@@ -18,8 +18,14 @@ fn have(tool: &str) -> bool {
 #[test]
 fn local_cluster_script_starts_and_stops_its_own_nodes() {
     let dir = tempfile::tempdir().unwrap();
-    // Three consecutive free-looking ports are not guaranteed; pick a random base high up.
-    let base = 20_000 + (free_port() % 20_000);
+    // The script takes BASE+1..3 and BASE+11..13: take fourteen consecutive ports from the
+    // harness (below the ephemeral range, and handed to no other test of this process).
+    let base = loop {
+        let ports: Vec<u16> = (0..14).map(|_| free_port()).collect();
+        if ports[13].checked_sub(ports[0]) == Some(13) {
+            break ports[0];
+        }
+    };
     let out = Command::new("bash")
         .arg(repo().join("deploy/local-cluster.sh"))
         .arg(dir.path().join("c"))
@@ -30,9 +36,15 @@ fn local_cluster_script_starts_and_stops_its_own_nodes() {
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
+    let logs: String = (1..=3)
+        .map(|i| {
+            let log = std::fs::read_to_string(dir.path().join(format!("c/node{i}.log")));
+            format!("\n== node {i} ==\n{}", log.unwrap_or_default())
+        })
+        .collect();
     assert!(
         out.status.success(),
-        "local-cluster.sh failed: {stdout}{}",
+        "local-cluster.sh failed: {stdout}{}{logs}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("node 3: api"), "{stdout}");

@@ -72,7 +72,13 @@ fn a_member_restarted_on_a_fresh_volume_refuses_and_can_rejoin_as_a_new_member()
     c.by_id(4).start();
     wait_voters(&c, &[1, 2, 4]);
     c.wait_ready();
-    assert_eq!(c.read(c.nodes.last().unwrap(), "k7", false).as_deref(), Some("v7"));
+    let got = c.http.get(c.nodes.last().unwrap().url("/v1/kv/k7")).send();
+    let got = got.map(|r| (r.status().as_u16(), r.text().unwrap_or_default()));
+    assert!(
+        got.as_ref().is_ok_and(|(status, body)| *status == 200 && body == "v7"),
+        "reading k7 through node 4: {got:?} {}",
+        c.logs()
+    );
 }
 
 /// Node 3 acknowledged a write that node 2 never saw; then node 3 loses its volume and comes

@@ -7,9 +7,12 @@ use axum::Json;
 use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
 use axum::response::{IntoResponse, Response};
-use openraft::ServerState;
 use serde::{Deserialize, Serialize};
-use vellum_raft_store::KvNode;
+use vellum_raft_store::v010::openraft::async_runtime::WatchReceiver;
+use vellum_raft_store::v010::openraft::errors::{ClientWriteError, RaftError};
+use vellum_raft_store::v010::openraft::raft::ClientWriteResponse;
+use vellum_raft_store::v010::openraft::{ChangeMembers as Change, ServerState};
+use vellum_raft_store::v010::{KvNode, TypeConfig};
 
 use super::{ApiError, AppState, Leader};
 
@@ -31,7 +34,7 @@ pub struct Status {
 }
 
 pub async fn status(State(s): State<AppState>) -> Response {
-    let m = s.raft.metrics().borrow().clone();
+    let m = s.raft.metrics().borrow_watched().clone();
     let membership = m.membership_config.membership();
     let voters: BTreeSet<u64> = membership.voter_ids().collect();
     let learners: Vec<u64> = membership.learner_ids().collect();
@@ -91,6 +94,24 @@ fn not_leader(s: &AppState) -> Option<Response> {
     }
 }
 
+/// The answer to a membership change: its log index, or why it failed. A leader that is not
+/// writable (no leader any more, or a lease that does not hold) is a retryable 503.
+fn changed(
+    result: Result<
+        ClientWriteResponse<TypeConfig>,
+        RaftError<TypeConfig, ClientWriteError<TypeConfig>>,
+    >,
+    failed: fn(String) -> ApiError,
+) -> Response {
+    match result {
+        Ok(r) => Json(serde_json::json!({ "index": r.log_id.index })).into_response(),
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+            ApiError::NoLeader { leader: f.leader_id }.into_response()
+        }
+        Err(e) => failed(e.to_string()).into_response(),
+    }
+}
+
 pub async fn add_learner(
     State(s): State<AppState>,
     body: Result<Json<AddLearner>, JsonRejection>,
@@ -106,10 +127,7 @@ pub async fn add_learner(
         return r;
     }
     let node = KvNode { raft_addr: req.raft_addr, api_addr: req.api_addr };
-    match s.raft.add_learner(req.id, node, true).await {
-        Ok(r) => Json(serde_json::json!({ "index": r.log_id.index })).into_response(),
-        Err(e) => ApiError::Internal(e.to_string()).into_response(),
-    }
+    changed(s.raft.add_learner(req.id, node, true).await, ApiError::Internal)
 }
 
 pub async fn change_members(
@@ -127,10 +145,7 @@ pub async fn change_members(
         return r;
     }
     let members: BTreeSet<u64> = req.members.into_iter().collect();
-    match s.raft.change_membership(members, false).await {
-        Ok(r) => Json(serde_json::json!({ "index": r.log_id.index })).into_response(),
-        Err(e) => ApiError::BadRequest(e.to_string()).into_response(),
-    }
+    changed(s.raft.change_membership(members, false).await, ApiError::BadRequest)
 }
 
 /// Removes node `id` from the cluster, voter or learner (through the leader).
@@ -141,20 +156,17 @@ pub async fn remove_member(
     if let Some(r) = not_leader(&s) {
         return r;
     }
-    let m = s.raft.metrics().borrow().clone();
+    let m = s.raft.metrics().borrow_watched().clone();
     let membership = m.membership_config.membership();
     let change = if membership.voter_ids().any(|v| v == id) {
         if membership.voter_ids().count() == 1 {
             return ApiError::BadRequest(format!("node {id} is the last voter")).into_response();
         }
-        openraft::ChangeMembers::RemoveVoters(BTreeSet::from([id]))
+        Change::RemoveVoters(BTreeSet::from([id]))
     } else if membership.learner_ids().any(|l| l == id) {
-        openraft::ChangeMembers::RemoveNodes(BTreeSet::from([id]))
+        Change::RemoveNodes(BTreeSet::from([id]))
     } else {
         return ApiError::NotFound.into_response();
     };
-    match s.raft.change_membership(change, false).await {
-        Ok(r) => Json(serde_json::json!({ "index": r.log_id.index })).into_response(),
-        Err(e) => ApiError::BadRequest(e.to_string()).into_response(),
-    }
+    changed(s.raft.change_membership(change, false).await, ApiError::BadRequest)
 }

@@ -11,6 +11,12 @@ pub enum ApiError {
     NoLeader {
         leader: Option<u64>,
     },
+    /// The leader accepted the write into its log, then lost it to another leader's log
+    /// (openraft's `LogEntryDiscarded`): it may or may not have been applied. Retry only if
+    /// applying it twice is harmless (a put of the same value, a delete).
+    OutcomeUnknown {
+        leader: Option<u64>,
+    },
     /// The node has no leader yet, or has not applied what it committed before.
     NotReady,
     NotFound,
@@ -36,6 +42,15 @@ impl IntoResponse for ApiError {
             ApiError::NoLeader { leader } => {
                 (StatusCode::SERVICE_UNAVAILABLE, json!({ "error": "no_leader", "leader": leader }))
             }
+            ApiError::OutcomeUnknown { leader } => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({
+                    "error": "outcome_unknown",
+                    "reason": "the leader lost this write's log entry to a leader change: the \
+                               write may or may not have been applied; read the key to find out",
+                    "leader": leader,
+                }),
+            ),
             ApiError::NotReady => {
                 (StatusCode::SERVICE_UNAVAILABLE, json!({ "error": "not_ready" }))
             }

@@ -6,7 +6,12 @@ use axum::extract::{OriginalUri, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use vellum_raft_store::{KvOp, ProposeError, TypeConfig};
+use vellum_raft_store::metrics::{PROPOSALS_TOTAL, STAGE_DURATION};
+use vellum_raft_store::v010::openraft::ReadPolicy;
+use vellum_raft_store::v010::openraft::errors::{
+    ClientWriteError, LinearizableReadError, RaftError,
+};
+use vellum_raft_store::v010::{KvOp, KvRequest};
 
 use super::{ApiError, AppState, FORWARDED, Leader, relay};
 
@@ -30,16 +35,17 @@ fn check_key(s: &AppState, key: &str) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Forwards the request to the leader, or redirects there with `?redirect`.
+/// Forwards the request to `leader`, or redirects there with `?redirect`.
 async fn to_leader(
     s: &AppState,
+    leader: Leader,
     method: Method,
     uri: &OriginalUri,
     params: &Params,
     headers: &HeaderMap,
     body: Bytes,
 ) -> Response {
-    let (id, node) = match s.leader() {
+    let (id, node) = match leader {
         Leader::Other(id, node) => (id, node),
         Leader::Me => return ApiError::Internal("forwarding to ourselves".into()).into_response(),
         Leader::Unknown(leader) => return ApiError::NoLeader { leader }.into_response(),
@@ -75,9 +81,32 @@ async fn to_leader(
     }
 }
 
-async fn propose(s: &AppState, op: KvOp) -> Result<Response, ProposeError<TypeConfig>> {
-    let proposed = s.proposer.propose(op).await?;
-    Ok(axum::Json(serde_json::json!({ "index": proposed.log_index })).into_response())
+/// Proposes `op` on this node, the leader as far as it knows: one `client_write` of one
+/// operation (openraft 0.10 puts concurrent writes into one log append by itself). `Err` is
+/// where openraft says the write must go instead (it was not appended here).
+async fn propose(s: &AppState, op: KvOp) -> Result<Response, Leader> {
+    let started = std::time::Instant::now();
+    let written = s.raft.client_write(KvRequest { ops: vec![op] }).await;
+    metrics::histogram!(STAGE_DURATION, "stage" => "raft_write")
+        .record(started.elapsed().as_secs_f64());
+    let (label, outcome) = match written {
+        Ok(w) => (
+            "committed",
+            Ok(axum::Json(serde_json::json!({ "index": w.log_id.index })).into_response()),
+        ),
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+            ("not_leader", Err(s.forward_target(&f)))
+        }
+        Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(f))) => {
+            // Appended here, then truncated by another leader's log: it may have committed
+            // through that leader, or not. Not forwarded: a retry could apply it twice.
+            let leader = f.leader_id;
+            ("unknown", Ok(ApiError::OutcomeUnknown { leader }.into_response()))
+        }
+        Err(e) => ("failed", Ok(ApiError::Internal(e.to_string()).into_response())),
+    };
+    metrics::counter!(PROPOSALS_TOTAL, "result" => label).increment(1);
+    outcome
 }
 
 async fn write(
@@ -110,14 +139,15 @@ async fn write_inner(
     body: Bytes,
     op: KvOp,
 ) -> Response {
-    if matches!(s.leader(), Leader::Me) {
-        match propose(&s, op).await {
+    let leader = match s.leader() {
+        Leader::Me => match propose(&s, op).await {
             Ok(r) => return r,
-            Err(ProposeError::NotLeader { .. }) => {} // lost leadership meanwhile: forward
-            Err(why) => return ApiError::Internal(why.to_string()).into_response(),
-        }
-    }
-    to_leader(&s, method, &uri, &params, &headers, body).await
+            // Not the leader (any more), or not a writable one yet: where openraft says.
+            Err(leader) => leader,
+        },
+        other => other,
+    };
+    to_leader(&s, leader, method, &uri, &params, &headers, body).await
 }
 
 pub async fn put(
@@ -187,15 +217,17 @@ pub async fn get(
             .into_response();
         }
     }
-    if matches!(s.leader(), Leader::Me) {
-        match s.raft.ensure_linearizable().await {
+    let leader = match s.leader() {
+        // ReadIndex: a quorum confirms the leadership after the read arrived (0.9's
+        // `ensure_linearizable()`), then the state machine applies up to the read's index.
+        Leader::Me => match s.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
             Ok(_) => return value_response(s.kv.get(&key)),
-            Err(e) => {
-                if e.forward_to_leader().is_none() {
-                    return ApiError::NoLeader { leader: None }.into_response();
-                }
+            Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
+                s.forward_target(&f)
             }
-        }
-    }
-    to_leader(&s, method, &uri, &params, &headers, Bytes::new()).await
+            Err(_) => return ApiError::NoLeader { leader: None }.into_response(),
+        },
+        other => other,
+    };
+    to_leader(&s, leader, method, &uri, &params, &headers, Bytes::new()).await
 }

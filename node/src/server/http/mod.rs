@@ -18,12 +18,14 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use metrics_exporter_prometheus::PrometheusHandle;
-use openraft::Raft;
-use vellum_raft_store::{KvNode, KvReader, TypeConfig};
+use vellum_raft_store::v010::openraft::async_runtime::WatchReceiver;
+use vellum_raft_store::v010::openraft::errors::ForwardToLeader;
+use vellum_raft_store::v010::{KvNode, KvReader, TypeConfig};
 
 pub use cluster::Status as ClusterStatus;
 pub use errors::ApiError;
 
+use super::KvRaft;
 use super::metrics as m;
 
 /// Header marking a request one node forwarded to another (never forwarded again).
@@ -40,9 +42,8 @@ pub struct Limits {
 #[derive(Clone)]
 pub struct AppState {
     pub id: u64,
-    pub raft: Raft<TypeConfig>,
+    pub raft: KvRaft,
     pub kv: KvReader,
-    pub proposer: vellum_raft_store::KvBatcher,
     pub limits: Limits,
     pub ready: Arc<AtomicBool>,
     pub prometheus: PrometheusHandle,
@@ -59,7 +60,7 @@ pub enum Leader {
 
 impl AppState {
     pub fn leader(&self) -> Leader {
-        let m = self.raft.metrics().borrow().clone();
+        let m = self.raft.metrics().borrow_watched().clone();
         match m.current_leader {
             Some(id) if id == self.id => Leader::Me,
             Some(id) => match m.membership_config.membership().get_node(&id) {
@@ -70,9 +71,24 @@ impl AppState {
         }
     }
 
+    /// Where openraft says to send a request it refused here. No leader (an election, or a
+    /// leader whose lease does not hold yet or any more: 0.10 answers it with no leader), or
+    /// this node itself: `Unknown`, a retryable 503.
+    pub fn forward_target(&self, f: &ForwardToLeader<TypeConfig>) -> Leader {
+        match (f.leader_id, &f.leader_node) {
+            (Some(id), _) if id == self.id => Leader::Unknown(Some(id)),
+            (Some(id), Some(node)) => Leader::Other(id, node.clone()),
+            (Some(id), None) => match self.nodes().remove(&id) {
+                Some(node) => Leader::Other(id, node),
+                None => Leader::Unknown(Some(id)),
+            },
+            (None, _) => Leader::Unknown(None),
+        }
+    }
+
     /// Node addresses from the membership.
     pub fn nodes(&self) -> BTreeMap<u64, KvNode> {
-        let m = self.raft.metrics().borrow().clone();
+        let m = self.raft.metrics().borrow_watched().clone();
         m.membership_config.membership().nodes().map(|(id, n)| (*id, n.clone())).collect()
     }
 }
