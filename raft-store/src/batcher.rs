@@ -1,15 +1,19 @@
-//! Proposal batching for any openraft 0.9 application.
+//! Proposal batching for any openraft application, 0.9 or 0.10.
 //!
 //! openraft 0.9 appends one entry per `client_write` and awaits its durable append before the
 //! next, so an application that calls `client_write` per request gets one request per durable
-//! write, whatever its concurrency. A [`Batcher`] keeps at most `max_in_flight` proposals in
+//! write, whatever its concurrency. openraft 0.10 makes many entries durable in one write, but
+//! every request is still an entry of its own (encoded, framed, replicated and applied one by
+//! one); batching turns N requests into one entry there too. A [`Batcher`] keeps at most `max_in_flight` proposals in
 //! flight (default one); every request that arrives meanwhile goes into the next entry, so
 //! throughput grows with concurrency and a lone caller still pays one durable write plus
 //! replication. With two in flight, the leader appends the next entry while the previous one
 //! replicates (openraft 0.9 awaits only the leader's own append before the next command).
 //!
 //! The application says, through [`Batching`], how N requests become one `C::D`, how one
-//! `C::R` splits back into N per-caller responses, and what one request weighs in bytes.
+//! `C::R` splits back into N per-caller responses, and what one request weighs in bytes. `C`
+//! is what [`Proposals`] describes: an openraft 0.9 `RaftTypeConfig` itself, or
+//! `v010::Proposals010<C>` for an openraft 0.10 one.
 //!
 //! Invariants:
 //! - At most `max_in_flight` `client_write`s of a batcher are outstanding. With one, batches
@@ -27,7 +31,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use openraft::error::{ClientWriteError, RaftError};
-use openraft::raft::ClientWriteResponse;
 use openraft::raft::responder::Responder;
 use openraft::{Raft, RaftTypeConfig};
 use tokio::sync::{Semaphore, mpsc, oneshot};
@@ -35,9 +38,35 @@ use tokio::sync::{Semaphore, mpsc, oneshot};
 use crate::metrics as m;
 use crate::types::{KvOp, KvRequest, KvResponse, TypeConfig};
 
+/// The types of an openraft version's write path a batcher deals in. Every openraft 0.9
+/// `RaftTypeConfig` is one; `v010::Proposals010<C>` wraps an openraft 0.10 one.
+pub trait Proposals: Send + Sync + 'static {
+    /// The entry's application data (`RaftTypeConfig::D`).
+    type D: Send + 'static;
+    /// The applied entry's response (`RaftTypeConfig::R`).
+    type R: Send + 'static;
+    type NodeId: Clone + fmt::Debug + Send + Sync + 'static;
+    type Node: Clone + fmt::Debug + Send + Sync + 'static;
+    /// What raft answers a failed `client_write` with (other than "not the leader").
+    type Error: Clone + fmt::Display + Send + Sync + 'static;
+
+    /// The `result` label of [`m::PROPOSALS_TOTAL`] for a batch that failed with `e`.
+    fn error_label(_e: &Self::Error) -> &'static str {
+        "failed"
+    }
+}
+
+impl<C: RaftTypeConfig> Proposals for C {
+    type D = C::D;
+    type R = C::R;
+    type NodeId = C::NodeId;
+    type Node = C::Node;
+    type Error = RaftError<C::NodeId, ClientWriteError<C::NodeId, C::Node>>;
+}
+
 /// How an application's requests are batched into entries. Implement it once per
 /// `RaftTypeConfig`; [`KvBatching`] is the KV store's.
-pub trait Batching<C: RaftTypeConfig>: Send + Sync + 'static {
+pub trait Batching<C: Proposals>: Send + Sync + 'static {
     /// One caller's request.
     type Request: Send + 'static;
     /// One caller's share of the entry's response.
@@ -54,17 +83,18 @@ pub trait Batching<C: RaftTypeConfig>: Send + Sync + 'static {
     fn split(&self, response: C::R, count: usize) -> Vec<Self::Response>;
 }
 
-/// The result of `Raft::client_write` in openraft 0.9.
-pub type SubmitResult<C> = Result<
-    ClientWriteResponse<C>,
-    RaftError<
-        <C as RaftTypeConfig>::NodeId,
-        ClientWriteError<<C as RaftTypeConfig>::NodeId, <C as RaftTypeConfig>::Node>,
-    >,
->;
+/// An entry committed and applied: where it is in the log, and its response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Written<R> {
+    pub log_index: u64,
+    pub response: R,
+}
 
-/// Where a batcher sends its entries: a `Raft` handle, or a stand-in in tests.
-pub trait Submit<C: RaftTypeConfig>: Send + Sync + 'static {
+/// What submitting one entry gives: written, or why not (`NotLeader` or `Raft`).
+pub type SubmitResult<C> = Result<Written<<C as Proposals>::R>, ProposeError<C>>;
+
+/// Where a batcher sends its entries: a `Raft` handle (0.9 or 0.10), or a stand-in in tests.
+pub trait Submit<C: Proposals>: Send + Sync + 'static {
     fn submit(&self, data: C::D) -> impl Future<Output = SubmitResult<C>> + Send;
 }
 
@@ -75,8 +105,14 @@ where
         Future<Output = Result<openraft::raft::ClientWriteResult<C>, E>> + Send,
     E: std::error::Error + Send,
 {
-    fn submit(&self, data: C::D) -> impl Future<Output = SubmitResult<C>> + Send {
-        self.client_write(data)
+    async fn submit(&self, data: C::D) -> SubmitResult<C> {
+        match self.client_write(data).await {
+            Ok(w) => Ok(Written { log_index: w.log_id.index, response: w.data }),
+            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+                Err(ProposeError::NotLeader { leader_id: f.leader_id, leader_node: f.leader_node })
+            }
+            Err(e) => Err(ProposeError::Raft(e)),
+        }
     }
 }
 
@@ -107,13 +143,13 @@ pub struct Proposed<T> {
 /// Why a request did not commit. Every caller of a batch gets the same error.
 #[derive(thiserror::Error)]
 #[non_exhaustive]
-pub enum ProposeError<C: RaftTypeConfig> {
+pub enum ProposeError<C: Proposals> {
     /// This node is not the leader (any more): send the request to `leader_id` if known.
     #[error("not the leader (leader: {leader_id:?})")]
     NotLeader { leader_id: Option<C::NodeId>, leader_node: Option<C::Node> },
     /// Raft refused or failed the write (storage error, shutdown, ...).
     #[error("raft failed the write: {0}")]
-    Raft(RaftError<C::NodeId, ClientWriteError<C::NodeId, C::Node>>),
+    Raft(C::Error),
     /// [`Batching::split`] returned `got` responses for `expected` requests.
     #[error("the application split the response into {got} parts for {expected} requests")]
     Split { expected: usize, got: usize },
@@ -122,13 +158,13 @@ pub enum ProposeError<C: RaftTypeConfig> {
     Stopped,
 }
 
-impl<C: RaftTypeConfig> fmt::Debug for ProposeError<C> {
+impl<C: Proposals> fmt::Debug for ProposeError<C> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Display::fmt(self, f)
     }
 }
 
-impl<C: RaftTypeConfig> Clone for ProposeError<C> {
+impl<C: Proposals> Clone for ProposeError<C> {
     fn clone(&self) -> Self {
         match self {
             ProposeError::NotLeader { leader_id, leader_node } => ProposeError::NotLeader {
@@ -144,32 +180,20 @@ impl<C: RaftTypeConfig> Clone for ProposeError<C> {
     }
 }
 
-impl<C: RaftTypeConfig> ProposeError<C> {
+impl<C: Proposals> ProposeError<C> {
     /// The `result` label of [`m::PROPOSALS_TOTAL`].
     fn label(&self) -> &'static str {
         match self {
             ProposeError::NotLeader { .. } => "not_leader",
+            ProposeError::Raft(e) => C::error_label(e),
             _ => "failed",
-        }
-    }
-}
-
-impl<C: RaftTypeConfig> From<RaftError<C::NodeId, ClientWriteError<C::NodeId, C::Node>>>
-    for ProposeError<C>
-{
-    fn from(e: RaftError<C::NodeId, ClientWriteError<C::NodeId, C::Node>>) -> Self {
-        match e {
-            RaftError::APIError(ClientWriteError::ForwardToLeader(f)) => {
-                ProposeError::NotLeader { leader_id: f.leader_id, leader_node: f.leader_node }
-            }
-            other => ProposeError::Raft(other),
         }
     }
 }
 
 type Reply<C, B> = oneshot::Sender<Result<Proposed<<B as Batching<C>>::Response>, ProposeError<C>>>;
 
-struct Pending<C: RaftTypeConfig, B: Batching<C>> {
+struct Pending<C: Proposals, B: Batching<C>> {
     request: B::Request,
     bytes: usize,
     reply: Reply<C, B>,
@@ -178,12 +202,12 @@ struct Pending<C: RaftTypeConfig, B: Batching<C>> {
 
 /// The handle callers propose through; clone it freely. The batching task stops once every
 /// handle is dropped.
-pub struct Batcher<C: RaftTypeConfig, B: Batching<C>> {
+pub struct Batcher<C: Proposals, B: Batching<C>> {
     tx: mpsc::Sender<Pending<C, B>>,
     batching: Arc<B>,
 }
 
-impl<C: RaftTypeConfig, B: Batching<C>> Clone for Batcher<C, B> {
+impl<C: Proposals, B: Batching<C>> Clone for Batcher<C, B> {
     fn clone(&self) -> Self {
         Batcher { tx: self.tx.clone(), batching: Arc::clone(&self.batching) }
     }
@@ -192,12 +216,10 @@ impl<C: RaftTypeConfig, B: Batching<C>> Clone for Batcher<C, B> {
 /// Requests queued beyond this make `propose` wait (back-pressure on callers).
 const QUEUE_DEPTH: usize = 64 * 1024;
 
-impl<C: RaftTypeConfig, B: Batching<C>> Batcher<C, B> {
-    /// Starts the batching task on the current tokio runtime, proposing into `raft`.
-    pub fn start(raft: Raft<C>, batching: B, limits: BatchLimits) -> Self
-    where
-        Raft<C>: Submit<C>,
-    {
+impl<C: Proposals, B: Batching<C>> Batcher<C, B> {
+    /// Starts the batching task on the current tokio runtime, proposing into `raft` (an
+    /// openraft 0.9 or 0.10 `Raft` handle).
+    pub fn start<S: Submit<C>>(raft: S, batching: B, limits: BatchLimits) -> Self {
         Self::start_on(raft, batching, limits)
     }
 
@@ -232,7 +254,7 @@ type Gathered<C, B> = (Vec<Pending<C, B>>, Option<Pending<C, B>>);
 
 /// Takes the next batch: `first`, then whatever is already queued, within the bounds. A
 /// request that would cross the byte bound is handed back to start the next batch.
-fn gather<C: RaftTypeConfig, B: Batching<C>>(
+fn gather<C: Proposals, B: Batching<C>>(
     rx: &mut mpsc::Receiver<Pending<C, B>>,
     first: Pending<C, B>,
     limits: BatchLimits,
@@ -250,7 +272,7 @@ fn gather<C: RaftTypeConfig, B: Batching<C>>(
     (batch, None)
 }
 
-async fn run<C: RaftTypeConfig, B: Batching<C>, S: Submit<C>>(
+async fn run<C: Proposals, B: Batching<C>, S: Submit<C>>(
     submit: Arc<S>,
     batching: Arc<B>,
     mut rx: mpsc::Receiver<Pending<C, B>>,
@@ -286,7 +308,7 @@ async fn run<C: RaftTypeConfig, B: Batching<C>, S: Submit<C>>(
 }
 
 /// Proposes one batch and answers each of its callers.
-async fn propose_batch<C: RaftTypeConfig, B: Batching<C>, S: Submit<C>>(
+async fn propose_batch<C: Proposals, B: Batching<C>, S: Submit<C>>(
     submit: &S,
     batching: &B,
     batch: Vec<Pending<C, B>>,
@@ -303,17 +325,14 @@ async fn propose_batch<C: RaftTypeConfig, B: Batching<C>, S: Submit<C>>(
     let submitted = submit.submit(batching.merge(requests)).await;
     metrics::histogram!(m::STAGE_DURATION, "stage" => "raft_write")
         .record(started.elapsed().as_secs_f64());
-    let outcome = match submitted {
-        Ok(written) => {
-            let responses = batching.split(written.data, count);
-            if responses.len() == count {
-                Ok((written.log_id.index, responses))
-            } else {
-                Err(ProposeError::Split { expected: count, got: responses.len() })
-            }
+    let outcome = submitted.and_then(|written| {
+        let responses = batching.split(written.response, count);
+        if responses.len() == count {
+            Ok((written.log_index, responses))
+        } else {
+            Err(ProposeError::Split { expected: count, got: responses.len() })
         }
-        Err(e) => Err(ProposeError::from(e)),
-    };
+    });
     let label = outcome.as_ref().map_or_else(ProposeError::label, |_| "committed");
     metrics::counter!(m::PROPOSALS_TOTAL, "result" => label).increment(count as u64);
     match outcome {
@@ -335,20 +354,28 @@ async fn propose_batch<C: RaftTypeConfig, B: Batching<C>, S: Submit<C>>(
 const KV_OP_OVERHEAD: usize = 16;
 
 /// The KV store's batching: operations in, one [`KvRequest`] per entry, nothing per operation
-/// beyond the log index (every operation of an entry is applied, in order).
+/// beyond the log index (every operation of an entry is applied, in order). The same for the
+/// 0.9 and the 0.10 adapter.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct KvBatching;
+
+impl KvBatching {
+    /// What `op` adds to an entry, in bytes.
+    pub fn op_bytes(op: &KvOp) -> usize {
+        KV_OP_OVERHEAD
+            + match op {
+                KvOp::Put { key, value } => key.len() + value.len(),
+                KvOp::Delete { key } => key.len(),
+            }
+    }
+}
 
 impl Batching<TypeConfig> for KvBatching {
     type Request = KvOp;
     type Response = ();
 
     fn request_bytes(&self, op: &KvOp) -> usize {
-        KV_OP_OVERHEAD
-            + match op {
-                KvOp::Put { key, value } => key.len() + value.len(),
-                KvOp::Delete { key } => key.len(),
-            }
+        KvBatching::op_bytes(op)
     }
 
     fn merge(&self, ops: Vec<KvOp>) -> KvRequest {

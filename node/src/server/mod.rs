@@ -10,9 +10,9 @@
 //! and exits non-zero with one line that says so.
 //!
 //! Raft is openraft 0.10 (`=0.10.0-alpha.37`, an alpha upstream) through the store's 0.10
-//! adapter (`vellum_raft_store::v010`). Every client write is its own `client_write`: 0.10
-//! puts the writes queued at the leader into one log append, and the log combines appends in
-//! flight into one durable write, so the node needs no proposal batcher.
+//! adapter (`vellum_raft_store::v010`). Client writes go through the proposal batcher:
+//! concurrent ones share one log entry, two entries may be in flight, and the log makes the
+//! appends in flight durable in one write.
 
 mod codec;
 pub mod config;
@@ -30,8 +30,8 @@ use tokio::net::TcpListener;
 use vellum_raft_store::member::{Identity, PeerBook};
 use vellum_raft_store::v010::openraft::errors::{InitializeError, RaftError};
 use vellum_raft_store::v010::openraft::{Config, Raft, SnapshotPolicy};
-use vellum_raft_store::v010::{KvStateMachine, LogStore, TypeConfig, open_store};
-use vellum_raft_store::{LogConfig, open_volume};
+use vellum_raft_store::v010::{KvBatcher, KvStateMachine, LogStore, TypeConfig, open_store};
+use vellum_raft_store::{BatchLimits, KvBatching, LogConfig, open_volume};
 
 use crate::cli::CliError;
 use config::ClusterState;
@@ -112,6 +112,25 @@ fn limits(args: &ServeArgs, max_entry_bytes: usize) -> Result<http::Limits, CliE
         )));
     }
     Ok(http::Limits { max_key_bytes: key, max_value_bytes: value })
+}
+
+/// Operations per proposed entry at most.
+const BATCH_OPS: usize = 1024;
+/// Bytes of keys and values per proposed entry at most (a single larger write goes alone).
+const BATCH_BYTES: usize = 2 << 20;
+/// Entries of client writes proposed and not yet committed: openraft 0.10 appends and
+/// replicates the next while earlier ones are in flight.
+const PROPOSALS_IN_FLIGHT: usize = 2;
+
+/// How client writes are batched into entries: within [`BATCH_OPS`] and [`BATCH_BYTES`], and
+/// never past what one entry of this volume holds (a batch is one entry; `limits` already
+/// checked that one write alone fits).
+fn batch_limits(max_entry_bytes: usize) -> BatchLimits {
+    BatchLimits {
+        max_ops: BATCH_OPS,
+        max_bytes: BATCH_BYTES.min(max_entry_bytes.saturating_sub(ENTRY_OVERHEAD)),
+        max_in_flight: PROPOSALS_IN_FLIGHT,
+    }
 }
 
 /// Opens (or formats) the volume the node runs on.
@@ -354,6 +373,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         id: args.id,
         raft: raft.clone(),
         kv,
+        proposer: KvBatcher::start(raft.clone(), KvBatching, batch_limits(max_entry_bytes)),
         limits,
         ready,
         prometheus,

@@ -3,8 +3,7 @@
 
 use std::sync::Mutex;
 
-use openraft::error::{Fatal, ForwardToLeader};
-use openraft::{CommittedLeaderId, LogId};
+use openraft::error::Fatal;
 use tokio::sync::Semaphore;
 
 use super::*;
@@ -33,20 +32,17 @@ impl Submit<TypeConfig> for Stand {
             entries.push(data.clone());
             entries.len() as u64
         };
-        self.gate.acquire().await.map_err(|_| RaftError::Fatal(Fatal::Stopped))?.forget();
+        let stopped = || ProposeError::Raft(RaftError::Fatal(Fatal::Stopped));
+        self.gate.acquire().await.map_err(|_| stopped())?.forget();
         match self.answer {
-            Answer::Commit => Ok(ClientWriteResponse {
-                log_id: LogId::new(CommittedLeaderId::new(1, 1), index),
-                data: KvResponse { applied: data.ops.len() },
-                membership: None,
-            }),
-            Answer::NotLeader => {
-                Err(RaftError::APIError(ClientWriteError::ForwardToLeader(ForwardToLeader {
-                    leader_id: Some(2),
-                    leader_node: Some(KvNode::default()),
-                })))
+            Answer::Commit => {
+                Ok(Written { log_index: index, response: KvResponse { applied: data.ops.len() } })
             }
-            Answer::Fail => Err(RaftError::Fatal(Fatal::Stopped)),
+            Answer::NotLeader => Err(ProposeError::NotLeader {
+                leader_id: Some(2),
+                leader_node: Some(KvNode::default()),
+            }),
+            Answer::Fail => Err(stopped()),
         }
     }
 }

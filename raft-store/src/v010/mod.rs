@@ -16,6 +16,7 @@
 //! with the golden volumes).
 
 mod log_store;
+mod proposals;
 mod state_machine;
 
 use std::io::Cursor;
@@ -23,6 +24,7 @@ use std::io::Cursor;
 pub use openraft010 as openraft;
 
 pub use self::log_store::{CommittedTerm, LogStore};
+pub use self::proposals::{KvBatcher, Proposals010};
 pub use self::state_machine::V010;
 use crate::error::Result;
 use crate::log::{LogConfig, LogCore};

@@ -72,8 +72,18 @@ fn a_member_restarted_on_a_fresh_volume_refuses_and_can_rejoin_as_a_new_member()
     c.by_id(4).start();
     wait_voters(&c, &[1, 2, 4]);
     c.wait_ready();
-    let got = c.http.get(c.nodes.last().unwrap().url("/v1/kv/k7")).send();
-    let got = got.map(|r| (r.status().as_u16(), r.text().unwrap_or_default()));
+    // A linearizable read needs the leader to hear from a quorum that now includes node 4;
+    // until it has (a loaded machine), the answer is a retryable 503, as for any client.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let got = loop {
+        let got = c.http.get(c.nodes.last().unwrap().url("/v1/kv/k7")).send();
+        let got = got.map(|r| (r.status().as_u16(), r.text().unwrap_or_default()));
+        let retry = got.as_ref().is_ok_and(|(status, _)| *status == 503);
+        if !retry || Instant::now() > deadline {
+            break got;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     assert!(
         got.as_ref().is_ok_and(|(status, body)| *status == 200 && body == "v7"),
         "reading k7 through node 4: {got:?} {}",

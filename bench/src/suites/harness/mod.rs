@@ -61,6 +61,7 @@ pub const FILE_010: &str = "vellum on openraft 0.10, file volumes";
 pub const MEMORY_010: &str = "vellum on openraft 0.10, memory: volumes";
 pub const BROADCAST_010: &str =
     "vellum on openraft 0.10, file volumes, replicate submitted entries";
+pub const BATCHED_010: &str = "vellum on openraft 0.10, file volumes, replicate submitted entries + batcher, 2 entries in flight";
 
 /// Per-node volume sizes and the log segment size: room for every run's log (no snapshots,
 /// no purges), where one entry per durable write takes a 4 KiB block of log, 256 B value or
@@ -83,10 +84,12 @@ enum Store {
     /// The same with `Config::broadcast_submitted_on_append`: followers get entries the
     /// leader has submitted but not yet written.
     File010Broadcast,
+    /// The same with the proposal batcher in front (two entries in flight).
+    File010Batched,
 }
 
 impl Store {
-    const ALL: [Store; 9] = [
+    const ALL: [Store; 10] = [
         Store::File,
         Store::Memory,
         Store::FileBatched,
@@ -96,6 +99,7 @@ impl Store {
         Store::File010,
         Store::Memory010,
         Store::File010Broadcast,
+        Store::File010Batched,
     ];
 
     fn name(self) -> &'static str {
@@ -109,6 +113,7 @@ impl Store {
             Store::File010 => FILE_010,
             Store::Memory010 => MEMORY_010,
             Store::File010Broadcast => BROADCAST_010,
+            Store::File010Batched => BATCHED_010,
         }
     }
 
@@ -121,7 +126,10 @@ impl Store {
     }
 
     fn v010(self) -> bool {
-        matches!(self, Store::File010 | Store::Memory010 | Store::File010Broadcast)
+        matches!(
+            self,
+            Store::File010 | Store::Memory010 | Store::File010Broadcast | Store::File010Batched
+        )
     }
 
     fn memory(self) -> bool {
@@ -133,6 +141,7 @@ impl Store {
     fn baseline(self) -> &'static str {
         match self {
             Store::File010 | Store::File010Broadcast => FILE,
+            Store::File010Batched => BATCHED,
             Store::Memory010 => MEMORY,
             _ => MEMSTORE,
         }
@@ -142,7 +151,7 @@ impl Store {
     fn batcher(self) -> Option<usize> {
         match self {
             Store::FileBatched => Some(1),
-            Store::FilePipelined => Some(2),
+            Store::FilePipelined | Store::File010Batched => Some(2),
             _ => None,
         }
     }
@@ -303,20 +312,28 @@ async fn run_010(
     timing: Timing,
 ) -> Result<Vec<Run>, String> {
     let mut config = (*net010::config()?).clone();
-    if store == Store::File010Broadcast {
+    if matches!(store, Store::File010Broadcast | Store::File010Batched) {
         config.broadcast_submitted_on_append = Some(true);
     }
     let config = std::sync::Arc::new(config);
     let cluster = net010::Cluster::start(stores, config, harness_node).await?;
+    let batcher = store.batcher().map(|max_in_flight| {
+        let limits = BatchLimits { max_in_flight, ..BatchLimits::default() };
+        v010::KvBatcher::start(cluster.leader().clone(), KvBatching, limits)
+    });
     let raft = cluster.leader().clone();
     let write = move |client: usize, seq: u64, value: Vec<u8>| {
-        let raft = raft.clone();
+        let (raft, batcher) = (raft.clone(), batcher.clone());
         let op = put(client, seq, value);
         async move {
-            raft.client_write(KvRequest { ops: vec![op] })
-                .await
-                .map(drop)
-                .map_err(|e| e.to_string())
+            match batcher {
+                Some(b) => b.propose(op).await.map(drop).map_err(|e| e.to_string()),
+                None => raft
+                    .client_write(KvRequest { ops: vec![op] })
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string()),
+            }
         }
     };
     let runs = measure(store, timing, counted, || cluster.last_log_index(), write).await;

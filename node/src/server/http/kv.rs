@@ -6,12 +6,12 @@ use axum::extract::{OriginalUri, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
-use vellum_raft_store::metrics::{PROPOSALS_TOTAL, STAGE_DURATION};
+use vellum_raft_store::ProposeError;
+use vellum_raft_store::v010::KvOp;
 use vellum_raft_store::v010::openraft::ReadPolicy;
 use vellum_raft_store::v010::openraft::errors::{
     ClientWriteError, LinearizableReadError, RaftError,
 };
-use vellum_raft_store::v010::{KvOp, KvRequest};
 
 use super::{ApiError, AppState, FORWARDED, Leader, relay};
 
@@ -81,32 +81,25 @@ async fn to_leader(
     }
 }
 
-/// Proposes `op` on this node, the leader as far as it knows: one `client_write` of one
-/// operation (openraft 0.10 puts concurrent writes into one log append by itself). `Err` is
-/// where openraft says the write must go instead (it was not appended here).
+/// Proposes `op` on this node, the leader as far as it knows, through the proposal batcher:
+/// concurrent writes share one log entry (openraft 0.10 would make them one durable write
+/// anyway, but every entry costs its own encoding, replication and apply). `Err` is where
+/// openraft says the write must go instead (it was not appended here). The batcher counts
+/// the proposals and times the `queued` and `raft_write` stages.
 async fn propose(s: &AppState, op: KvOp) -> Result<Response, Leader> {
-    let started = std::time::Instant::now();
-    let written = s.raft.client_write(KvRequest { ops: vec![op] }).await;
-    metrics::histogram!(STAGE_DURATION, "stage" => "raft_write")
-        .record(started.elapsed().as_secs_f64());
-    let (label, outcome) = match written {
-        Ok(w) => (
-            "committed",
-            Ok(axum::Json(serde_json::json!({ "index": w.log_id.index })).into_response()),
-        ),
-        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-            ("not_leader", Err(s.forward_target(&f)))
+    match s.proposer.propose(op).await {
+        Ok(p) => Ok(axum::Json(serde_json::json!({ "index": p.log_index })).into_response()),
+        Err(ProposeError::NotLeader { leader_id, leader_node }) => {
+            Err(s.forward_to(leader_id, leader_node.as_ref()))
         }
-        Err(RaftError::APIError(ClientWriteError::LogEntryDiscarded(f))) => {
+        Err(ProposeError::Raft(RaftError::APIError(ClientWriteError::LogEntryDiscarded(f)))) => {
             // Appended here, then truncated by another leader's log: it may have committed
             // through that leader, or not. Not forwarded: a retry could apply it twice.
             let leader = f.leader_id;
-            ("unknown", Ok(ApiError::OutcomeUnknown { leader }.into_response()))
+            Ok(ApiError::OutcomeUnknown { leader }.into_response())
         }
-        Err(e) => ("failed", Ok(ApiError::Internal(e.to_string()).into_response())),
-    };
-    metrics::counter!(PROPOSALS_TOTAL, "result" => label).increment(1);
-    outcome
+        Err(e) => Ok(ApiError::Internal(e.to_string()).into_response()),
+    }
 }
 
 async fn write(

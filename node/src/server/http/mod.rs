@@ -20,7 +20,7 @@ use axum::routing::{get, post, put};
 use metrics_exporter_prometheus::PrometheusHandle;
 use vellum_raft_store::v010::openraft::async_runtime::WatchReceiver;
 use vellum_raft_store::v010::openraft::errors::ForwardToLeader;
-use vellum_raft_store::v010::{KvNode, KvReader, TypeConfig};
+use vellum_raft_store::v010::{KvBatcher, KvNode, KvReader, TypeConfig};
 
 pub use cluster::Status as ClusterStatus;
 pub use errors::ApiError;
@@ -44,6 +44,8 @@ pub struct AppState {
     pub id: u64,
     pub raft: KvRaft,
     pub kv: KvReader,
+    /// Client writes go through it: concurrent ones share one log entry.
+    pub proposer: KvBatcher,
     pub limits: Limits,
     pub ready: Arc<AtomicBool>,
     pub prometheus: PrometheusHandle,
@@ -75,7 +77,12 @@ impl AppState {
     /// leader whose lease does not hold yet or any more: 0.10 answers it with no leader), or
     /// this node itself: `Unknown`, a retryable 503.
     pub fn forward_target(&self, f: &ForwardToLeader<TypeConfig>) -> Leader {
-        match (f.leader_id, &f.leader_node) {
+        self.forward_to(f.leader_id, f.leader_node.as_ref())
+    }
+
+    /// [`Self::forward_target`] for a leader named by id and, if known, address.
+    pub fn forward_to(&self, leader_id: Option<u64>, leader_node: Option<&KvNode>) -> Leader {
+        match (leader_id, leader_node) {
             (Some(id), _) if id == self.id => Leader::Unknown(Some(id)),
             (Some(id), Some(node)) => Leader::Other(id, node.clone()),
             (Some(id), None) => match self.nodes().remove(&id) {
