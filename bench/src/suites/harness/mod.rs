@@ -15,7 +15,8 @@
 //! `net010.rs`): file and `memory:` volumes, plain `client_write` (0.10's core batches queued
 //! writes into one submission, and the log combines the appends in flight), and file volumes
 //! with `broadcast_submitted_on_append` (followers get entries the leader is still writing),
-//! each row compared with its 0.9 counterpart. The node runs the last configuration.
+//! alone and with the proposal batcher (two entries in flight), each row compared with its
+//! 0.9 counterpart. The node runs the last configuration.
 //!
 //! openraft-memstore 0.9.25 implements the v1 `RaftStorage`, which openraft hides when
 //! `storage-v2` is on, and Vellum's store needs `storage-v2`: the two cannot link into one
