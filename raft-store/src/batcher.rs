@@ -359,23 +359,20 @@ const KV_OP_OVERHEAD: usize = 16;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct KvBatching;
 
-impl KvBatching {
-    /// What `op` adds to an entry, in bytes.
-    pub fn op_bytes(op: &KvOp) -> usize {
+/// One implementation for every openraft version whose entries are [`KvRequest`]s.
+impl<C> Batching<C> for KvBatching
+where
+    C: Proposals<D = KvRequest, R = KvResponse>,
+{
+    type Request = KvOp;
+    type Response = ();
+
+    fn request_bytes(&self, op: &KvOp) -> usize {
         KV_OP_OVERHEAD
             + match op {
                 KvOp::Put { key, value } => key.len() + value.len(),
                 KvOp::Delete { key } => key.len(),
             }
-    }
-}
-
-impl Batching<TypeConfig> for KvBatching {
-    type Request = KvOp;
-    type Response = ();
-
-    fn request_bytes(&self, op: &KvOp) -> usize {
-        KvBatching::op_bytes(op)
     }
 
     fn merge(&self, ops: Vec<KvOp>) -> KvRequest {

@@ -14,10 +14,7 @@ use openraft010::storage::RaftStateMachine;
 use openraft010::{Raft, RaftTypeConfig};
 
 use super::TypeConfig;
-use crate::batcher::{
-    Batcher, Batching, KvBatching, Proposals, ProposeError, Submit, SubmitResult, Written,
-};
-use crate::types::{KvOp, KvRequest, KvResponse};
+use crate::batcher::{Batcher, KvBatching, Proposals, ProposeError, Submit, SubmitResult, Written};
 
 /// An openraft 0.10 type configuration, as the batcher sees it: `Batching<Proposals010<C>>`.
 pub struct Proposals010<C>(PhantomData<fn() -> C>);
@@ -59,23 +56,6 @@ where
             // callers as raft said it.
             Err(e) => Err(ProposeError::Raft(e)),
         }
-    }
-}
-
-impl Batching<Proposals010<TypeConfig>> for KvBatching {
-    type Request = KvOp;
-    type Response = ();
-
-    fn request_bytes(&self, op: &KvOp) -> usize {
-        KvBatching::op_bytes(op)
-    }
-
-    fn merge(&self, ops: Vec<KvOp>) -> KvRequest {
-        KvRequest { ops }
-    }
-
-    fn split(&self, _response: KvResponse, count: usize) -> Vec<()> {
-        vec![(); count]
     }
 }
 
