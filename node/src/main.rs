@@ -3,6 +3,7 @@
 
 mod cli;
 mod server;
+mod tls;
 
 use clap::Parser;
 
@@ -11,6 +12,7 @@ fn main() {
     std::panic::set_hook(Box::new(|info| {
         eprintln!("vellum: internal error (please report): {info}");
     }));
+    tls::install_provider();
     let parsed = match cli::Cli::try_parse() {
         Ok(p) => p,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version
