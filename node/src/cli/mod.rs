@@ -70,6 +70,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// `Serve` carries every node flag; the enum is parsed once per process.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Create a volume on a file (or a block device).

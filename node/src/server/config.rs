@@ -66,6 +66,37 @@ pub struct ServeArgs {
     /// Raft heartbeat interval in milliseconds (elections time out after 4x to 8x this).
     #[arg(long, env = "VELLUM_HEARTBEAT_MS", default_value_t = 100)]
     pub heartbeat_ms: u64,
+    /// This node's certificate (PEM) on the Raft port, presented to connecting peers and in
+    /// its own Raft RPCs. It must be valid for the name `node-ID.vellum` (vellum cert node
+    /// makes one). With --peer-key and --peer-ca: mutual TLS between members.
+    #[arg(long, env = "VELLUM_PEER_CERT", help_heading = "Security")]
+    pub peer_cert: Option<PathBuf>,
+    /// The private key (PEM) of --peer-cert.
+    #[arg(long, env = "VELLUM_PEER_KEY", help_heading = "Security")]
+    pub peer_key: Option<PathBuf>,
+    /// The CA (PEM) of the cluster's members: a peer whose certificate it did not sign gets
+    /// nothing (the handshake fails), and a request is refused unless its certificate names
+    /// the member it says it comes from.
+    #[arg(long, env = "VELLUM_PEER_CA", help_heading = "Security")]
+    pub peer_ca: Option<PathBuf>,
+    /// Serve the client API over TLS with this certificate (PEM).
+    #[arg(long, env = "VELLUM_API_CERT", help_heading = "Security")]
+    pub api_cert: Option<PathBuf>,
+    /// The private key (PEM) of --api-cert.
+    #[arg(long, env = "VELLUM_API_KEY", help_heading = "Security")]
+    pub api_key: Option<PathBuf>,
+    /// Require API clients to present a certificate this CA (PEM) signed. The node also
+    /// verifies other members' API certificates against it (and --peer-ca) when it forwards.
+    #[arg(long, env = "VELLUM_API_CA", help_heading = "Security")]
+    pub api_ca: Option<PathBuf>,
+    /// Serve /metrics (plain HTTP, no token) on this address too, for Prometheus.
+    #[arg(long, env = "VELLUM_METRICS_ADDR", help_heading = "Security")]
+    pub metrics_addr: Option<SocketAddr>,
+    /// Serve plain HTTP on non-loopback addresses. Without it, `vellum serve` refuses to
+    /// listen off loopback unless both ports have TLS: anyone who reaches a plain port can
+    /// read, write, vote and change membership.
+    #[arg(long, env = "VELLUM_INSECURE", help_heading = "Security")]
+    pub insecure: bool,
 }
 
 /// Whether the cluster this member starts in exists already (etcd's flag of that name).

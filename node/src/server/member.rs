@@ -161,9 +161,13 @@ pub enum Answer {
     Silent,
 }
 
-/// Asks the member at `raft_addr` what it knows about node `id`.
-pub async fn ask(client: &reqwest::Client, raft_addr: &str, id: u64) -> Answer {
-    let Ok(resp) = client.get(format!("http://{raft_addr}/raft/member/{id}")).send().await else {
+/// How long a start-up question may take.
+const ASK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Asks the member whose Raft port is at `base` (a URL) what it knows about node `id`.
+pub async fn ask(client: &reqwest::Client, base: &str, id: u64) -> Answer {
+    let request = client.get(format!("{base}/raft/member/{id}")).timeout(ASK_TIMEOUT);
+    let Ok(resp) = request.send().await else {
         return Answer::Silent;
     };
     if !resp.status().is_success() {

@@ -21,6 +21,7 @@ mod member;
 pub(crate) mod metrics;
 mod network;
 mod raft_api;
+mod transport;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
@@ -36,6 +37,7 @@ use vellum_raft_store::{BatchLimits, KvBatching, LogConfig, open_volume};
 use crate::cli::CliError;
 use config::ClusterState;
 pub use config::ServeArgs;
+use transport::{ApiClient, PeerClients, Security};
 
 /// The node's Raft handle (0.10 names the state machine in it).
 pub type KvRaft = Raft<TypeConfig, KvStateMachine>;
@@ -171,9 +173,9 @@ async fn volume(args: &ServeArgs) -> Result<vellum_engine::Volume, CliError> {
 }
 
 /// The current members `api` reports (id and raft address), if it answers.
-async fn current_members(client: &reqwest::Client, api: &str) -> Option<Vec<(u64, String)>> {
-    let base = if api.starts_with("http") { api.to_string() } else { format!("http://{api}") };
-    let resp = client.get(format!("{base}/v1/cluster/status")).send().await.ok()?;
+async fn current_members(api_client: &ApiClient, api: &str) -> Option<Vec<(u64, String)>> {
+    let url = format!("{}/v1/cluster/status", api_client.base(api));
+    let resp = api_client.client.get(url).send().await.ok()?;
     let status = resp.json::<http::ClusterStatus>().await.ok()?;
     Some(status.nodes.into_iter().map(|(id, n)| (id, n.raft_addr)).collect())
 }
@@ -184,7 +186,7 @@ async fn current_members(client: &reqwest::Client, api: &str) -> Option<Vec<(u64
 /// any of them reports must answer first (the node waits, saying for whom): one it cannot
 /// reach may be the one that counted this node's old votes. With `--join`, the id must not
 /// be a current member, and no reachable member may know it.
-async fn fresh_start_allowed(args: &ServeArgs) -> Result<(), CliError> {
+async fn fresh_start_allowed(args: &ServeArgs, reach: &Reach) -> Result<(), CliError> {
     let id = args.id;
     if args.initial_cluster_state == ClusterState::Existing {
         return Err(CliError::NotThisMember(format!(
@@ -205,11 +207,7 @@ async fn fresh_start_allowed(args: &ServeArgs) -> Result<(), CliError> {
         .map(|(_, n)| n.api_addr.clone())
         .chain(args.join.clone())
         .collect();
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(2))
-        .build()
-        .map_err(|e| fail("http client")(e.to_string()))?;
+    let api_client = reach.api(Duration::from_secs(2), true)?;
     let started = std::time::Instant::now();
     let mut told = None;
     loop {
@@ -217,7 +215,7 @@ async fn fresh_start_allowed(args: &ServeArgs) -> Result<(), CliError> {
             initial.iter().map(|(m, n)| (*m, n.raft_addr.clone())).collect();
         let mut reported = false;
         for api in &apis {
-            if let Some(current) = current_members(&client, api).await {
+            if let Some(current) = current_members(&api_client, api).await {
                 reported = true;
                 members.extend(current);
             }
@@ -232,7 +230,14 @@ async fn fresh_start_allowed(args: &ServeArgs) -> Result<(), CliError> {
         members.remove(&id);
         let mut silent = Vec::new();
         for (member, addr) in &members {
-            match member::ask(&client, addr, id).await {
+            let answer = match reach.peers.client(*member, addr) {
+                Ok((client, base)) => member::ask(&client, &base, id).await,
+                Err(why) => {
+                    tracing::warn!(member, why, "cannot ask this member");
+                    member::Answer::Silent
+                }
+            };
+            match answer {
                 member::Answer::Knows(known) => {
                     return Err(CliError::NotThisMember(member::stale_line(
                         id, *member, known, None,
@@ -273,6 +278,7 @@ async fn identity(
     log: &LogStore<TypeConfig>,
     sm: &KvStateMachine,
     checked: bool,
+    reach: &Reach,
 ) -> Result<Identity, CliError> {
     let dir = LogConfig::default().dir;
     let (v, d) = (volume.clone(), dir.clone());
@@ -302,7 +308,7 @@ async fn identity(
     if has_state {
         tracing::info!("this raft store predates member identities; giving it one");
     } else if !checked {
-        fresh_start_allowed(args).await?;
+        fresh_start_allowed(args, reach).await?;
     }
     let (v, id) = (volume.clone(), args.id);
     let made = tokio::task::spawn_blocking(move || Identity::create(&v, &dir, id))
@@ -313,33 +319,55 @@ async fn identity(
     Ok(made)
 }
 
+/// How this node reaches other members: their Raft ports and their APIs (TLS as configured).
+struct Reach {
+    peers: PeerClients,
+    security: Arc<Security>,
+}
+
+impl Reach {
+    fn api(&self, timeout: Duration, follow_redirects: bool) -> Result<ApiClient, CliError> {
+        self.security.api_client(timeout, follow_redirects).map_err(fail("http client"))
+    }
+}
+
 /// Runs the node until SIGINT / SIGTERM (or until it learns it lost its state).
 pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
+    transport::check_exposure(&args).map_err(CliError::Usage)?;
+    let security = Arc::new(Security::load(&args).map_err(fail("TLS"))?);
+    let reach = Reach { peers: security.peers(), security: Arc::clone(&security) };
     let prometheus = metrics::install().map_err(|e| fail("metrics")(e.to_string()))?;
     metrics::spawn_upkeep(prometheus.clone());
     // The Raft port first: members starting together answer each other's start-up
     // questions while they wait for one another; Raft RPCs get 503 until Raft runs.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let slot = Arc::new(raft_api::Slot::default());
+    let slot = Arc::new(raft_api::Slot::new(security.raft_server.is_some()));
     let raft_listener = TcpListener::bind(args.raft_addr)
         .await
         .map_err(|e| fail(&format!("binding {}", args.raft_addr))(e.to_string()))?;
-    let raft_srv = {
-        let mut stop = stop_rx.clone();
-        let srv = axum::serve(raft_listener, raft_api::router(Arc::clone(&slot)))
-            .with_graceful_shutdown(async move {
-                let _ = stop.wait_for(|s| *s).await;
-            });
-        tokio::spawn(async move {
-            let _ = srv.await;
-        })
+    let raft_srv = transport::spawn(
+        raft_listener,
+        raft_api::router(Arc::clone(&slot)),
+        security.raft_server.clone(),
+        stop_rx.clone(),
+        "raft",
+    );
+    let metrics_srv = match args.metrics_addr {
+        Some(addr) => {
+            let listener = TcpListener::bind(addr)
+                .await
+                .map_err(|e| fail(&format!("binding {addr}"))(e.to_string()))?;
+            let router = http::metrics_router(prometheus.clone());
+            Some(transport::spawn(listener, router, None, stop_rx.clone(), "metrics"))
+        }
+        None => None,
     };
     // A carrier that does not exist yet holds no raft state: check that this member may
     // start fresh before formatting (and zero-filling) one.
     let missing = args.volume.as_os_str() == "memory:" || !args.volume.exists();
     if missing {
         slot.know(raft_api::Known::Nobody);
-        fresh_start_allowed(&args).await?;
+        fresh_start_allowed(&args, &reach).await?;
     }
     let volume = volume(&args).await?;
     let capacity = volume.info().layout.capacity_bytes();
@@ -352,14 +380,14 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         PeerBook::open(&volume, &dir).map_err(|e| fail("opening the peer book")(e.to_string()))?,
     );
     slot.know(raft_api::Known::Book(Arc::clone(&book)));
-    let me = identity(&args, &volume, &log, &sm, missing).await?;
+    let me = identity(&args, &volume, &log, &sm, missing, &reach).await?;
     let (guard, mut fatal) = member::Guard::new(me, book);
     let max_entry_bytes = log.core().max_entry_bytes();
     let limits = limits(&args, max_entry_bytes)?;
     let startup_commit = log.committed_index().unwrap_or(0);
     let log_core = log.core().clone();
     let kv = sm.reader();
-    let network = network::Network::new(Arc::clone(&guard));
+    let network = network::Network::new(Arc::clone(&guard), reach.peers.clone());
     let raft = Raft::new(args.id, raft_config(&args)?, network, log, sm)
         .await
         .map_err(|e| fail("starting raft")(e.to_string()))?;
@@ -377,25 +405,25 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         limits,
         ready,
         prometheus,
-        http: reqwest::Client::builder()
-            .no_proxy()
-            .timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| fail("http client")(e.to_string()))?,
+        http: reach.api(Duration::from_secs(10), true)?,
     };
     slot.ready(raft.clone(), guard);
-    let api_srv = {
-        let mut stop = stop_rx.clone();
-        let srv = axum::serve(api_listener, http::router(state.clone())).with_graceful_shutdown(
-            async move {
-                let _ = stop.wait_for(|s| *s).await;
-            },
-        );
-        tokio::spawn(async move {
-            let _ = srv.await;
-        })
-    };
-    tracing::info!(id = args.id, api = %args.api_addr, raft = %args.raft_addr, "node serving");
+    let api_srv = transport::spawn(
+        api_listener,
+        http::router(state.clone()),
+        security.api_server.clone(),
+        stop_rx.clone(),
+        "api",
+    );
+    let scheme = |tls: bool| if tls { "https" } else { "http" };
+    tracing::info!(
+        id = args.id,
+        api = %format!("{}://{}", scheme(security.api_server.is_some()), args.api_addr),
+        api_client_certs = args.api_ca.is_some(),
+        raft = %format!("{}://{}", scheme(security.raft_server.is_some()), args.raft_addr),
+        metrics = ?args.metrics_addr,
+        "node serving"
+    );
 
     if let Some(spec) = &args.initial_cluster {
         let members = config::parse_initial_cluster(spec).map_err(fail("--initial-cluster"))?;
@@ -416,7 +444,8 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     if let Some(join) = args.join.clone() {
         let me = args.me();
         let id = args.id;
-        tokio::spawn(async move { join_cluster(&join, id, &me).await });
+        let client = reach.api(Duration::from_secs(30), false)?;
+        tokio::spawn(async move { join_cluster(&client, &join, id, &me).await });
     }
 
     let stale = tokio::select! {
@@ -427,6 +456,9 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     let _ = raft.shutdown().await;
     let _ = stop_tx.send(true);
     let _ = tokio::join!(raft_srv, api_srv);
+    if let Some(srv) = metrics_srv {
+        let _ = srv.await;
+    }
     drop(state);
     drop(raft);
     // Raft's tasks own the log and state machine and are gone now; closing commits the
@@ -450,14 +482,9 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
 /// Redirects are followed by hand, so that `target` becomes the leader: the voter set the
 /// node adds itself to is the leader's (a follower's may be stale, and writing a stale set
 /// back would undo a removal that committed meanwhile).
-async fn join_cluster(api: &str, id: u64, me: &vellum_raft_store::KvNode) {
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .redirect(reqwest::redirect::Policy::none())
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap_or_default();
-    let base = if api.starts_with("http") { api.to_string() } else { format!("http://{api}") };
+async fn join_cluster(api_client: &ApiClient, api: &str, id: u64, me: &vellum_raft_store::KvNode) {
+    let client = &api_client.client;
+    let base = api_client.base(api);
     let learner =
         serde_json::json!({ "id": id, "raft_addr": me.raft_addr, "api_addr": me.api_addr });
     let mut target = base.clone();

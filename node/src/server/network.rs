@@ -1,5 +1,7 @@
 //! Raft RPC between nodes: HTTP POSTs with bincode bodies to the peer's raft address, one
-//! pooled keep-alive client per peer, each call bounded by openraft's deadline.
+//! pooled keep-alive client per peer, each call bounded by openraft's deadline. With mutual
+//! TLS (`transport.rs`), a call presents this node's certificate and accepts only a peer
+//! certificate that names the target member.
 //!
 //! openraft 0.10's `RaftNetworkV2`: `append_entries` (heartbeats too: 0.10 sends them from
 //! its own heartbeat worker, through `new_heartbeat_client`), `vote`, and `full_snapshot`,
@@ -11,8 +13,7 @@
 //! incarnation of the target than the peer book holds is dropped (never counted), and an
 //! answer that names this node as the stale member stops it.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::Serialize;
@@ -32,6 +33,7 @@ use vellum_raft_store::v010::{Entry, KvNode, KvOp, SnapshotData, TypeConfig};
 use super::codec::{decode, encode};
 use super::member::{self, Guard};
 use super::raft_api::MAX_SNAPSHOT_BYTES;
+use super::transport::PeerClients;
 
 /// Bytes of entries one AppendEntries RPC carries (at least one entry). openraft bounds a
 /// payload by its number of entries only (`max_payload_entries`), and Vellum gives an
@@ -84,28 +86,13 @@ fn snapshot_deadline(hard_ttl: Duration, bytes: usize) -> Duration {
 /// Makes the per-peer clients.
 #[derive(Clone)]
 pub struct Network {
-    clients: Arc<Mutex<HashMap<u64, reqwest::Client>>>,
+    peers: PeerClients,
     guard: Arc<Guard>,
 }
 
 impl Network {
-    pub fn new(guard: Arc<Guard>) -> Network {
-        Network { clients: Arc::default(), guard }
-    }
-
-    fn client(&self, target: u64) -> reqwest::Client {
-        let mut clients = self.clients.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        clients
-            .entry(target)
-            .or_insert_with(|| {
-                reqwest::Client::builder()
-                    .no_proxy()
-                    .pool_max_idle_per_host(4)
-                    .tcp_nodelay(true)
-                    .build()
-                    .unwrap_or_else(|_| reqwest::Client::new())
-            })
-            .clone()
+    pub fn new(guard: Arc<Guard>, peers: PeerClients) -> Network {
+        Network { peers, guard }
     }
 }
 
@@ -115,18 +102,17 @@ impl RaftNetworkFactory<TypeConfig> for Network {
     async fn new_client(&mut self, target: u64, node: &KvNode) -> Peer {
         Peer {
             target,
-            node: node.clone(),
-            client: self.client(target),
+            client: self.peers.client(target, &node.raft_addr),
             guard: Arc::clone(&self.guard),
         }
     }
 }
 
-/// The connection to one peer.
+/// The connection to one peer: a pooled client and the base URL of its Raft port, or why
+/// there is none (an address that cannot be called with TLS).
 pub struct Peer {
     target: u64,
-    node: KvNode,
-    client: reqwest::Client,
+    client: Result<(reqwest::Client, String), String>,
     guard: Arc<Guard>,
 }
 
@@ -160,10 +146,9 @@ impl Peer {
         Resp: DeserializeOwned,
         E: std::error::Error + DeserializeOwned,
     {
-        let url = format!("http://{}/raft/{path}", self.node.raft_addr);
-        let sent = self
-            .client
-            .post(url)
+        let (client, base) = self.client.as_ref().map_err(|why| unreachable(why.clone()))?;
+        let sent = client
+            .post(format!("{base}/raft/{path}"))
             .timeout(timeout)
             .header(member::FROM, self.guard.me_header())
             .header(member::TO, self.guard.to_header(self.target))
@@ -313,6 +298,34 @@ mod tests {
             log_id: LogId::new(LeaderId { term: 1, node_id: 1 }, index),
             payload: EntryPayload::Normal(KvRequest { ops: vec![op] }),
         }
+    }
+
+    #[test]
+    fn a_forged_length_in_an_append_is_refused_without_allocating_it() {
+        use vellum_raft_store::v010::Vote;
+        let key = "KEY-OF-A-FORGED-APPEND";
+        let mut entry = put(1, 8);
+        if let EntryPayload::Normal(req) = &mut entry.payload {
+            req.ops = vec![KvOp::Put { key: key.into(), value: vec![1; 8] }];
+        }
+        let rpc = AppendEntriesRequest::<TypeConfig> {
+            vote: Vote::new_committed(1, 1),
+            prev_log_id: None,
+            leader_commit: None,
+            entries: vec![entry],
+        };
+        let bytes = encode(&rpc).unwrap_or_default();
+        let back: Result<AppendEntriesRequest<TypeConfig>, _> = decode(&bytes);
+        assert!(back.is_ok_and(|b| b.entries.len() == 1), "the honest body decodes");
+        // The key's length byte (22) becomes a varint claiming 2^62 bytes.
+        let at = bytes.windows(key.len()).position(|w| w == key.as_bytes()).unwrap_or(0);
+        assert_eq!(bytes[at - 1] as usize, key.len());
+        let mut forged = bytes[..at - 1].to_vec();
+        forged.push(253);
+        forged.extend_from_slice(&(1u64 << 62).to_le_bytes());
+        forged.extend_from_slice(&bytes[at..]);
+        let refused = decode::<AppendEntriesRequest<TypeConfig>>(&forged);
+        assert!(matches!(refused, Err(bincode::error::DecodeError::LimitExceeded)), "{refused:?}");
     }
 
     #[test]

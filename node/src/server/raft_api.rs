@@ -9,7 +9,7 @@ use std::io::Cursor;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{DefaultBodyLimit, Extension, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -27,6 +27,8 @@ use vellum_raft_store::v010::openraft::type_config::alias::{SnapshotMetaOf, Vote
 use super::KvRaft;
 use super::codec::{decode, encode};
 use super::member::{self, Guard, Knowledge, Refused};
+use super::transport::PeerCert;
+use crate::tls;
 use vellum_raft_store::member::PeerBook;
 
 /// Largest append or vote RPC body.
@@ -50,8 +52,10 @@ pub struct RpcState {
 /// first, so that members starting together can answer each other's start-up questions
 /// (`GET /raft/member/{id}`) while they wait for one another. Raft RPCs get 503 until Raft
 /// runs.
-#[derive(Default)]
 pub struct Slot {
+    /// The port is mutual TLS: every RPC's claimed sender must be the member its connection's
+    /// certificate names.
+    mtls: bool,
     known: std::sync::RwLock<Option<Known>>,
     ready: std::sync::OnceLock<RpcState>,
 }
@@ -65,6 +69,10 @@ pub enum Known {
 }
 
 impl Slot {
+    pub fn new(mtls: bool) -> Slot {
+        Slot { mtls, known: std::sync::RwLock::default(), ready: std::sync::OnceLock::new() }
+    }
+
     /// Answers start-up questions from `known` from now on.
     pub fn know(&self, known: Known) {
         *self.known.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(known);
@@ -204,10 +212,40 @@ async fn check(s: &RpcState, headers: &HeaderMap, sender: Option<u64>) -> Result
     Ok(())
 }
 
-/// Decodes the body, checks the members, runs `call`, answers; every answer names this
-/// member.
+/// With mutual TLS, the connection's certificate must name the member the request says it
+/// comes from (`x-vellum-from`), or a member could speak for another, or a client
+/// certificate of the same CA for any member. Checked before the body is decoded; the
+/// refusal to send, if any.
+fn authenticate(mtls: bool, cert: Option<&PeerCert>, headers: &HeaderMap) -> Option<Response> {
+    if !mtls {
+        return None;
+    }
+    let from = member::member_header(headers, member::FROM).map(|(id, _)| id);
+    let cert = cert.and_then(|c| c.0.as_ref());
+    match from {
+        Some(from) if cert.is_some_and(|c| tls::names_node(c, from)) => None,
+        _ => {
+            tracing::warn!(
+                claimed = ?from,
+                "refused a Raft RPC: its certificate does not name the member it says it comes from"
+            );
+            Some(refuse(
+                StatusCode::FORBIDDEN,
+                &json!({
+                    "error": "identity_mismatch",
+                    "from": from,
+                    "reason": "the client certificate does not name the member the request says it comes from",
+                }),
+            ))
+        }
+    }
+}
+
+/// Authenticates the sender, decodes the body, checks the members, runs `call`, answers;
+/// every answer names this member.
 async fn handle<Req, Resp, F, Fut>(
-    s: &RpcState,
+    slot: &Slot,
+    cert: Option<&PeerCert>,
     headers: &HeaderMap,
     body: &[u8],
     call: F,
@@ -218,8 +256,15 @@ where
     F: FnOnce(KvRaft, Req) -> Fut,
     Fut: Future<Output = Resp>,
 {
+    let Some(s) = slot.ready.get() else { return not_ready() };
+    if let Some(refused) = authenticate(slot.mtls, cert, headers) {
+        return refused;
+    }
     let mut resp = match decode::<Req>(body) {
-        Err(e) => (StatusCode::BAD_REQUEST, format!("undecodable RPC body: {e}")).into_response(),
+        Err(e) => refuse(
+            StatusCode::BAD_REQUEST,
+            &json!({ "error": "bad_rpc", "reason": format!("undecodable RPC body: {e}") }),
+        ),
         Ok(req) => match check(s, headers, req.sender()).await {
             Err(r) => r,
             Ok(()) => reply(&call(s.raft.clone(), req).await),
@@ -231,9 +276,14 @@ where
     resp
 }
 
-async fn append(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) -> Response {
-    let Some(s) = slot.ready.get() else { return not_ready() };
-    handle(s, &headers, &body, |raft, req: AppendEntriesRequest<TypeConfig>| async move {
+async fn append(
+    State(slot): State<Arc<Slot>>,
+    cert: Option<Extension<PeerCert>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let cert = cert.as_ref().map(|Extension(c)| c);
+    handle(&slot, cert, &headers, &body, |raft, req: AppendEntriesRequest<TypeConfig>| async move {
         // The follower's part of a commit: its log append, timed when entries came along.
         let started = (!req.entries.is_empty()).then(std::time::Instant::now);
         let resp = raft.append_entries(req).await;
@@ -246,22 +296,29 @@ async fn append(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) 
     .await
 }
 
-async fn vote(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) -> Response {
-    let Some(s) = slot.ready.get() else { return not_ready() };
-    handle(
-        s,
-        &headers,
-        &body,
-        |raft, req: VoteRequest<TypeConfig>| async move { raft.vote(req).await },
-    )
+async fn vote(
+    State(slot): State<Arc<Slot>>,
+    cert: Option<Extension<PeerCert>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let cert = cert.as_ref().map(|Extension(c)| c);
+    handle(&slot, cert, &headers, &body, |raft, req: VoteRequest<TypeConfig>| async move {
+        raft.vote(req).await
+    })
     .await
 }
 
-async fn snapshot(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) -> Response {
-    let Some(s) = slot.ready.get() else { return not_ready() };
+async fn snapshot(
+    State(slot): State<Arc<Slot>>,
+    cert: Option<Extension<PeerCert>>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let cert = cert.as_ref().map(|Extension(c)| c);
     // The member checks run first: `install_full_snapshot` panics on a snapshot that no
     // protocol-following leader of this cluster could send (e.g. one of a former incarnation).
-    handle(s, &headers, &body, |raft, (vote, meta, data): SnapshotRpc| async move {
+    handle(&slot, cert, &headers, &body, |raft, (vote, meta, data): SnapshotRpc| async move {
         raft.install_full_snapshot(vote, Snapshot { meta, snapshot: Cursor::new(data) }).await
     })
     .await

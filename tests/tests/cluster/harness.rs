@@ -52,11 +52,14 @@ pub struct Node {
     pub log: PathBuf,
     child: Option<Child>,
     pub extra: Vec<String>,
+    /// The API is served over TLS (`--api-cert`).
+    pub https: bool,
 }
 
 impl Node {
     pub fn url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.api)
+        let scheme = if self.https { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}{path}", self.api)
     }
 
     pub fn is_running(&self) -> bool {
@@ -198,6 +201,7 @@ impl Cluster {
             log: dir.join(format!("n{id}.log")),
             child: None,
             extra,
+            https: false,
         }
     }
 

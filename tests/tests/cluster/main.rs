@@ -8,6 +8,7 @@
 
 mod harness;
 mod t10_basic;
+mod t110_mtls;
 mod t20_membership;
 mod t30_crash_restart;
 mod t35_lost_quorum;

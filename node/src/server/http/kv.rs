@@ -51,7 +51,7 @@ async fn to_leader(
         Leader::Unknown(leader) => return ApiError::NoLeader { leader }.into_response(),
     };
     let path = uri.0.path_and_query().map_or("/", |p| p.as_str());
-    let url = format!("http://{}{path}", node.api_addr);
+    let url = format!("{}{path}", s.http.base(&node.api_addr));
     if params.redirect.is_some() {
         let mut r = (
             StatusCode::TEMPORARY_REDIRECT,
@@ -69,7 +69,15 @@ async fn to_leader(
     }
     let method =
         reqwest::Method::from_bytes(method.as_str().as_bytes()).unwrap_or(reqwest::Method::GET);
-    match s.http.request(method, &url).header(FORWARDED, s.id.to_string()).body(body).send().await {
+    match s
+        .http
+        .client
+        .request(method, &url)
+        .header(FORWARDED, s.id.to_string())
+        .body(body)
+        .send()
+        .await
+    {
         Ok(resp) => {
             let (status, hdrs) = (resp.status(), resp.headers().clone());
             match resp.bytes().await {

@@ -27,6 +27,7 @@ pub use errors::ApiError;
 
 use super::KvRaft;
 use super::metrics as m;
+use super::transport::ApiClient;
 
 /// Header marking a request one node forwarded to another (never forwarded again).
 pub const FORWARDED: &str = "x-vellum-forwarded";
@@ -49,8 +50,8 @@ pub struct AppState {
     pub limits: Limits,
     pub ready: Arc<AtomicBool>,
     pub prometheus: PrometheusHandle,
-    /// Client for forwarding to the leader.
-    pub http: reqwest::Client,
+    /// Client for forwarding to the leader (TLS as the cluster's APIs are served).
+    pub http: ApiClient,
 }
 
 /// Who leads, as this node sees it.
@@ -152,6 +153,20 @@ async fn declared_too_large(
         .await;
     }
     ApiError::ValueTooLarge { max: s.limits.max_value_bytes }.into_response()
+}
+
+/// `/metrics` alone (and `/livez`), for `--metrics-addr`: Prometheus scrapes it without a
+/// token.
+pub fn metrics_router(prometheus: PrometheusHandle) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics_only))
+        .route("/livez", get(livez))
+        .fallback(not_found)
+        .with_state(prometheus)
+}
+
+async fn metrics_only(State(p): State<PrometheusHandle>) -> Response {
+    ([(header::CONTENT_TYPE, m::CONTENT_TYPE)], p.render()).into_response()
 }
 
 async fn livez() -> Response {

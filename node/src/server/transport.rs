@@ -1,0 +1,293 @@
+//! How the node's ports are served and how it reaches other members: plain HTTP on loopback,
+//! TLS everywhere else.
+//!
+//! - The Raft port with `--peer-cert/--peer-key/--peer-ca` is mutual TLS: a connecting peer
+//!   must present a certificate of the peer CA (the handshake fails otherwise, and the log
+//!   names the address that tried); each request carries the connection's certificate
+//!   ([`PeerCert`]) to `raft_api.rs`, which refuses a request whose claimed sender is not the
+//!   node the certificate names (`tls.rs`). Outgoing Raft RPCs present this node's
+//!   certificate and address the peer by its node name (`https://node-N.vellum:PORT`,
+//!   resolved to its Raft address), so the peer's certificate must name the member called.
+//! - The client API with `--api-cert/--api-key` is TLS; with `--api-ca`, clients must present
+//!   a certificate of that CA. The node's own calls to other members' APIs (forwarding to the
+//!   leader, joining, start-up checks) verify them against `--api-ca` and `--peer-ca` and
+//!   present this node's API certificate.
+//! - Secure by default: a non-loopback address is served only with TLS on both ports, unless
+//!   `--insecure` says plain HTTP is wanted ([`check_exposure`]).
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use rustls::pki_types::CertificateDer;
+use rustls::{ClientConfig, RootCertStore, ServerConfig};
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::config::ServeArgs;
+use crate::tls;
+
+/// How long a TLS handshake may take before the connection is dropped.
+const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long open connections get to finish at shutdown.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The client certificate of the TLS connection a request came on (`None` when the port
+/// does not ask for one). Present on every request of a TLS port, absent on plain ones.
+#[derive(Clone, Debug)]
+pub struct PeerCert(pub Option<CertificateDer<'static>>);
+
+/// The TLS settings of both ports, loaded once at start-up.
+pub struct Security {
+    /// The Raft port's server config (mutual TLS), if `--peer-*` are given.
+    pub raft_server: Option<Arc<ServerConfig>>,
+    /// The config of outgoing Raft RPCs, with the node's certificate.
+    peer_client: Option<ClientConfig>,
+    /// The client API's server config, if `--api-cert/--api-key` are given.
+    pub api_server: Option<Arc<ServerConfig>>,
+    /// The config of calls to other members' APIs (None: plain HTTP).
+    api_client: Option<ClientConfig>,
+}
+
+fn is_loopback(addr: SocketAddr) -> bool {
+    addr.ip().is_loopback()
+}
+
+/// Refuses plain HTTP on a non-loopback address unless `--insecure`: one line saying what to
+/// give instead.
+pub fn check_exposure(args: &ServeArgs) -> Result<(), String> {
+    let exposed: Vec<String> = [args.api_addr, args.raft_addr]
+        .into_iter()
+        .filter(|a| !is_loopback(*a))
+        .map(|a| a.to_string())
+        .collect();
+    let plain: Vec<&str> = [
+        (args.api_cert.is_none(), "the client API (--api-cert, --api-key)"),
+        (args.peer_cert.is_none(), "the Raft port (--peer-cert, --peer-key, --peer-ca)"),
+    ]
+    .into_iter()
+    .filter_map(|(plain, what)| plain.then_some(what))
+    .collect();
+    if exposed.is_empty() || plain.is_empty() || args.insecure {
+        return Ok(());
+    }
+    Err(format!(
+        "refusing to serve plain HTTP off loopback ({}): give TLS for {} (vellum cert makes \
+         certificates), or --insecure to let anyone who reaches these ports read, write, vote \
+         and change membership",
+        exposed.join(", "),
+        plain.join(" and ")
+    ))
+}
+
+impl Security {
+    /// Loads the certificates and keys the flags name.
+    pub fn load(args: &ServeArgs) -> Result<Security, String> {
+        let peer = match (&args.peer_cert, &args.peer_key, &args.peer_ca) {
+            (Some(cert), Some(key), Some(ca)) => Some((tls::Identity::load(cert, key)?, ca)),
+            (None, None, None) => None,
+            _ => return Err("--peer-cert, --peer-key and --peer-ca go together".into()),
+        };
+        let api = match (&args.api_cert, &args.api_key) {
+            (Some(cert), Some(key)) => Some(tls::Identity::load(cert, key)?),
+            (None, None) => None,
+            _ => return Err("--api-cert and --api-key go together".into()),
+        };
+        if args.api_ca.is_some() && api.is_none() {
+            return Err("--api-ca needs --api-cert and --api-key".into());
+        }
+        let (raft_server, peer_client) = match &peer {
+            Some((me, ca)) => {
+                let client = tls::client_config(tls::load_roots(ca)?, Some(me))?;
+                (Some(tls::server_config(me, Some(ca))?), Some(client))
+            }
+            None => (None, None),
+        };
+        let (api_server, api_client) = match &api {
+            Some(me) => {
+                let mut roots = RootCertStore::empty();
+                for ca in [&args.api_ca, &args.peer_ca].into_iter().flatten() {
+                    roots.extend(tls::load_roots(ca)?.roots);
+                }
+                if roots.is_empty() {
+                    return Err("--api-cert needs --api-ca or --peer-ca: the node verifies other \
+                                members' API certificates against it when it forwards a \
+                                request to the leader"
+                        .into());
+                }
+                let client = tls::client_config(roots, Some(me))?;
+                (Some(tls::server_config(me, args.api_ca.as_deref())?), Some(client))
+            }
+            None => (None, None),
+        };
+        Ok(Security { raft_server, peer_client, api_server, api_client })
+    }
+
+    /// The clients of other members' Raft ports.
+    pub fn peers(&self) -> PeerClients {
+        PeerClients { tls: self.peer_client.clone(), clients: Arc::default() }
+    }
+
+    /// A client of other members' APIs (forwarding, joining, start-up checks).
+    pub fn api_client(
+        &self,
+        timeout: Duration,
+        follow_redirects: bool,
+    ) -> Result<ApiClient, String> {
+        let mut builder = reqwest::Client::builder().no_proxy().timeout(timeout);
+        if !follow_redirects {
+            builder = builder.redirect(reqwest::redirect::Policy::none());
+        }
+        if let Some(config) = &self.api_client {
+            builder = builder.use_preconfigured_tls(config.clone());
+        }
+        let client = builder.build().map_err(|e| format!("http client: {e}"))?;
+        Ok(ApiClient { client, scheme: if self.api_client.is_some() { "https" } else { "http" } })
+    }
+}
+
+/// A client of other members' APIs, with the scheme they are served with (the same on every
+/// member: TLS settings are the cluster's).
+#[derive(Clone)]
+pub struct ApiClient {
+    pub client: reqwest::Client,
+    scheme: &'static str,
+}
+
+impl ApiClient {
+    /// The base URL of the API at `addr` (`HOST:PORT`, or a URL kept as given).
+    pub fn base(&self, addr: &str) -> String {
+        let addr = addr.trim_end_matches('/');
+        if addr.starts_with("http://") || addr.starts_with("https://") {
+            addr.to_string()
+        } else {
+            format!("{}://{addr}", self.scheme)
+        }
+    }
+}
+
+/// Pooled clients of other members' Raft ports, one per member and address.
+#[derive(Clone)]
+pub struct PeerClients {
+    tls: Option<ClientConfig>,
+    clients: Arc<Mutex<HashMap<(u64, String), reqwest::Client>>>,
+}
+
+impl PeerClients {
+    /// A client for member `target` at `raft_addr` and the base URL to call it with: with TLS,
+    /// `https://node-N.vellum:PORT`, resolved to `raft_addr`, so that the handshake checks that
+    /// the certificate names `target`.
+    pub fn client(
+        &self,
+        target: u64,
+        raft_addr: &str,
+    ) -> Result<(reqwest::Client, String), String> {
+        let Some(tls) = &self.tls else {
+            let mut clients =
+                self.clients.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let client = clients
+                .entry((target, raft_addr.to_string()))
+                .or_insert_with(|| plain_client().unwrap_or_else(|_| reqwest::Client::new()))
+                .clone();
+            return Ok((client, format!("http://{raft_addr}")));
+        };
+        let addr: SocketAddr = raft_addr
+            .parse()
+            .map_err(|_| format!("the raft address {raft_addr} of node {target} is not IP:PORT"))?;
+        let name = tls::node_name(target);
+        let base = format!("https://{name}:{}", addr.port());
+        let mut clients = self.clients.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(c) = clients.get(&(target, raft_addr.to_string())) {
+            return Ok((c.clone(), base));
+        }
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .pool_max_idle_per_host(4)
+            .tcp_nodelay(true)
+            .use_preconfigured_tls(tls.clone())
+            .resolve(&name, addr)
+            .build()
+            .map_err(|e| format!("http client: {e}"))?;
+        clients.insert((target, raft_addr.to_string()), client.clone());
+        Ok((client, base))
+    }
+}
+
+fn plain_client() -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder().no_proxy().pool_max_idle_per_host(4).tcp_nodelay(true).build()
+}
+
+/// Serves `router` on `listener` until `stop` turns true: plain HTTP without `tls`, TLS with
+/// it (each request carrying the connection's [`PeerCert`]). `port` names the port in logs.
+pub fn spawn(
+    listener: TcpListener,
+    router: Router,
+    tls: Option<Arc<ServerConfig>>,
+    mut stop: watch::Receiver<bool>,
+    port: &'static str,
+) -> JoinHandle<()> {
+    let Some(config) = tls else {
+        let srv = axum::serve(listener, router).with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        });
+        return tokio::spawn(async move {
+            let _ = srv.await;
+        });
+    };
+    let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    tokio::spawn(async move {
+        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+        loop {
+            let (tcp, addr) = tokio::select! {
+                () = async { let _ = stop.wait_for(|s| *s).await; } => break,
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        // Out of file descriptors and the like: wait, do not spin.
+                        tracing::warn!(port, error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                },
+            };
+            let _ = tcp.set_nodelay(true);
+            let (acceptor, router, watcher) =
+                (acceptor.clone(), router.clone(), graceful.watcher());
+            tokio::spawn(async move {
+                let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp))
+                    .await
+                {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(e)) => {
+                        tracing::warn!(port, peer = %addr, error = %e, "refused a TLS connection");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::warn!(port, peer = %addr, "dropped a TLS connection: no handshake in time");
+                        return;
+                    }
+                };
+                let cert = PeerCert(
+                    stream.get_ref().1.peer_certificates().and_then(|c| c.first()).cloned(),
+                );
+                let service = hyper::service::service_fn(
+                    move |mut req: hyper::Request<hyper::body::Incoming>| {
+                        req.extensions_mut().insert(cert.clone());
+                        tower_service::Service::call(&mut router.clone(), req)
+                    },
+                );
+                let builder = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                );
+                let conn = builder
+                    .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), service);
+                let _ = watcher.watch(conn.into_owned()).await;
+            });
+        }
+        drop(listener);
+        let _ = tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown()).await;
+    })
+}
