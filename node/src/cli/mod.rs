@@ -1,5 +1,6 @@
 //! The `vellum` command line: argument definitions and the one-line error report.
 
+pub mod cert;
 pub mod client;
 pub mod demo;
 pub mod size;
@@ -157,6 +158,12 @@ pub enum Command {
         #[arg(long, global = true, env = "VELLUM_ENDPOINT", default_value = "127.0.0.1:8080")]
         endpoint: String,
     },
+    /// Make TLS certificates for a cluster: a CA, node and client certificates (see
+    /// docs/OPERATIONS.md, "Security").
+    Cert {
+        #[command(subcommand)]
+        op: cert::CertCommand,
+    },
     /// Inspect a running cluster.
     Cluster {
         #[command(subcommand)]
@@ -201,6 +208,7 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Demo { dir, writes, no_wait } => {
             runtime()?.block_on(demo::run(&dir, writes, no_wait))?;
         }
+        Command::Cert { op } => cert::run(op)?,
         Command::Kv { op, endpoint } => return runtime()?.block_on(client::kv(op, &endpoint)),
         Command::Cluster { op, endpoint } => {
             return runtime()?.block_on(client::cluster(op, &endpoint));
