@@ -6,6 +6,9 @@
 # Starts three `vellum serve` processes (pid files in DIR), waits until each answers /readyz,
 # prints the endpoints, and stops exactly the processes it started on Ctrl-C or exit.
 # Environment: VELLUM_BIN (default: target/release/vellum), BASE_PORT (default 7100).
+# Ports: API BASE+i, Raft BASE+10+i, metrics BASE+20+i (--metrics-addr: what
+# deploy/prometheus/prometheus.yml scrapes, no token needed). Everything listens on loopback,
+# where plain HTTP is allowed; see docs/OPERATIONS.md, "Security", for TLS and tokens.
 set -euo pipefail
 
 dir=${1:-vellum-local}
@@ -38,6 +41,7 @@ trap stop EXIT INT TERM
 for i in 1 2 3; do
   "$bin" serve --id "$i" \
     --api-addr "127.0.0.1:$((base + i))" --raft-addr "127.0.0.1:$((base + 10 + i))" \
+    --metrics-addr "127.0.0.1:$((base + 20 + i))" \
     --volume "$dir/node$i.vlm" --volume-size "${VOLUME_SIZE:-256MiB}" \
     --initial-cluster "$initial" >"$dir/node$i.log" 2>&1 &
   pids+=($!)
@@ -54,7 +58,7 @@ for i in 1 2 3; do
 done
 
 for i in 1 2 3; do
-  echo "node $i: api http://127.0.0.1:$((base + i))  metrics http://127.0.0.1:$((base + i))/metrics"
+  echo "node $i: api http://127.0.0.1:$((base + i))  metrics http://127.0.0.1:$((base + 20 + i))/metrics"
 done
 echo "try: $bin kv put --endpoint 127.0.0.1:$((base + 1)) hello world"
 if [ "${LOCAL_CLUSTER_NO_WAIT:-}" = 1 ]; then exit 0; fi

@@ -16,7 +16,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::WebPkiClientVerifier;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 
@@ -63,12 +63,21 @@ pub fn load_roots(path: &Path) -> Result<RootCertStore, TlsError> {
     Ok(roots)
 }
 
-/// Whether `cert` (DER) is valid for the name of node `id` (its SANs; the chain is checked by
-/// the handshake that presented it).
+/// Whether `cert` (DER) names node `id`: one of its DNS subject alternative names is exactly
+/// [`node_name`]`(id)`. A wildcard (`*.vellum`) names no member: a certificate that could
+/// stand for every node must not speak for any. The chain is checked by the handshake that
+/// presented the certificate.
 pub fn names_node(cert: &CertificateDer<'_>, id: u64) -> bool {
-    let Ok(name) = ServerName::try_from(node_name(id)) else { return false };
-    webpki::EndEntityCert::try_from(cert)
-        .is_ok_and(|c| c.verify_is_valid_for_subject_name(&name).is_ok())
+    use x509_parser::extensions::GeneralName;
+    let want = node_name(id);
+    let Ok((_, parsed)) = x509_parser::parse_x509_certificate(cert.as_ref()) else {
+        return false;
+    };
+    let Ok(Some(san)) = parsed.subject_alternative_name() else { return false };
+    san.value
+        .general_names
+        .iter()
+        .any(|n| matches!(n, GeneralName::DNSName(d) if d.eq_ignore_ascii_case(&want)))
 }
 
 /// A certificate with its key, as a node presents it.
@@ -133,4 +142,29 @@ pub fn client_config(
     };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     Ok(config)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn self_signed(names: &[&str]) -> CertificateDer<'static> {
+        let names: Vec<String> = names.iter().map(|n| (*n).to_string()).collect();
+        rcgen::generate_simple_self_signed(names)
+            .map(|c| c.cert.der().clone())
+            .unwrap_or_else(|_| CertificateDer::from(Vec::new()))
+    }
+
+    #[test]
+    fn only_the_exact_node_name_names_a_member() {
+        let node = self_signed(&["node-1.vellum", "10.0.0.1"]);
+        assert!(names_node(&node, 1));
+        assert!(!names_node(&node, 2));
+        assert!(!names_node(&node, 11), "node-11 is not node-1");
+        let wildcard = self_signed(&["*.vellum"]);
+        assert!(!names_node(&wildcard, 1), "a wildcard stands for no member");
+        let other = self_signed(&["node-1.vellum.example.com", "xnode-1.vellum"]);
+        assert!(!names_node(&other, 1));
+        assert!(!names_node(&CertificateDer::from(vec![0u8; 16]), 1), "garbage names nobody");
+    }
 }
