@@ -151,8 +151,7 @@ mod tests {
     fn self_signed(names: &[&str]) -> CertificateDer<'static> {
         let names: Vec<String> = names.iter().map(|n| (*n).to_string()).collect();
         rcgen::generate_simple_self_signed(names)
-            .map(|c| c.cert.der().clone())
-            .unwrap_or_else(|_| CertificateDer::from(Vec::new()))
+            .map_or_else(|_| CertificateDer::from(Vec::new()), |c| c.cert.der().clone())
     }
 
     #[test]

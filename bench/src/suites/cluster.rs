@@ -160,6 +160,8 @@ fn start_vellum(
 }
 
 fn client() -> reqwest::blocking::Client {
+    // reqwest may be built with rustls and no provider (feature unification with the node).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::blocking::Client::builder()
         .no_proxy()
         .timeout(Duration::from_secs(30))

@@ -39,6 +39,13 @@ pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
+/// A blocking HTTP client builder. reqwest is built with rustls and no crypto provider of its
+/// own (the node's stack: rustls on ring), so ring is installed first.
+pub fn client_builder() -> reqwest::blocking::ClientBuilder {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    Client::builder().no_proxy()
+}
+
 pub fn phase(what: &str) {
     eprintln!("--- {what}");
 }
@@ -188,7 +195,7 @@ impl Cluster {
                 )
             })
             .collect();
-        let http = Client::builder().no_proxy().timeout(Duration::from_secs(20)).build().unwrap();
+        let http = client_builder().timeout(Duration::from_secs(20)).build().unwrap();
         Cluster { nodes, http, dir }
     }
 

@@ -44,7 +44,7 @@ fn writes_through_any_node_read_back_linearizably_everywhere() {
     );
     phase("a follower redirects with ?redirect");
     let follower = c.nodes.iter().find(|n| n.id != leader).unwrap();
-    let no_follow = reqwest::blocking::Client::builder()
+    let no_follow = crate::harness::client_builder()
         .no_proxy()
         .redirect(reqwest::redirect::Policy::none())
         .build()

@@ -33,7 +33,6 @@ fn pki(dir: &Path, ids: &[u64]) -> PathBuf {
 
 /// A blocking client trusting `ca`, presenting `cert`/`key` when given.
 fn tls_client(ca: &Path, identity: Option<(&Path, &Path)>) -> reqwest::blocking::Client {
-    let _ = rustls::crypto::ring::default_provider().install_default();
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_file_iter(ca).unwrap() {
         roots.add(c.unwrap()).unwrap();
@@ -50,7 +49,7 @@ fn tls_client(ca: &Path, identity: Option<(&Path, &Path)>) -> reqwest::blocking:
         None => builder.with_no_client_auth(),
     };
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    reqwest::blocking::Client::builder()
+    crate::harness::client_builder()
         .no_proxy()
         .timeout(Duration::from_secs(20))
         .use_preconfigured_tls(config)
@@ -228,7 +227,7 @@ fn plain_http_off_loopback_is_refused_unless_insecure() {
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
-    let http = reqwest::blocking::Client::builder().no_proxy().build().unwrap();
+    let http = crate::harness::client_builder().no_proxy().build().unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     let ready = loop {
         if http

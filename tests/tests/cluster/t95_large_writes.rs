@@ -31,7 +31,7 @@ fn a_burst_of_large_writes_commits_and_oversized_values_get_413() {
     let leader = c.leader();
     let via = c.nodes.iter().position(|n| n.id == leader).unwrap();
     phase("64 concurrent PUTs of 1,000,000 bytes, and three of 80 MiB");
-    let client = reqwest::blocking::Client::builder()
+    let client = crate::harness::client_builder()
         .no_proxy()
         .timeout(Duration::from_secs(120))
         .build()
