@@ -1,4 +1,7 @@
 //! `vellum kv put|get|del` and `vellum cluster status`: HTTP clients of a running node.
+//!
+//! `--token` (or `VELLUM_TOKEN`) is sent as `Authorization: Bearer` on every request, for a
+//! cluster started with `--auth-tokens`; it is never printed.
 
 use std::fmt::Write as _;
 use std::io::Write;
@@ -6,6 +9,17 @@ use std::io::Write;
 use clap::Subcommand;
 
 use super::CliError;
+use crate::server::auth::BearerToken;
+
+/// The bearer token the client presents.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct TokenArg {
+    /// A bearer token, for a cluster whose API requires one (`read` reads, `write` writes,
+    /// `admin` changes members). Prefer VELLUM_TOKEN: a command line is visible to every
+    /// user of the machine.
+    #[arg(long, global = true, env = "VELLUM_TOKEN", hide_env_values = true)]
+    pub token: Option<BearerToken>,
+}
 
 #[derive(Subcommand, Debug)]
 pub enum KvCommand {
@@ -59,9 +73,16 @@ pub fn encode_segment(s: &str) -> String {
     out
 }
 
-fn client() -> Result<reqwest::Client, CliError> {
+/// An HTTP client that presents `token` on every request, if given.
+fn client(token: &TokenArg) -> Result<reqwest::Client, CliError> {
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(t) = &token.token {
+        let value = t.header().map_err(|why| CliError::Usage(format!("--token: {why}")))?;
+        headers.insert(reqwest::header::AUTHORIZATION, value);
+    }
     reqwest::Client::builder()
         .no_proxy()
+        .default_headers(headers)
         .timeout(std::time::Duration::from_secs(30))
         .build()
         .map_err(|e| CliError::Usage(format!("http client: {e}")))
@@ -71,19 +92,31 @@ fn unreachable(endpoint: &str, e: &reqwest::Error) -> CliError {
     CliError::Usage(format!("cannot reach {endpoint}: {e}"))
 }
 
-/// The `error` field of a JSON error body, or the status.
+/// The `error` field of a JSON error body, or the status; for 401 and 403, what to do.
 async fn failure(resp: reqwest::Response) -> CliError {
     let status = resp.status();
     let text = resp.text().await.unwrap_or_default();
-    let why = serde_json::from_str::<serde_json::Value>(&text)
-        .ok()
-        .and_then(|v| v["error"].as_str().map(str::to_string))
-        .unwrap_or_else(|| text.trim().to_string());
-    CliError::Usage(format!("HTTP {}: {why}", status.as_u16()))
+    let body = serde_json::from_str::<serde_json::Value>(&text).ok();
+    let field = |name: &str| body.as_ref().and_then(|v| v[name].as_str()).map(str::to_string);
+    let why = field("error").unwrap_or_else(|| text.trim().to_string());
+    let hint = match status {
+        reqwest::StatusCode::UNAUTHORIZED => match field("reason") {
+            Some(reason) => format!(" ({reason}; give --token or VELLUM_TOKEN)"),
+            None => " (give --token or VELLUM_TOKEN)".to_string(),
+        },
+        reqwest::StatusCode::FORBIDDEN => match (field("role"), field("needs")) {
+            (Some(role), Some(needs)) => {
+                format!(" (the token's role is {role}; this needs {needs})")
+            }
+            _ => String::new(),
+        },
+        _ => String::new(),
+    };
+    CliError::Usage(format!("HTTP {}: {why}{hint}", status.as_u16()))
 }
 
-pub async fn kv(op: KvCommand, endpoint: &str) -> Result<i32, CliError> {
-    let c = client()?;
+pub async fn kv(op: KvCommand, endpoint: &str, token: &TokenArg) -> Result<i32, CliError> {
+    let c = client(token)?;
     let b = base(endpoint);
     match op {
         KvCommand::Put { key, value } => {
@@ -130,15 +163,19 @@ pub async fn kv(op: KvCommand, endpoint: &str) -> Result<i32, CliError> {
     Ok(0)
 }
 
-pub async fn cluster(op: ClusterCommand, endpoint: &str) -> Result<i32, CliError> {
+pub async fn cluster(
+    op: ClusterCommand,
+    endpoint: &str,
+    token: &TokenArg,
+) -> Result<i32, CliError> {
     match op {
-        ClusterCommand::Status { json } => status(endpoint, json).await,
-        ClusterCommand::Remove { id } => remove(endpoint, id).await,
+        ClusterCommand::Status { json } => status(endpoint, json, token).await,
+        ClusterCommand::Remove { id } => remove(endpoint, id, token).await,
     }
 }
 
-async fn get_status(endpoint: &str) -> Result<serde_json::Value, CliError> {
-    let resp = client()?
+async fn get_status(endpoint: &str, token: &TokenArg) -> Result<serde_json::Value, CliError> {
+    let resp = client(token)?
         .get(format!("{}/v1/cluster/status", base(endpoint)))
         .send()
         .await
@@ -150,12 +187,12 @@ async fn get_status(endpoint: &str) -> Result<serde_json::Value, CliError> {
 }
 
 /// Removes node `id` (a voter or a learner) through the leader.
-async fn remove(endpoint: &str, id: u64) -> Result<i32, CliError> {
-    let v = get_status(endpoint).await?;
+async fn remove(endpoint: &str, id: u64, token: &TokenArg) -> Result<i32, CliError> {
+    let v = get_status(endpoint, token).await?;
     let leader =
         v["leader"].as_u64().ok_or_else(|| CliError::Usage("no leader now; retry".into()))?;
     let api = v["nodes"][leader.to_string()]["api_addr"].as_str().unwrap_or(endpoint).to_string();
-    let resp = client()?
+    let resp = client(token)?
         .delete(format!("{}/v1/cluster/members/{id}", base(&api)))
         .send()
         .await
@@ -170,8 +207,8 @@ async fn remove(endpoint: &str, id: u64) -> Result<i32, CliError> {
     Ok(0)
 }
 
-async fn status(endpoint: &str, json: bool) -> Result<i32, CliError> {
-    let v = get_status(endpoint).await?;
+async fn status(endpoint: &str, json: bool, token: &TokenArg) -> Result<i32, CliError> {
+    let v = get_status(endpoint, token).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(0);

@@ -157,6 +157,8 @@ pub enum Command {
         /// A node's API address.
         #[arg(long, global = true, env = "VELLUM_ENDPOINT", default_value = "127.0.0.1:8080")]
         endpoint: String,
+        #[command(flatten)]
+        token: client::TokenArg,
     },
     /// Make TLS certificates for a cluster: a CA, node and client certificates (see
     /// docs/OPERATIONS.md, "Security").
@@ -170,6 +172,8 @@ pub enum Command {
         op: client::ClusterCommand,
         #[arg(long, global = true, env = "VELLUM_ENDPOINT", default_value = "127.0.0.1:8080")]
         endpoint: String,
+        #[command(flatten)]
+        token: client::TokenArg,
     },
 }
 
@@ -209,9 +213,11 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
             runtime()?.block_on(demo::run(&dir, writes, no_wait))?;
         }
         Command::Cert { op } => cert::run(op)?,
-        Command::Kv { op, endpoint } => return runtime()?.block_on(client::kv(op, &endpoint)),
-        Command::Cluster { op, endpoint } => {
-            return runtime()?.block_on(client::cluster(op, &endpoint));
+        Command::Kv { op, endpoint, token } => {
+            return runtime()?.block_on(client::kv(op, &endpoint, &token));
+        }
+        Command::Cluster { op, endpoint, token } => {
+            return runtime()?.block_on(client::cluster(op, &endpoint, &token));
         }
     }
     Ok(0)

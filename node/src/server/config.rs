@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use vellum_raft_store::KvNode;
 
 use crate::cli::size::parse_size;
+use crate::server::auth::BearerToken;
 
 fn size_arg(s: &str) -> Result<u64, String> {
     parse_size(s)
@@ -47,6 +48,19 @@ pub struct ServeArgs {
     /// promoted to voter).
     #[arg(long, env = "VELLUM_JOIN", conflicts_with = "initial_cluster")]
     pub join: Option<String>,
+    /// An admin token the node presents when it joins through --join (needed when the
+    /// cluster's API requires tokens); also presented when a first start asks members for
+    /// the cluster's status. Prefer the environment variable: a command line is visible to
+    /// every user of the machine.
+    #[arg(long, env = "VELLUM_JOIN_TOKEN", hide_env_values = true)]
+    pub join_token: Option<BearerToken>,
+    /// Require bearer tokens on the client API: a file of `TOKEN ROLE` lines, ROLE one of
+    /// `read` (GET), `write` (PUT, DELETE) or `admin` (membership); `#` starts a comment.
+    /// Re-read on SIGHUP (a bad file keeps the previous tokens). Give every node the same
+    /// file: a follower forwards the caller's token to the leader, which checks it again.
+    /// `/livez` and `/readyz` stay open.
+    #[arg(long, env = "VELLUM_AUTH_TOKENS")]
+    pub auth_tokens: Option<PathBuf>,
     /// Largest key, in bytes.
     #[arg(long, env = "VELLUM_MAX_KEY_BYTES", default_value = "1KiB", value_parser = size_arg)]
     pub max_key_bytes: u64,

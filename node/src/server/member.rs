@@ -152,6 +152,24 @@ pub struct Knowledge {
     pub knows: Option<String>,
 }
 
+/// The current members of a member's configuration (`GET /raft/members`): id → Raft
+/// address. Served on the Raft port, so that a node starting on a fresh volume learns of
+/// members added since bootstrap without a client token (mutual TLS authenticates it).
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub struct Members {
+    pub members: std::collections::BTreeMap<u64, String>,
+}
+
+/// The current members the member whose Raft port is at `base` reports, if it answers.
+pub async fn members(client: &reqwest::Client, base: &str) -> Option<Vec<(u64, String)>> {
+    let request = client.get(format!("{base}/raft/members")).timeout(ASK_TIMEOUT);
+    let resp = request.send().await.ok()?;
+    if !resp.status().is_success() {
+        return None;
+    }
+    Some(resp.json::<Members>().await.ok()?.members.into_iter().collect())
+}
+
 /// A member's answer to "do you know node `id`?".
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Answer {

@@ -13,7 +13,12 @@
 //! adapter (`vellum_raft_store::v010`). Client writes go through the proposal batcher:
 //! concurrent ones share one log entry, two entries may be in flight, and the log makes the
 //! appends in flight durable in one write.
+//!
+//! With `--auth-tokens FILE` the client API requires bearer tokens with roles (`auth.rs`;
+//! re-read on SIGHUP); `--join-token` is the admin token this node presents to the
+//! cluster's API when it joins.
 
+pub(crate) mod auth;
 mod codec;
 pub mod config;
 pub mod http;
@@ -27,6 +32,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
+use axum::http::HeaderValue;
 use tokio::net::TcpListener;
 use vellum_raft_store::member::{Identity, PeerBook};
 use vellum_raft_store::v010::openraft::errors::{InitializeError, RaftError};
@@ -172,12 +178,52 @@ async fn volume(args: &ServeArgs) -> Result<vellum_engine::Volume, CliError> {
     Ok(volume)
 }
 
-/// The current members `api` reports (id and raft address), if it answers.
-async fn current_members(api_client: &ApiClient, api: &str) -> Option<Vec<(u64, String)>> {
+/// What a member's API said when asked for the cluster's status.
+enum Reported {
+    /// The current members (id and raft address).
+    Members(Vec<(u64, String)>),
+    /// 401 or 403: the API requires a token this node lacks.
+    Refused(reqwest::StatusCode),
+    Silent,
+}
+
+/// The current members `api` reports, presenting `token` if given.
+async fn current_members(
+    api_client: &ApiClient,
+    api: &str,
+    token: Option<&HeaderValue>,
+) -> Reported {
     let url = format!("{}/v1/cluster/status", api_client.base(api));
-    let resp = api_client.client.get(url).send().await.ok()?;
-    let status = resp.json::<http::ClusterStatus>().await.ok()?;
-    Some(status.nodes.into_iter().map(|(id, n)| (id, n.raft_addr)).collect())
+    let Ok(resp) = with_token(api_client.client.get(url), token).send().await else {
+        return Reported::Silent;
+    };
+    let status = resp.status();
+    if status == reqwest::StatusCode::UNAUTHORIZED || status == reqwest::StatusCode::FORBIDDEN {
+        return Reported::Refused(status);
+    }
+    match resp.json::<http::ClusterStatus>().await {
+        Ok(s) => Reported::Members(s.nodes.into_iter().map(|(id, n)| (id, n.raft_addr)).collect()),
+        Err(_) => Reported::Silent,
+    }
+}
+
+/// `req` with `Authorization: Bearer` when there is a token.
+fn with_token(
+    req: reqwest::RequestBuilder,
+    token: Option<&HeaderValue>,
+) -> reqwest::RequestBuilder {
+    match token {
+        Some(t) => req.header(reqwest::header::AUTHORIZATION, t.clone()),
+        None => req,
+    }
+}
+
+/// The `--join-token` header, checked (the error never quotes the token).
+fn join_token(args: &ServeArgs) -> Result<Option<HeaderValue>, CliError> {
+    args.join_token
+        .as_ref()
+        .map(|t| t.header().map_err(|why| CliError::Usage(format!("--join-token: {why}"))))
+        .transpose()
 }
 
 /// Whether this node may start as a new member on a volume with no raft state (see
@@ -208,16 +254,43 @@ async fn fresh_start_allowed(args: &ServeArgs, reach: &Reach) -> Result<(), CliE
         .chain(args.join.clone())
         .collect();
     let api_client = reach.api(Duration::from_secs(2), true)?;
+    let token = join_token(args)?;
     let started = std::time::Instant::now();
     let mut told = None;
+    let mut refused_told = false;
     loop {
         let mut members: std::collections::BTreeMap<u64, String> =
             initial.iter().map(|(m, n)| (*m, n.raft_addr.clone())).collect();
         let mut reported = false;
-        for api in &apis {
-            if let Some(current) = current_members(&api_client, api).await {
+        // The members of --initial-cluster answer on their Raft port (no client token
+        // needed); the API's status is the way for the others and the --join target.
+        let mut answered = std::collections::BTreeSet::new();
+        for (m, n) in initial.iter().filter(|(m, _)| **m != id) {
+            if let Ok((client, base)) = reach.peers.client(*m, &n.raft_addr)
+                && let Some(current) = member::members(&client, &base).await
+            {
                 reported = true;
                 members.extend(current);
+                answered.insert(n.api_addr.clone());
+            }
+        }
+        for api in apis.iter().filter(|a| !answered.contains(*a)) {
+            match current_members(&api_client, api, token.as_ref()).await {
+                Reported::Members(current) => {
+                    reported = true;
+                    members.extend(current);
+                }
+                Reported::Refused(status) if !refused_told => {
+                    refused_told = true;
+                    tracing::warn!(
+                        %api,
+                        %status,
+                        "the member's API refused to tell the cluster's members: it requires \
+                         a token (give --join-token an admin token); asking the members known \
+                         without it"
+                    );
+                }
+                Reported::Refused(_) | Reported::Silent => {}
             }
         }
         if args.join.is_some() && members.contains_key(&id) {
@@ -336,6 +409,8 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     transport::check_exposure(&args).map_err(CliError::Usage)?;
     let security = Arc::new(Security::load(&args).map_err(fail("TLS"))?);
     let reach = Reach { peers: security.peers(), security: Arc::clone(&security) };
+    let auth = client_auth(&args)?;
+    let token = join_token(&args)?;
     let prometheus = metrics::install().map_err(|e| fail("metrics")(e.to_string()))?;
     metrics::spawn_upkeep(prometheus.clone());
     // The Raft port first: members starting together answer each other's start-up
@@ -406,6 +481,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         ready,
         prometheus,
         http: reach.api(Duration::from_secs(10), true)?,
+        auth,
     };
     slot.ready(raft.clone(), guard);
     let api_srv = transport::spawn(
@@ -445,7 +521,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         let me = args.me();
         let id = args.id;
         let client = reach.api(Duration::from_secs(30), false)?;
-        tokio::spawn(async move { join_cluster(&client, &join, id, &me).await });
+        tokio::spawn(async move { join_cluster(&client, &join, id, &me, token.as_ref()).await });
     }
 
     let stale = tokio::select! {
@@ -477,12 +553,49 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     }
 }
 
+/// The tokens the client API requires (`--auth-tokens`), loaded and reloaded on SIGHUP.
+fn client_auth(args: &ServeArgs) -> Result<Option<auth::Auth>, CliError> {
+    let Some(path) = &args.auth_tokens else {
+        // SIGHUP must never end the node (its default action would): say there is nothing
+        // to reload.
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{SignalKind, signal};
+            let mut hup = signal(SignalKind::hangup())
+                .map_err(|e| fail("installing the SIGHUP handler")(e.to_string()))?;
+            tokio::spawn(async move {
+                while hup.recv().await.is_some() {
+                    tracing::info!("SIGHUP: nothing to reload (no --auth-tokens)");
+                }
+            });
+        }
+        return Ok(None);
+    };
+    let auth = auth::Auth::load(path).map_err(|e| CliError::Usage(e.to_string()))?;
+    tracing::info!(
+        "client API requires bearer tokens ({} tokens from {})",
+        auth.count(),
+        path.display()
+    );
+    auth.clone()
+        .spawn_reload_on_sighup()
+        .map_err(|e| fail("installing the SIGHUP handler")(e.to_string()))?;
+    Ok(Some(auth))
+}
+
 /// Adds this node as a learner through `api`, then as a voter; retries until both worked.
+/// Presents `token` (`--join-token`, an admin token) on every request when given.
 ///
 /// Redirects are followed by hand, so that `target` becomes the leader: the voter set the
 /// node adds itself to is the leader's (a follower's may be stale, and writing a stale set
 /// back would undo a removal that committed meanwhile).
-async fn join_cluster(api_client: &ApiClient, api: &str, id: u64, me: &vellum_raft_store::KvNode) {
+async fn join_cluster(
+    api_client: &ApiClient,
+    api: &str,
+    id: u64,
+    me: &vellum_raft_store::KvNode,
+    token: Option<&HeaderValue>,
+) {
     let client = &api_client.client;
     let base = api_client.base(api);
     let learner =
@@ -496,8 +609,7 @@ async fn join_cluster(api_client: &ApiClient, api: &str, id: u64, me: &vellum_ra
         if attempt % 20 == 19 {
             tracing::warn!(id, attempt, %target, why = %last, "still joining the cluster");
         }
-        let resp = match client
-            .post(format!("{target}/v1/cluster/learners"))
+        let resp = match with_token(client.post(format!("{target}/v1/cluster/learners")), token)
             .json(&learner)
             .send()
             .await
@@ -517,10 +629,12 @@ async fn join_cluster(api_client: &ApiClient, api: &str, id: u64, me: &vellum_ra
             continue;
         }
         if !resp.status().is_success() {
-            last = format!("adding a learner: HTTP {}", resp.status());
+            last = format!("adding a learner: HTTP {}{}", resp.status(), token_hint(resp.status()));
             continue;
         }
-        let Ok(status) = client.get(format!("{target}/v1/cluster/status")).send().await else {
+        let Ok(status) =
+            with_token(client.get(format!("{target}/v1/cluster/status")), token).send().await
+        else {
             continue;
         };
         let Ok(status) = status.json::<http::ClusterStatus>().await else { continue };
@@ -529,14 +643,27 @@ async fn join_cluster(api_client: &ApiClient, api: &str, id: u64, me: &vellum_ra
             members.push(id);
         }
         let body = serde_json::json!({ "members": members });
-        match client.put(format!("{target}/v1/cluster/members")).json(&body).send().await {
+        let promote = with_token(client.put(format!("{target}/v1/cluster/members")), token);
+        match promote.json(&body).send().await {
             Ok(r) if r.status().is_success() => {
                 tracing::info!(id, "joined the cluster as a voter");
                 return;
             }
-            Ok(r) => last = format!("changing the voters: HTTP {}", r.status()),
+            Ok(r) => {
+                last =
+                    format!("changing the voters: HTTP {}{}", r.status(), token_hint(r.status()));
+            }
             Err(e) => last = e.to_string(),
         }
     }
     tracing::error!(id, api, why = %last, "could not join the cluster");
+}
+
+/// What a 401 or 403 from the cluster means for a joining node.
+fn token_hint(status: reqwest::StatusCode) -> &'static str {
+    match status {
+        reqwest::StatusCode::UNAUTHORIZED => " (the cluster requires a token: give --join-token)",
+        reqwest::StatusCode::FORBIDDEN => " (--join-token must be an admin token)",
+        _ => "",
+    }
 }

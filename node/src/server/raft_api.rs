@@ -3,7 +3,8 @@
 //! and the snapshot's meta, in one POST, and goes to openraft 0.10's `install_full_snapshot`
 //! (bodies up to [`MAX_SNAPSHOT_BYTES`]). Every request must name its sender and target
 //! members and every answer names this one (`member.rs`); `GET /raft/member/{id}` tells what
-//! this member knows of node `id` (the start-up check of a node on a fresh volume).
+//! this member knows of node `id` and `GET /raft/members` its current members (the start-up
+//! check of a node on a fresh volume).
 
 use std::io::Cursor;
 use std::sync::Arc;
@@ -92,6 +93,7 @@ pub fn router(slot: Arc<Slot>) -> Router {
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
         .route("/raft/member/{id}", get(knowledge))
+        .route("/raft/members", get(members))
         .layer(DefaultBodyLimit::max(MAX_RPC_BYTES))
         .merge(snapshots)
         .with_state(slot)
@@ -322,6 +324,19 @@ async fn snapshot(
         raft.install_full_snapshot(vote, Snapshot { meta, snapshot: Cursor::new(data) }).await
     })
     .await
+}
+
+/// The current members of this node's configuration (503 until Raft runs).
+async fn members(State(slot): State<Arc<Slot>>) -> Response {
+    let Some(s) = slot.ready.get() else { return not_ready() };
+    let metrics = s.raft.metrics().borrow_watched().clone();
+    let members = metrics
+        .membership_config
+        .membership()
+        .nodes()
+        .map(|(id, n)| (*id, n.raft_addr.clone()))
+        .collect();
+    Json(member::Members { members }).into_response()
 }
 
 async fn knowledge(State(slot): State<Arc<Slot>>, Path(id): Path<u64>) -> Response {

@@ -170,6 +170,9 @@ pub struct Cluster {
     pub nodes: Vec<Node>,
     pub http: Client,
     pub dir: tempfile::TempDir,
+    /// A bearer token `get`, `put`, `read` and `leader` present (nodes started with
+    /// `--auth-tokens`).
+    pub token: Option<String>,
 }
 
 impl Cluster {
@@ -196,7 +199,7 @@ impl Cluster {
             })
             .collect();
         let http = client_builder().timeout(Duration::from_secs(20)).build().unwrap();
-        Cluster { nodes, http, dir }
+        Cluster { nodes, http, dir, token: None }
     }
 
     pub fn node(dir: &Path, id: u64, api: u16, raft: u16, extra: Vec<String>) -> Node {
@@ -218,8 +221,19 @@ impl Cluster {
         }
     }
 
+    /// `req` with the cluster's token, if it has one.
+    pub fn authed(
+        &self,
+        req: reqwest::blocking::RequestBuilder,
+    ) -> reqwest::blocking::RequestBuilder {
+        match &self.token {
+            Some(t) => req.bearer_auth(t),
+            None => req,
+        }
+    }
+
     pub fn get(&self, url: &str) -> Option<reqwest::blocking::Response> {
-        self.http.get(url).send().ok()
+        self.authed(self.http.get(url)).send().ok()
     }
 
     /// Waits until every running node answers `/readyz` with 200.
@@ -267,8 +281,7 @@ impl Cluster {
 
     /// Writes `key` through `node`; true when acknowledged.
     pub fn put(&self, node: &Node, key: &str, value: &str) -> bool {
-        self.http
-            .put(node.url(&format!("/v1/kv/{key}")))
+        self.authed(self.http.put(node.url(&format!("/v1/kv/{key}"))))
             .body(value.to_string())
             .send()
             .is_ok_and(|r| r.status().is_success())
@@ -277,7 +290,7 @@ impl Cluster {
     /// Reads `key` through `node` (linearizable unless `local`).
     pub fn read(&self, node: &Node, key: &str, local: bool) -> Option<String> {
         let q = if local { "?consistency=local" } else { "" };
-        let r = self.http.get(node.url(&format!("/v1/kv/{key}{q}"))).send().ok()?;
+        let r = self.get(&node.url(&format!("/v1/kv/{key}{q}")))?;
         r.status().is_success().then(|| r.text().unwrap_or_default())
     }
 

@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 mod harness;
+mod t100_tokens;
 mod t10_basic;
 mod t110_mtls;
 mod t20_membership;

@@ -4,6 +4,8 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+use crate::server::auth::Role;
+
 /// What went wrong with a request.
 #[derive(Debug)]
 pub enum ApiError {
@@ -31,6 +33,14 @@ pub enum ApiError {
         max: usize,
     },
     BadRequest(String),
+    /// No usable bearer token (the tokens are on): missing, malformed or unknown, as the
+    /// reason says. Never quotes the token.
+    Unauthorized(&'static str),
+    /// The token's role is below the one the route needs.
+    Forbidden {
+        role: Role,
+        needs: Role,
+    },
     /// The leader could not be reached to forward to.
     BadGateway(String),
     Internal(String),
@@ -70,6 +80,13 @@ impl IntoResponse for ApiError {
             ApiError::BadRequest(why) => {
                 (StatusCode::BAD_REQUEST, json!({ "error": "bad_request", "reason": why }))
             }
+            ApiError::Unauthorized(why) => {
+                (StatusCode::UNAUTHORIZED, json!({ "error": "unauthorized", "reason": why }))
+            }
+            ApiError::Forbidden { role, needs } => (
+                StatusCode::FORBIDDEN,
+                json!({ "error": "forbidden", "role": role.as_str(), "needs": needs.as_str() }),
+            ),
             ApiError::BadGateway(why) => {
                 (StatusCode::BAD_GATEWAY, json!({ "error": "leader_unreachable", "reason": why }))
             }
@@ -80,6 +97,12 @@ impl IntoResponse for ApiError {
         let mut resp = (status, axum::Json(body)).into_response();
         if status == StatusCode::SERVICE_UNAVAILABLE {
             resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            resp.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(r#"Bearer realm="vellum""#),
+            );
         }
         resp
     }

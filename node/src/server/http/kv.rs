@@ -36,6 +36,11 @@ fn check_key(s: &AppState, key: &str) -> Result<(), ApiError> {
 }
 
 /// Forwards the request to `leader`, or redirects there with `?redirect`.
+///
+/// The caller's `Authorization` header goes along unchanged (this node checked it already):
+/// the leader checks the caller's own authority again, so a follower never lends its own.
+/// That needs the same token file on every node; a token the leader does not know gets the
+/// leader's 401, relayed. The redirect body names the leader only, never the token.
 async fn to_leader(
     s: &AppState,
     leader: Leader,
@@ -69,15 +74,13 @@ async fn to_leader(
     }
     let method =
         reqwest::Method::from_bytes(method.as_str().as_bytes()).unwrap_or(reqwest::Method::GET);
-    match s
-        .http
-        .client
-        .request(method, &url)
-        .header(FORWARDED, s.id.to_string())
-        .body(body)
-        .send()
-        .await
-    {
+    let mut forward = s.http.client.request(method, &url).header(FORWARDED, s.id.to_string());
+    if let Some(authorization) = headers.get(header::AUTHORIZATION) {
+        let mut authorization = authorization.clone();
+        authorization.set_sensitive(true);
+        forward = forward.header(header::AUTHORIZATION, authorization);
+    }
+    match forward.body(body).send().await {
         Ok(resp) => {
             let (status, hdrs) = (resp.status(), resp.headers().clone());
             match resp.bytes().await {

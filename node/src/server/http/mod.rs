@@ -3,6 +3,11 @@
 //! Writes and linearizable reads are served by the leader. A follower forwards them to the
 //! leader (one hop, marked with `x-vellum-forwarded`), or answers 307 with the leader's
 //! address when asked with `?redirect`. Without a leader: 503 with `Retry-After`.
+//!
+//! With `--auth-tokens`, every route but `/livez` and `/readyz` needs a bearer token of the
+//! right role (`server/auth.rs`), checked before the body is read. A forwarded request
+//! carries the caller's `Authorization` header: the leader checks the caller's authority
+//! again, so every node needs the same token file.
 
 mod cluster;
 mod errors;
@@ -26,6 +31,7 @@ pub use cluster::Status as ClusterStatus;
 pub use errors::ApiError;
 
 use super::KvRaft;
+use super::auth::{self, Auth};
 use super::metrics as m;
 use super::transport::ApiClient;
 
@@ -52,6 +58,8 @@ pub struct AppState {
     pub prometheus: PrometheusHandle,
     /// Client for forwarding to the leader (TLS as the cluster's APIs are served).
     pub http: ApiClient,
+    /// The bearer tokens the API requires (`--auth-tokens`); `None`: open to all.
+    pub auth: Option<Auth>,
 }
 
 /// Who leads, as this node sees it.
@@ -117,6 +125,9 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(axum::middleware::from_fn_with_state(state.clone(), declared_too_large))
+        // The last layer runs first: metrics count every answer (401s too), then the token
+        // is checked before `declared_too_large` reads a byte of the body.
+        .layer(axum::middleware::from_fn_with_state(state.auth.clone(), auth::require_token))
         .layer(axum::middleware::from_fn(m::track))
         .with_state(state)
 }
@@ -203,7 +214,9 @@ pub fn relay(
 ) -> Response {
     let status = StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY);
     let mut resp = (status, body).into_response();
-    for name in [header::CONTENT_TYPE, header::RETRY_AFTER, header::LOCATION] {
+    for name in
+        [header::CONTENT_TYPE, header::RETRY_AFTER, header::LOCATION, header::WWW_AUTHENTICATE]
+    {
         if let Some(v) =
             headers.get(name.as_str()).and_then(|v| HeaderValue::from_bytes(v.as_bytes()).ok())
         {
