@@ -19,7 +19,14 @@ fn main() {
         Err(e) => {
             // Usage errors in one line, like every other failure.
             let text = e.render().to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
+            let mut lines = text.lines();
+            let mut first = lines.next().unwrap_or("invalid arguments").to_string();
+            if first.ends_with(':') {
+                // "the following required arguments were not provided:" names them next.
+                let named: Vec<&str> =
+                    lines.take_while(|l| l.starts_with("  ")).map(str::trim).collect();
+                first = format!("{first} {}", named.join(" "));
+            }
             eprintln!("vellum: {}", first.trim_start_matches("error: "));
             std::process::exit(2);
         }

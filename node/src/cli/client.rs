@@ -1,24 +1,50 @@
 //! `vellum kv put|get|del` and `vellum cluster status`: HTTP clients of a running node.
 //!
 //! `--token` (or `VELLUM_TOKEN`) is sent as `Authorization: Bearer` on every request, for a
-//! cluster started with `--auth-tokens`; it is never printed.
+//! cluster started with `--auth-tokens`; it is never printed. An `https://` endpoint is
+//! verified against `--cacert`, and `--cert/--key` present a client certificate (for an API
+//! started with `--api-ca`).
 
 use std::fmt::Write as _;
 use std::io::Write;
+use std::path::PathBuf;
 
 use clap::Subcommand;
 
 use super::CliError;
 use crate::server::auth::BearerToken;
+use crate::tls;
 
-/// The bearer token the client presents.
+/// How the client proves who it is and checks whom it talks to.
 #[derive(clap::Args, Debug, Clone, Default)]
-pub struct TokenArg {
+pub struct Access {
     /// A bearer token, for a cluster whose API requires one (`read` reads, `write` writes,
     /// `admin` changes members). Prefer VELLUM_TOKEN: a command line is visible to every
     /// user of the machine.
     #[arg(long, global = true, env = "VELLUM_TOKEN", hide_env_values = true)]
     pub token: Option<BearerToken>,
+    /// The CA (PEM) that signed the nodes' API certificates, for an https:// endpoint.
+    #[arg(long, value_name = "FILE", global = true, env = "VELLUM_CACERT")]
+    pub cacert: Option<PathBuf>,
+    /// A client certificate (PEM) to present, for an API started with --api-ca.
+    #[arg(
+        long = "cert",
+        id = "client_cert",
+        global = true,
+        env = "VELLUM_CERT",
+        requires = "client_key"
+    )]
+    pub cert: Option<PathBuf>,
+    /// The private key (PEM) of --cert.
+    // (`key` alone would clash with the KEY argument of `vellum kv`.)
+    #[arg(
+        long = "key",
+        id = "client_key",
+        global = true,
+        env = "VELLUM_KEY",
+        requires = "client_cert"
+    )]
+    pub key: Option<PathBuf>,
 }
 
 #[derive(Subcommand, Debug)]
@@ -60,6 +86,15 @@ fn base(endpoint: &str) -> String {
     }
 }
 
+/// The base URL of another node's API `addr`, with the scheme `endpoint` was given with.
+fn base_like(addr: &str, endpoint: &str) -> String {
+    if endpoint.starts_with("https://") && !addr.starts_with("http") {
+        format!("https://{}", addr.trim_end_matches('/'))
+    } else {
+        base(addr)
+    }
+}
+
 /// Percent-encodes one path segment.
 pub fn encode_segment(s: &str) -> String {
     let mut out = String::new();
@@ -73,14 +108,31 @@ pub fn encode_segment(s: &str) -> String {
     out
 }
 
-/// An HTTP client that presents `token` on every request, if given.
-fn client(token: &TokenArg) -> Result<reqwest::Client, CliError> {
+/// An HTTP client that presents the token and the client certificate of `access`, if given,
+/// and trusts `--cacert` (or the system's roots without it).
+fn client(access: &Access) -> Result<reqwest::Client, CliError> {
     let mut headers = reqwest::header::HeaderMap::new();
-    if let Some(t) = &token.token {
+    if let Some(t) = &access.token {
         let value = t.header().map_err(|why| CliError::Usage(format!("--token: {why}")))?;
         headers.insert(reqwest::header::AUTHORIZATION, value);
     }
-    reqwest::Client::builder()
+    let mut builder = reqwest::Client::builder();
+    if let Some(ca) = &access.cacert {
+        let identity = match (&access.cert, &access.key) {
+            (Some(cert), Some(key)) => {
+                Some(tls::Identity::load(cert, key).map_err(CliError::Usage)?)
+            }
+            _ => None,
+        };
+        let roots = tls::load_roots(ca).map_err(CliError::Usage)?;
+        let config = tls::client_config(roots, identity.as_ref()).map_err(CliError::Usage)?;
+        builder = builder.use_preconfigured_tls(config);
+    } else if access.cert.is_some() {
+        return Err(CliError::Usage(
+            "--cert needs --cacert (the CA of the nodes' API certificates)".into(),
+        ));
+    }
+    builder
         .no_proxy()
         .default_headers(headers)
         .timeout(std::time::Duration::from_secs(30))
@@ -115,8 +167,8 @@ async fn failure(resp: reqwest::Response) -> CliError {
     CliError::Usage(format!("HTTP {}: {why}{hint}", status.as_u16()))
 }
 
-pub async fn kv(op: KvCommand, endpoint: &str, token: &TokenArg) -> Result<i32, CliError> {
-    let c = client(token)?;
+pub async fn kv(op: KvCommand, endpoint: &str, access: &Access) -> Result<i32, CliError> {
+    let c = client(access)?;
     let b = base(endpoint);
     match op {
         KvCommand::Put { key, value } => {
@@ -163,19 +215,15 @@ pub async fn kv(op: KvCommand, endpoint: &str, token: &TokenArg) -> Result<i32, 
     Ok(0)
 }
 
-pub async fn cluster(
-    op: ClusterCommand,
-    endpoint: &str,
-    token: &TokenArg,
-) -> Result<i32, CliError> {
+pub async fn cluster(op: ClusterCommand, endpoint: &str, access: &Access) -> Result<i32, CliError> {
     match op {
-        ClusterCommand::Status { json } => status(endpoint, json, token).await,
-        ClusterCommand::Remove { id } => remove(endpoint, id, token).await,
+        ClusterCommand::Status { json } => status(endpoint, json, access).await,
+        ClusterCommand::Remove { id } => remove(endpoint, id, access).await,
     }
 }
 
-async fn get_status(endpoint: &str, token: &TokenArg) -> Result<serde_json::Value, CliError> {
-    let resp = client(token)?
+async fn get_status(endpoint: &str, access: &Access) -> Result<serde_json::Value, CliError> {
+    let resp = client(access)?
         .get(format!("{}/v1/cluster/status", base(endpoint)))
         .send()
         .await
@@ -187,13 +235,13 @@ async fn get_status(endpoint: &str, token: &TokenArg) -> Result<serde_json::Valu
 }
 
 /// Removes node `id` (a voter or a learner) through the leader.
-async fn remove(endpoint: &str, id: u64, token: &TokenArg) -> Result<i32, CliError> {
-    let v = get_status(endpoint, token).await?;
+async fn remove(endpoint: &str, id: u64, access: &Access) -> Result<i32, CliError> {
+    let v = get_status(endpoint, access).await?;
     let leader =
         v["leader"].as_u64().ok_or_else(|| CliError::Usage("no leader now; retry".into()))?;
     let api = v["nodes"][leader.to_string()]["api_addr"].as_str().unwrap_or(endpoint).to_string();
-    let resp = client(token)?
-        .delete(format!("{}/v1/cluster/members/{id}", base(&api)))
+    let resp = client(access)?
+        .delete(format!("{}/v1/cluster/members/{id}", base_like(&api, endpoint)))
         .send()
         .await
         .map_err(|e| unreachable(&api, &e))?;
@@ -207,8 +255,8 @@ async fn remove(endpoint: &str, id: u64, token: &TokenArg) -> Result<i32, CliErr
     Ok(0)
 }
 
-async fn status(endpoint: &str, json: bool, token: &TokenArg) -> Result<i32, CliError> {
-    let v = get_status(endpoint, token).await?;
+async fn status(endpoint: &str, json: bool, access: &Access) -> Result<i32, CliError> {
+    let v = get_status(endpoint, access).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(0);

@@ -158,7 +158,7 @@ pub enum Command {
         #[arg(long, global = true, env = "VELLUM_ENDPOINT", default_value = "127.0.0.1:8080")]
         endpoint: String,
         #[command(flatten)]
-        token: client::TokenArg,
+        access: client::Access,
     },
     /// Make TLS certificates for a cluster: a CA, node and client certificates (see
     /// docs/OPERATIONS.md, "Security").
@@ -173,7 +173,7 @@ pub enum Command {
         #[arg(long, global = true, env = "VELLUM_ENDPOINT", default_value = "127.0.0.1:8080")]
         endpoint: String,
         #[command(flatten)]
-        token: client::TokenArg,
+        access: client::Access,
     },
 }
 
@@ -213,11 +213,11 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
             runtime()?.block_on(demo::run(&dir, writes, no_wait))?;
         }
         Command::Cert { op } => cert::run(op)?,
-        Command::Kv { op, endpoint, token } => {
-            return runtime()?.block_on(client::kv(op, &endpoint, &token));
+        Command::Kv { op, endpoint, access } => {
+            return runtime()?.block_on(client::kv(op, &endpoint, &access));
         }
-        Command::Cluster { op, endpoint, token } => {
-            return runtime()?.block_on(client::cluster(op, &endpoint, &token));
+        Command::Cluster { op, endpoint, access } => {
+            return runtime()?.block_on(client::cluster(op, &endpoint, &access));
         }
     }
     Ok(0)

@@ -110,6 +110,29 @@ fn an_mtls_cluster_serves_and_refuses_strangers() {
     assert!(c.put(follower, "through-a-follower", "2"), "forwarded over TLS: {}", c.logs());
     assert_eq!(c.read(follower, "through-the-leader", false).as_deref(), Some("1"));
 
+    phase("the CLI over TLS with a client certificate");
+    let endpoint = format!("https://127.0.0.1:{}", follower.api);
+    let (ca_s, cert_s, key_s) = (
+        ca.to_str().unwrap().to_string(),
+        pki.join("client.pem").to_str().unwrap().to_string(),
+        pki.join("client-key.pem").to_str().unwrap().to_string(),
+    );
+    let tls_args = ["--cacert", &ca_s, "--cert", &cert_s, "--key", &key_s];
+    let out = vellum(
+        &[&["kv", "put", "cli-key", "cli-value", "--endpoint", &endpoint], &tls_args[..]].concat(),
+    );
+    assert!(
+        out.status.success(),
+        "vellum kv put over TLS: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = vellum(&[&["kv", "get", "cli-key", "--endpoint", &endpoint], &tls_args[..]].concat());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "cli-value");
+    let out = vellum(&["kv", "get", "cli-key", "--endpoint", &endpoint, "--cacert", &ca_s]);
+    assert!(!out.status.success(), "no client certificate, no answer");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.trim().lines().count(), 1, "one line: {stderr}");
+
     phase("strangers on the Raft port");
     let target = c.by_ref(leader);
     let before = term(&c, target);
