@@ -52,14 +52,14 @@ pub struct ServeArgs {
     /// cluster's API requires tokens); also presented when a first start asks members for
     /// the cluster's status. Prefer the environment variable: a command line is visible to
     /// every user of the machine.
-    #[arg(long, env = "VELLUM_JOIN_TOKEN", hide_env_values = true)]
+    #[arg(long, env = "VELLUM_JOIN_TOKEN", hide_env_values = true, help_heading = "Security")]
     pub join_token: Option<BearerToken>,
     /// Require bearer tokens on the client API: a file of `TOKEN ROLE` lines, ROLE one of
     /// `read` (GET), `write` (PUT, DELETE) or `admin` (membership); `#` starts a comment.
     /// Re-read on SIGHUP (a bad file keeps the previous tokens). Give every node the same
     /// file: a follower forwards the caller's token to the leader, which checks it again.
     /// `/livez` and `/readyz` stay open.
-    #[arg(long, env = "VELLUM_AUTH_TOKENS")]
+    #[arg(long, env = "VELLUM_AUTH_TOKENS", help_heading = "Security")]
     pub auth_tokens: Option<PathBuf>,
     /// Largest key, in bytes.
     #[arg(long, env = "VELLUM_MAX_KEY_BYTES", default_value = "1KiB", value_parser = size_arg)]
@@ -83,25 +83,25 @@ pub struct ServeArgs {
     /// This node's certificate (PEM) on the Raft port, presented to connecting peers and in
     /// its own Raft RPCs. It must be valid for the name `node-ID.vellum` (vellum cert node
     /// makes one). With --peer-key and --peer-ca: mutual TLS between members.
-    #[arg(long, env = "VELLUM_PEER_CERT", help_heading = "Security")]
+    #[arg(long, env = "VELLUM_PEER_CERT", value_name = "FILE", help_heading = "Security")]
     pub peer_cert: Option<PathBuf>,
     /// The private key (PEM) of --peer-cert.
-    #[arg(long, env = "VELLUM_PEER_KEY", help_heading = "Security")]
+    #[arg(long, env = "VELLUM_PEER_KEY", value_name = "FILE", help_heading = "Security")]
     pub peer_key: Option<PathBuf>,
     /// The CA (PEM) of the cluster's members: a peer whose certificate it did not sign gets
     /// nothing (the handshake fails), and a request is refused unless its certificate names
     /// the member it says it comes from.
-    #[arg(long, env = "VELLUM_PEER_CA", help_heading = "Security")]
+    #[arg(long, env = "VELLUM_PEER_CA", value_name = "FILE", help_heading = "Security")]
     pub peer_ca: Option<PathBuf>,
     /// Serve the client API over TLS with this certificate (PEM).
-    #[arg(long, env = "VELLUM_API_CERT", help_heading = "Security")]
+    #[arg(long, env = "VELLUM_API_CERT", value_name = "FILE", help_heading = "Security")]
     pub api_cert: Option<PathBuf>,
     /// The private key (PEM) of --api-cert.
-    #[arg(long, env = "VELLUM_API_KEY", help_heading = "Security")]
+    #[arg(long, env = "VELLUM_API_KEY", value_name = "FILE", help_heading = "Security")]
     pub api_key: Option<PathBuf>,
     /// Require API clients to present a certificate this CA (PEM) signed. The node also
     /// verifies other members' API certificates against it (and --peer-ca) when it forwards.
-    #[arg(long, env = "VELLUM_API_CA", help_heading = "Security")]
+    #[arg(long, env = "VELLUM_API_CA", value_name = "FILE", help_heading = "Security")]
     pub api_ca: Option<PathBuf>,
     /// Serve /metrics (plain HTTP, no token) on this address too, for Prometheus.
     #[arg(long, env = "VELLUM_METRICS_ADDR", help_heading = "Security")]

@@ -14,6 +14,60 @@ fn bad_input_is_refused_with_json_errors() {
     let mut c = Cluster::new(1);
     c.start_all();
     c.wait_ready();
+    refused_with_json_errors(&c);
+}
+
+/// The same with `--auth-tokens` and an admin token on every request: authentication comes
+/// first, and what passes it meets the same checks. Malformed credentials get 401 + JSON;
+/// `--metrics-addr` serves /metrics without a token.
+#[test]
+fn bad_input_on_authenticated_routes_is_refused_with_json_errors() {
+    const ADMIN: &str = "admin-3c9e0b7d51f2a8e4";
+    let mut c = Cluster::new(1);
+    let tokens = c.dir.path().join("tokens");
+    std::fs::write(&tokens, format!("{ADMIN} admin\n")).unwrap();
+    let metrics = crate::harness::free_port();
+    let n = &mut c.nodes[0];
+    n.extra.extend([
+        "--auth-tokens".into(),
+        tokens.to_str().unwrap().into(),
+        "--metrics-addr".into(),
+        format!("127.0.0.1:{metrics}"),
+    ]);
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert("authorization", format!("Bearer {ADMIN}").parse().unwrap());
+    c.http = crate::harness::client_builder()
+        .default_headers(headers)
+        .timeout(std::time::Duration::from_secs(20))
+        .build()
+        .unwrap();
+    c.token = Some(ADMIN.into());
+    c.start_all();
+    c.wait_ready();
+    refused_with_json_errors(&c);
+    phase("malformed credentials");
+    let n = &c.nodes[0];
+    let plain = crate::harness::client_builder().build().unwrap();
+    for value in ["Bearer", "Bearer ", "Basic YWRtaW46YWRtaW4=", "Bearer a b", &"x".repeat(8000)] {
+        let r = plain.get(n.url("/v1/kv/x")).header("authorization", value).send().unwrap();
+        let (status, error) = json_error(r);
+        assert_eq!((status, error.as_str()), (401, "unauthorized"), "{value:.20}");
+    }
+    let r = plain
+        .get(n.url("/v1/kv/x"))
+        .header("authorization", &b"Bearer \xff\xfe"[..])
+        .send()
+        .unwrap();
+    assert_eq!(json_error(r), (401, "unauthorized".into()));
+    phase("/metrics: a token on the API address, none on --metrics-addr");
+    assert_eq!(plain.get(n.url("/metrics")).send().unwrap().status().as_u16(), 401);
+    let r = plain.get(format!("http://127.0.0.1:{metrics}/metrics")).send().unwrap();
+    assert!(r.status().is_success());
+    assert!(r.text().unwrap().contains("vellum_"), "Prometheus text on --metrics-addr");
+    assert!(c.put(n, "after-the-abuse-2", "ok"));
+}
+
+fn refused_with_json_errors(c: &Cluster) {
     let n = &c.nodes[0];
     let h = &c.http;
     phase("oversized and malformed input");
