@@ -63,21 +63,36 @@ pub fn load_roots(path: &Path) -> Result<RootCertStore, TlsError> {
     Ok(roots)
 }
 
-/// Whether `cert` (DER) names node `id`: one of its DNS subject alternative names is exactly
-/// [`node_name`]`(id)`. A wildcard (`*.vellum`) names no member: a certificate that could
-/// stand for every node must not speak for any. The chain is checked by the handshake that
-/// presented the certificate.
-pub fn names_node(cert: &CertificateDer<'_>, id: u64) -> bool {
+/// The node ids `cert` (DER) names: those whose [`node_name`] is exactly one of its DNS
+/// subject alternative names. A wildcard (`*.vellum`) names no member: a certificate that
+/// could stand for every node must not speak for any. The chain is checked by the handshake
+/// that presented the certificate.
+pub fn named_nodes(cert: &CertificateDer<'_>) -> Vec<u64> {
     use x509_parser::extensions::GeneralName;
-    let want = node_name(id);
     let Ok((_, parsed)) = x509_parser::parse_x509_certificate(cert.as_ref()) else {
-        return false;
+        return Vec::new();
     };
-    let Ok(Some(san)) = parsed.subject_alternative_name() else { return false };
+    let Ok(Some(san)) = parsed.subject_alternative_name() else { return Vec::new() };
     san.value
         .general_names
         .iter()
-        .any(|n| matches!(n, GeneralName::DNSName(d) if d.eq_ignore_ascii_case(&want)))
+        .filter_map(|n| match n {
+            GeneralName::DNSName(d) => node_of_name(d),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The id whose [`node_name`] `name` is, exactly (ASCII case aside).
+fn node_of_name(name: &str) -> Option<u64> {
+    let lower = name.to_ascii_lowercase();
+    let id: u64 = lower.strip_prefix("node-")?.strip_suffix(".vellum")?.parse().ok()?;
+    (node_name(id) == lower).then_some(id)
+}
+
+/// Whether `cert` names node `id` (see [`named_nodes`]).
+pub fn names_node(cert: &CertificateDer<'_>, id: u64) -> bool {
+    named_nodes(cert).contains(&id)
 }
 
 /// A certificate with its key, as a node presents it.
@@ -127,6 +142,85 @@ pub fn server_config(
     Ok(Arc::new(config))
 }
 
+/// Verifies a peer's certificate as webpki does for its name, and then that it names
+/// `target` exactly ([`names_node`]): webpki alone would take a wildcard `*.vellum` for any
+/// member.
+#[derive(Debug)]
+struct MemberVerifier {
+    webpki: Arc<rustls::client::WebPkiServerVerifier>,
+    target: u64,
+}
+
+impl rustls::client::danger::ServerCertVerifier for MemberVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        server_name: &rustls::pki_types::ServerName<'_>,
+        ocsp_response: &[u8],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        let verified = self.webpki.verify_server_cert(
+            end_entity,
+            intermediates,
+            server_name,
+            ocsp_response,
+            now,
+        )?;
+        if names_node(end_entity, self.target) {
+            Ok(verified)
+        } else {
+            Err(rustls::Error::General(format!(
+                "the certificate does not name node {} ({})",
+                self.target,
+                node_name(self.target)
+            )))
+        }
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.webpki.verify_tls13_signature(message, cert, dss)
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.webpki.supported_verify_schemes()
+    }
+}
+
+/// The client config of Raft RPCs to member `target`: trusts the peer CA `roots`, accepts
+/// only a certificate that names `target` exactly, presents `me`.
+pub fn member_client_config(
+    roots: Arc<RootCertStore>,
+    me: &Identity,
+    target: u64,
+) -> Result<ClientConfig, TlsError> {
+    install_provider();
+    let webpki = rustls::client::WebPkiServerVerifier::builder(roots)
+        .build()
+        .map_err(|e| format!("the peer CA: {e}"))?;
+    let mut config = ClientConfig::builder()
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(MemberVerifier { webpki, target }))
+        .with_client_auth_cert(me.certs.clone(), me.key.clone_key())
+        .map_err(|e| format!("the certificate and key do not make a client identity: {e}"))?;
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(config)
+}
+
 /// A client config trusting the CAs of `roots`, presenting `me` when given.
 pub fn client_config(
     roots: RootCertStore,
@@ -160,6 +254,9 @@ mod tests {
         assert!(names_node(&node, 1));
         assert!(!names_node(&node, 2));
         assert!(!names_node(&node, 11), "node-11 is not node-1");
+        assert_eq!(named_nodes(&node), vec![1]);
+        assert!(named_nodes(&self_signed(&["node-01.vellum", "node-+1.vellum"])).is_empty());
+        assert!(named_nodes(&self_signed(&["client.example.com"])).is_empty());
         let wildcard = self_signed(&["*.vellum"]);
         assert!(!names_node(&wildcard, 1), "a wildcard stands for no member");
         let other = self_signed(&["node-1.vellum.example.com", "xnode-1.vellum"]);

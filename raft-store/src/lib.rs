@@ -18,7 +18,8 @@
 //! `docs/RAFT-LOG.md` for the on-disk log format and the torn-write design.
 
 pub mod batcher;
-mod codec;
+/// The store's encoding (bincode 2 over serde), decoded with a limit bound to the input.
+pub mod codec;
 pub mod error;
 pub mod log;
 mod log_store;

@@ -133,7 +133,16 @@ pub async fn track(req: Request, next: Next) -> Response {
         .extensions()
         .get::<MatchedPath>()
         .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
-    let method = req.method().to_string();
+    // A fixed set: any token is a valid HTTP method, and a label per distinct one would
+    // let anyone grow the metrics without bound (before authentication).
+    let method: &'static str = match req.method().as_str() {
+        "GET" => "GET",
+        "HEAD" => "HEAD",
+        "PUT" => "PUT",
+        "POST" => "POST",
+        "DELETE" => "DELETE",
+        _ => "OTHER",
+    };
     let started = Instant::now();
     let resp = next.run(req).await;
     let code = resp.status().as_u16().to_string();

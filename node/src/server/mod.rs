@@ -408,6 +408,9 @@ impl Reach {
 pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     transport::check_exposure(&args).map_err(CliError::Usage)?;
     let security = Arc::new(Security::load(&args).map_err(fail("TLS"))?);
+    for warning in transport::exposure_warnings(&args) {
+        tracing::warn!("{warning}");
+    }
     let reach = Reach { peers: security.peers(), security: Arc::clone(&security) };
     let auth = client_auth(&args)?;
     let token = join_token(&args)?;

@@ -10,7 +10,7 @@ use std::io::Cursor;
 use std::sync::Arc;
 
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, Extension, Path, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -96,7 +96,52 @@ pub fn router(slot: Arc<Slot>) -> Router {
         .route("/raft/members", get(members))
         .layer(DefaultBodyLimit::max(MAX_RPC_BYTES))
         .merge(snapshots)
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&slot), authenticate))
         .with_state(slot)
+}
+
+/// With mutual TLS, before anything else (before a body is read): the connection's
+/// certificate must name a member (`node-N.vellum`: the CA's client certificates, which name
+/// none, get nothing here), and an RPC's must name the member it says it comes from
+/// (`x-vellum-from`), or a member could speak for another.
+async fn authenticate(
+    State(slot): State<Arc<Slot>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    if !slot.mtls {
+        return next.run(req).await;
+    }
+    let named = req
+        .extensions()
+        .get::<PeerCert>()
+        .and_then(|c| c.0.as_ref())
+        .map(tls::named_nodes)
+        .unwrap_or_default();
+    let from = member::member_header(req.headers(), member::FROM).map(|(id, _)| id);
+    let allowed = match (req.method() == axum::http::Method::POST, from) {
+        // An RPC: the certificate names its sender.
+        (true, Some(from)) => named.contains(&from),
+        (true, None) => false,
+        // A start-up question: any member may ask.
+        (false, _) => !named.is_empty(),
+    };
+    if allowed {
+        return next.run(req).await;
+    }
+    tracing::warn!(
+        claimed = ?from,
+        path = %req.uri().path(),
+        "refused a Raft request: its certificate does not name the member it says it comes from"
+    );
+    refuse(
+        StatusCode::FORBIDDEN,
+        &json!({
+            "error": "identity_mismatch",
+            "from": from,
+            "reason": "the client certificate does not name the member the request says it comes from",
+        }),
+    )
 }
 
 fn not_ready() -> Response {
@@ -214,40 +259,10 @@ async fn check(s: &RpcState, headers: &HeaderMap, sender: Option<u64>) -> Result
     Ok(())
 }
 
-/// With mutual TLS, the connection's certificate must name the member the request says it
-/// comes from (`x-vellum-from`), or a member could speak for another, or a client
-/// certificate of the same CA for any member. Checked before the body is decoded; the
-/// refusal to send, if any.
-fn authenticate(mtls: bool, cert: Option<&PeerCert>, headers: &HeaderMap) -> Option<Response> {
-    if !mtls {
-        return None;
-    }
-    let from = member::member_header(headers, member::FROM).map(|(id, _)| id);
-    let cert = cert.and_then(|c| c.0.as_ref());
-    match from {
-        Some(from) if cert.is_some_and(|c| tls::names_node(c, from)) => None,
-        _ => {
-            tracing::warn!(
-                claimed = ?from,
-                "refused a Raft RPC: its certificate does not name the member it says it comes from"
-            );
-            Some(refuse(
-                StatusCode::FORBIDDEN,
-                &json!({
-                    "error": "identity_mismatch",
-                    "from": from,
-                    "reason": "the client certificate does not name the member the request says it comes from",
-                }),
-            ))
-        }
-    }
-}
-
-/// Authenticates the sender, decodes the body, checks the members, runs `call`, answers;
-/// every answer names this member.
+/// Decodes the body, checks the members, runs `call`, answers; every answer names this
+/// member (the sender was authenticated by [`authenticate`] before the body was read).
 async fn handle<Req, Resp, F, Fut>(
     slot: &Slot,
-    cert: Option<&PeerCert>,
     headers: &HeaderMap,
     body: &[u8],
     call: F,
@@ -259,9 +274,6 @@ where
     Fut: Future<Output = Resp>,
 {
     let Some(s) = slot.ready.get() else { return not_ready() };
-    if let Some(refused) = authenticate(slot.mtls, cert, headers) {
-        return refused;
-    }
     let mut resp = match decode::<Req>(body) {
         Err(e) => refuse(
             StatusCode::BAD_REQUEST,
@@ -278,14 +290,8 @@ where
     resp
 }
 
-async fn append(
-    State(slot): State<Arc<Slot>>,
-    cert: Option<Extension<PeerCert>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let cert = cert.as_ref().map(|Extension(c)| c);
-    handle(&slot, cert, &headers, &body, |raft, req: AppendEntriesRequest<TypeConfig>| async move {
+async fn append(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) -> Response {
+    handle(&slot, &headers, &body, |raft, req: AppendEntriesRequest<TypeConfig>| async move {
         // The follower's part of a commit: its log append, timed when entries came along.
         let started = (!req.entries.is_empty()).then(std::time::Instant::now);
         let resp = raft.append_entries(req).await;
@@ -298,29 +304,17 @@ async fn append(
     .await
 }
 
-async fn vote(
-    State(slot): State<Arc<Slot>>,
-    cert: Option<Extension<PeerCert>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let cert = cert.as_ref().map(|Extension(c)| c);
-    handle(&slot, cert, &headers, &body, |raft, req: VoteRequest<TypeConfig>| async move {
+async fn vote(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) -> Response {
+    handle(&slot, &headers, &body, |raft, req: VoteRequest<TypeConfig>| async move {
         raft.vote(req).await
     })
     .await
 }
 
-async fn snapshot(
-    State(slot): State<Arc<Slot>>,
-    cert: Option<Extension<PeerCert>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response {
-    let cert = cert.as_ref().map(|Extension(c)| c);
+async fn snapshot(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) -> Response {
     // The member checks run first: `install_full_snapshot` panics on a snapshot that no
     // protocol-following leader of this cluster could send (e.g. one of a former incarnation).
-    handle(&slot, cert, &headers, &body, |raft, (vote, meta, data): SnapshotRpc| async move {
+    handle(&slot, &headers, &body, |raft, (vote, meta, data): SnapshotRpc| async move {
         raft.install_full_snapshot(vote, Snapshot { meta, snapshot: Cursor::new(data) }).await
     })
     .await

@@ -34,6 +34,11 @@ use crate::tls;
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long open connections get to finish at shutdown.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long a request's headers may take to arrive on a TLS connection.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
+/// Connections one TLS port serves at once; more are closed at accept (file descriptors are
+/// the node's, its volume and peers need them too).
+const MAX_CONNECTIONS: usize = 4096;
 
 /// The client certificate of the TLS connection a request came on (`None` when the port
 /// does not ask for one). Present on every request of a TLS port, absent on plain ones.
@@ -44,8 +49,8 @@ pub struct PeerCert(pub Option<CertificateDer<'static>>);
 pub struct Security {
     /// The Raft port's server config (mutual TLS), if `--peer-*` are given.
     pub raft_server: Option<Arc<ServerConfig>>,
-    /// The config of outgoing Raft RPCs, with the node's certificate.
-    peer_client: Option<ClientConfig>,
+    /// What outgoing Raft RPCs trust (the peer CA) and present (this node's certificate).
+    peer_client: Option<(Arc<RootCertStore>, tls::Identity)>,
     /// The client API's server config, if `--api-cert/--api-key` are given.
     pub api_server: Option<Arc<ServerConfig>>,
     /// The config of calls to other members' APIs (None: plain HTTP).
@@ -83,6 +88,26 @@ pub fn check_exposure(args: &ServeArgs) -> Result<(), String> {
     ))
 }
 
+/// What `vellum serve` should warn about before it serves: an exposed API that anyone may
+/// use (TLS without tokens or client certificates), a metrics address off loopback.
+pub fn exposure_warnings(args: &ServeArgs) -> Vec<String> {
+    let mut warnings = Vec::new();
+    if !is_loopback(args.api_addr) && args.auth_tokens.is_none() && args.api_ca.is_none() {
+        warnings.push(format!(
+            "the client API at {} authenticates nobody (no --auth-tokens, no --api-ca): anyone \
+             who reaches it may read, write and change membership",
+            args.api_addr
+        ));
+    }
+    if let Some(addr) = args.metrics_addr.filter(|a| !is_loopback(*a)) {
+        warnings.push(format!(
+            "/metrics is served on {addr} in plain HTTP without a token: keep that address on \
+             a management network"
+        ));
+    }
+    warnings
+}
+
 impl Security {
     /// Loads the certificates and keys the flags name.
     pub fn load(args: &ServeArgs) -> Result<Security, String> {
@@ -99,10 +124,12 @@ impl Security {
         if args.api_ca.is_some() && api.is_none() {
             return Err("--api-ca needs --api-cert and --api-key".into());
         }
-        let (raft_server, peer_client) = match &peer {
+        let (raft_server, peer_client) = match peer {
             Some((me, ca)) => {
-                let client = tls::client_config(tls::load_roots(ca)?, Some(me))?;
-                (Some(tls::server_config(me, Some(ca))?), Some(client))
+                let roots = Arc::new(tls::load_roots(ca)?);
+                // Checked now, so that a bad identity refuses the start, not every RPC.
+                tls::member_client_config(Arc::clone(&roots), &me, 0)?;
+                (Some(tls::server_config(&me, Some(ca))?), Some((roots, me)))
             }
             None => (None, None),
         };
@@ -142,7 +169,9 @@ impl Security {
             builder = builder.redirect(reqwest::redirect::Policy::none());
         }
         if let Some(config) = &self.api_client {
-            builder = builder.use_preconfigured_tls(config.clone());
+            // Never plain HTTP to another member's API once ours is TLS: a redirect or an
+            // address with http:// must not carry a token in the clear.
+            builder = builder.use_preconfigured_tls(config.clone()).https_only(true);
         }
         let client = builder.build().map_err(|e| format!("http client: {e}"))?;
         Ok(ApiClient { client, scheme: if self.api_client.is_some() { "https" } else { "http" } })
@@ -172,20 +201,20 @@ impl ApiClient {
 /// Pooled clients of other members' Raft ports, one per member and address.
 #[derive(Clone)]
 pub struct PeerClients {
-    tls: Option<ClientConfig>,
+    tls: Option<(Arc<RootCertStore>, tls::Identity)>,
     clients: Arc<Mutex<HashMap<(u64, String), reqwest::Client>>>,
 }
 
 impl PeerClients {
     /// A client for member `target` at `raft_addr` and the base URL to call it with: with TLS,
-    /// `https://node-N.vellum:PORT`, resolved to `raft_addr`, so that the handshake checks that
-    /// the certificate names `target`.
+    /// `https://node-N.vellum:PORT`, resolved to `raft_addr`, whose handshake accepts only a
+    /// certificate of the peer CA that names `target` exactly.
     pub fn client(
         &self,
         target: u64,
         raft_addr: &str,
     ) -> Result<(reqwest::Client, String), String> {
-        let Some(tls) = &self.tls else {
+        let Some((roots, me)) = &self.tls else {
             let mut clients =
                 self.clients.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let client = clients
@@ -207,7 +236,7 @@ impl PeerClients {
             .no_proxy()
             .pool_max_idle_per_host(4)
             .tcp_nodelay(true)
-            .use_preconfigured_tls(tls.clone())
+            .use_preconfigured_tls(tls::member_client_config(Arc::clone(roots), me, target)?)
             .resolve(&name, addr)
             .build()
             .map_err(|e| format!("http client: {e}"))?;
@@ -238,6 +267,7 @@ pub fn spawn(
         });
     };
     let acceptor = tokio_rustls::TlsAcceptor::from(config);
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     tokio::spawn(async move {
         let graceful = hyper_util::server::graceful::GracefulShutdown::new();
         loop {
@@ -252,6 +282,10 @@ pub fn spawn(
                         continue;
                     }
                 },
+            };
+            let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
+                tracing::warn!(port, peer = %addr, MAX_CONNECTIONS, "too many connections: closed one at accept");
+                continue;
             };
             let _ = tcp.set_nodelay(true);
             let (acceptor, router, watcher) =
@@ -279,12 +313,17 @@ pub fn spawn(
                         tower_service::Service::call(&mut router.clone(), req)
                     },
                 );
-                let builder = hyper_util::server::conn::auto::Builder::new(
+                let mut builder = hyper_util::server::conn::auto::Builder::new(
                     hyper_util::rt::TokioExecutor::new(),
                 );
+                builder
+                    .http1()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(HEADER_TIMEOUT);
                 let conn = builder
                     .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), service);
                 let _ = watcher.watch(conn.into_owned()).await;
+                drop(slot);
             });
         }
         drop(listener);

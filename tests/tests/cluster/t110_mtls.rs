@@ -175,6 +175,16 @@ fn an_mtls_cluster_serves_and_refuses_strangers() {
         let v: serde_json::Value = r.json().unwrap();
         assert_eq!(v["error"], "identity_mismatch");
     }
+    let members = |client: &reqwest::blocking::Client| {
+        client
+            .get(format!("https://127.0.0.1:{}/raft/members", target.raft))
+            .send()
+            .unwrap()
+            .status()
+            .as_u16()
+    };
+    assert_eq!(members(&client_cert), 403, "a client certificate names no member");
+    assert_eq!(members(&as_other), 200, "a member may ask who the members are");
     assert_eq!(term(&c, target), before, "the term moved: {}", c.logs());
     assert!(
         c.by_ref(leader).log_text().contains("refused a TLS connection"),

@@ -85,7 +85,7 @@ fn not_leader(s: &AppState) -> Option<Response> {
         Leader::Other(id, node) => Some(
             (
                 axum::http::StatusCode::TEMPORARY_REDIRECT,
-                [(axum::http::header::LOCATION, format!("http://{}", node.api_addr))],
+                [(axum::http::header::LOCATION, s.http.base(&node.api_addr))],
                 Json(serde_json::json!({ "error": "not_leader", "leader": id, "leader_api_addr": node.api_addr })),
             )
                 .into_response(),
