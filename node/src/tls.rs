@@ -91,6 +91,7 @@ fn node_of_name(name: &str) -> Option<u64> {
 }
 
 /// Whether `cert` names node `id` (see [`named_nodes`]).
+#[cfg(test)]
 pub fn names_node(cert: &CertificateDer<'_>, id: u64) -> bool {
     named_nodes(cert).contains(&id)
 }
@@ -140,85 +141,6 @@ pub fn server_config(
         .map_err(|e| format!("the certificate and key do not make a server identity: {e}"))?;
     config.alpn_protocols = alpn();
     Ok(Arc::new(config))
-}
-
-/// Verifies a peer's certificate as webpki does for its name, and then that it names
-/// `target` exactly ([`names_node`]): webpki alone would take a wildcard `*.vellum` for any
-/// member.
-#[derive(Debug)]
-struct MemberVerifier {
-    webpki: Arc<rustls::client::WebPkiServerVerifier>,
-    target: u64,
-}
-
-impl rustls::client::danger::ServerCertVerifier for MemberVerifier {
-    fn verify_server_cert(
-        &self,
-        end_entity: &CertificateDer<'_>,
-        intermediates: &[CertificateDer<'_>],
-        server_name: &rustls::pki_types::ServerName<'_>,
-        ocsp_response: &[u8],
-        now: rustls::pki_types::UnixTime,
-    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
-        let verified = self.webpki.verify_server_cert(
-            end_entity,
-            intermediates,
-            server_name,
-            ocsp_response,
-            now,
-        )?;
-        if names_node(end_entity, self.target) {
-            Ok(verified)
-        } else {
-            Err(rustls::Error::General(format!(
-                "the certificate does not name node {} ({})",
-                self.target,
-                node_name(self.target)
-            )))
-        }
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        self.webpki.verify_tls12_signature(message, cert, dss)
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &rustls::DigitallySignedStruct,
-    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
-        self.webpki.verify_tls13_signature(message, cert, dss)
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.webpki.supported_verify_schemes()
-    }
-}
-
-/// The client config of Raft RPCs to member `target`: trusts the peer CA `roots`, accepts
-/// only a certificate that names `target` exactly, presents `me`.
-pub fn member_client_config(
-    roots: Arc<RootCertStore>,
-    me: &Identity,
-    target: u64,
-) -> Result<ClientConfig, TlsError> {
-    install_provider();
-    let webpki = rustls::client::WebPkiServerVerifier::builder(roots)
-        .build()
-        .map_err(|e| format!("the peer CA: {e}"))?;
-    let mut config = ClientConfig::builder()
-        .dangerous()
-        .with_custom_certificate_verifier(Arc::new(MemberVerifier { webpki, target }))
-        .with_client_auth_cert(me.certs.clone(), me.key.clone_key())
-        .map_err(|e| format!("the certificate and key do not make a client identity: {e}"))?;
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
-    Ok(config)
 }
 
 /// A client config trusting the CAs of `roots`, presenting `me` when given.

@@ -537,6 +537,42 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_member_call_accepts_only_a_certificate_naming_the_callee_exactly() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = cluster(tmp.path(), "one");
+        node(&dir, 2, &addrs(&["127.0.0.2"]), 30, false).unwrap();
+        // A wildcard certificate of the same CA (vellum cert never makes one; another tool
+        // under the same CA could): webpki refuses `*.vellum` (a wildcard over one label)
+        // for node-1.vellum, so it cannot answer as a member.
+        let (_, ca) = load_ca(&dir).unwrap();
+        let (not_before, not_after) = validity(30).unwrap();
+        let mut params = base_params("wildcard", not_before, not_after);
+        params.subject_alt_names = vec![dns_san("*.vellum").unwrap()];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let key = new_key().unwrap();
+        let cert = params.signed_by(&key, &ca).unwrap();
+        let wildcard = Identity {
+            certs: vec![cert.der().clone()],
+            key: rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der()).unwrap(),
+        };
+        let ca_path = dir.join(CA_CERT);
+
+        let me = identity(&dir, "node-2.pem", "node-2-key.pem");
+        let call = |server_identity: &Identity, target: u64| {
+            let server = tls::server_config(server_identity, Some(&ca_path)).unwrap();
+            let client = tls::client_config(tls::load_roots(&ca_path).unwrap(), Some(&me)).unwrap();
+            tokio::time::timeout(
+                std::time::Duration::from_secs(20),
+                handshake(server, client, target),
+            )
+        };
+        let node1 = identity(&dir, "node-1.pem", "node-1-key.pem");
+        assert_eq!(call(&node1, 1).await.unwrap(), (true, true), "node 1 answers as node 1");
+        assert!(!call(&node1, 3).await.unwrap().1, "node 1 is not node 3");
+        assert!(!call(&wildcard, 1).await.unwrap().1, "a wildcard is no member");
+    }
+
+    #[tokio::test]
     async fn handshake_needs_a_client_certificate_from_the_cluster_ca() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = cluster(tmp.path(), "one");

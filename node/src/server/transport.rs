@@ -49,8 +49,9 @@ pub struct PeerCert(pub Option<CertificateDer<'static>>);
 pub struct Security {
     /// The Raft port's server config (mutual TLS), if `--peer-*` are given.
     pub raft_server: Option<Arc<ServerConfig>>,
-    /// What outgoing Raft RPCs trust (the peer CA) and present (this node's certificate).
-    peer_client: Option<(Arc<RootCertStore>, tls::Identity)>,
+    /// The config of outgoing Raft RPCs: trusts the peer CA, presents this node's
+    /// certificate.
+    peer_client: Option<ClientConfig>,
     /// The client API's server config, if `--api-cert/--api-key` are given.
     pub api_server: Option<Arc<ServerConfig>>,
     /// The config of calls to other members' APIs (None: plain HTTP).
@@ -126,10 +127,8 @@ impl Security {
         }
         let (raft_server, peer_client) = match peer {
             Some((me, ca)) => {
-                let roots = Arc::new(tls::load_roots(ca)?);
-                // Checked now, so that a bad identity refuses the start, not every RPC.
-                tls::member_client_config(Arc::clone(&roots), &me, 0)?;
-                (Some(tls::server_config(&me, Some(ca))?), Some((roots, me)))
+                let client = tls::client_config(tls::load_roots(ca)?, Some(&me))?;
+                (Some(tls::server_config(&me, Some(ca))?), Some(client))
             }
             None => (None, None),
         };
@@ -201,20 +200,21 @@ impl ApiClient {
 /// Pooled clients of other members' Raft ports, one per member and address.
 #[derive(Clone)]
 pub struct PeerClients {
-    tls: Option<(Arc<RootCertStore>, tls::Identity)>,
+    tls: Option<ClientConfig>,
     clients: Arc<Mutex<HashMap<(u64, String), reqwest::Client>>>,
 }
 
 impl PeerClients {
     /// A client for member `target` at `raft_addr` and the base URL to call it with: with TLS,
     /// `https://node-N.vellum:PORT`, resolved to `raft_addr`, whose handshake accepts only a
-    /// certificate of the peer CA that names `target` exactly.
+    /// certificate of the peer CA valid for that name (webpki: the exact name, or a wildcard
+    /// it allows; it refuses `*.vellum`, a wildcard over a single label).
     pub fn client(
         &self,
         target: u64,
         raft_addr: &str,
     ) -> Result<(reqwest::Client, String), String> {
-        let Some((roots, me)) = &self.tls else {
+        let Some(tls) = &self.tls else {
             let mut clients =
                 self.clients.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             let client = clients
@@ -236,7 +236,7 @@ impl PeerClients {
             .no_proxy()
             .pool_max_idle_per_host(4)
             .tcp_nodelay(true)
-            .use_preconfigured_tls(tls::member_client_config(Arc::clone(roots), me, target)?)
+            .use_preconfigured_tls(tls.clone())
             .resolve(&name, addr)
             .build()
             .map_err(|e| format!("http client: {e}"))?;
