@@ -1,6 +1,6 @@
-//! bincode 2 over serde for Raft RPC bodies: the store's encoding, decoded with a limit bound
-//! to the body's size (`vellum_raft_store::codec`: a body makes the decoder allocate at most
-//! twice what it carries, so a forged length cannot make the node allocate what it claims).
+//! bincode 2 over serde for Raft RPC bodies: the store's encoding, decoded with a limit set
+//! from the body's size (`vellum_raft_store::codec`: a forged length cannot make the node
+//! allocate what it claims, at most 32 times what the body carries, or 64 KiB).
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;

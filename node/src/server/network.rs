@@ -329,6 +329,30 @@ mod tests {
     }
 
     #[test]
+    fn every_honest_append_decodes_whatever_its_size() {
+        // Batches of 256 B writes cross the decode limit's power-of-two classes: each must
+        // decode (a limit of the body's own size refused some near 4, 8, 16 KiB).
+        use vellum_raft_store::v010::Vote;
+        for ops in 1..=300 {
+            let mut entry = put(1, 8);
+            if let EntryPayload::Normal(req) = &mut entry.payload {
+                req.ops = (0..ops)
+                    .map(|i| KvOp::Put { key: format!("c64-{i}-{ops}"), value: vec![9; 256] })
+                    .collect();
+            }
+            let rpc = AppendEntriesRequest::<TypeConfig> {
+                vote: Vote::new_committed(3, 2),
+                prev_log_id: Some(entry.log_id),
+                leader_commit: Some(entry.log_id),
+                entries: vec![entry.clone(), entry],
+            };
+            let bytes = encode(&rpc).unwrap_or_default();
+            let back = decode::<AppendEntriesRequest<TypeConfig>>(&bytes);
+            assert!(back.is_ok(), "{ops} ops, {} bytes: {back:?}", bytes.len());
+        }
+    }
+
+    #[test]
     fn a_snapshot_gets_a_second_per_mib_over_the_timeout() {
         let ttl = Duration::from_secs(10);
         assert_eq!(snapshot_deadline(ttl, 0), ttl);
