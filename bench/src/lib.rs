@@ -143,6 +143,7 @@ pub const SUITES: &[&str] = &[
     "metadata",
     "memory",
     "cluster",
+    "tls",
     "harness",
     "hdd-model",
 ];
@@ -175,6 +176,7 @@ pub fn run(names: &[String], opts: &Options) -> Result<Vec<SuiteResult>, String>
             "metadata" => suites::metadata::run(opts),
             "memory" => suites::memory::run(opts),
             "cluster" => suites::cluster::run(opts),
+            "tls" => suites::tls::run(opts),
             "harness" => suites::harness::run(opts),
             "hdd-model" => Ok(suites::hdd::run(
                 out.iter().find(|r| r.name == "devops"),

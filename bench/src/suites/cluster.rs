@@ -37,7 +37,7 @@ const VELLUM_SLOW: &str = "vellum";
 const ETCD_SLOW: &str = "etcd 3.4.23";
 
 /// The `vellum` binary beside this one (`cargo build --release -p vellum-node`).
-fn vellum_bin() -> Option<PathBuf> {
+pub(super) fn vellum_bin() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;
     let mut dir = exe.parent()?.to_path_buf();
     for _ in 0..2 {
@@ -58,10 +58,13 @@ enum Kind {
 }
 
 /// Three member processes (ours: stopped with SIGTERM, then killed, on drop).
-struct Cluster {
+pub(super) struct Cluster {
     children: Vec<Child>,
     apis: Vec<String>,
     kind: Kind,
+    /// The client API's TLS as its clients speak it (HTTPS with a client certificate), or
+    /// `None`: plain HTTP.
+    api_tls: Option<rustls::ClientConfig>,
 }
 
 impl Drop for Cluster {
@@ -81,6 +84,17 @@ impl Drop for Cluster {
 }
 
 impl Cluster {
+    /// A client of this cluster's API: plain HTTP, or HTTPS with its `api_tls`.
+    fn client(&self) -> reqwest::blocking::Client {
+        let builder = client_builder();
+        match &self.api_tls {
+            Some(tls) => builder.use_preconfigured_tls(tls.clone()),
+            None => builder,
+        }
+        .build()
+        .unwrap_or_else(|_| reqwest::blocking::Client::new())
+    }
+
     /// The index of the leader among `apis`, waiting up to 10 s for one to be elected.
     fn leader(&self) -> Result<usize, String> {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -100,17 +114,20 @@ impl Cluster {
     }
 }
 
-fn port() -> u16 {
+pub(super) fn port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_or(0, |a| a.port())
 }
 
 /// Starts three `vellum serve` with logs in `dir`, on `memory:` volumes (`volumes` is
-/// `None`) or on the given volume files (wiped first).
-fn start_vellum(
+/// `None`) or on the given volume files (wiped first). Node `i` (0-based) gets `extra[i]`
+/// as further arguments, if any; with `api_tls` the API is HTTPS and spoken with it.
+pub(super) fn start_vellum(
     bin: &Path,
     dir: &Path,
     volumes: Option<&[PathBuf]>,
     size: &str,
+    extra: &[Vec<String>],
+    api_tls: Option<&rustls::ClientConfig>,
 ) -> Result<Cluster, String> {
     std::fs::create_dir_all(dir).map_err(e("dir"))?;
     let ports: Vec<(u16, u16)> = (0..3).map(|_| (port(), port())).collect();
@@ -119,7 +136,13 @@ fn start_vellum(
         .enumerate()
         .map(|(i, (a, r))| format!("{}=127.0.0.1:{r}/127.0.0.1:{a}", i + 1))
         .collect();
-    let mut cluster = Cluster { children: Vec::new(), apis: Vec::new(), kind: Kind::Vellum };
+    let mut cluster = Cluster {
+        children: Vec::new(),
+        apis: Vec::new(),
+        kind: Kind::Vellum,
+        api_tls: api_tls.cloned(),
+    };
+    let scheme = if api_tls.is_some() { "https" } else { "http" };
     for (i, (api, raft)) in ports.iter().enumerate() {
         let volume = match volumes {
             Some(v) => {
@@ -136,15 +159,16 @@ fn start_vellum(
             .args(["--raft-addr", &format!("127.0.0.1:{raft}")])
             .args(["--volume", &volume, "--volume-size", size])
             .args(["--initial-cluster", &initial.join(",")])
+            .args(extra.get(i).into_iter().flatten())
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(e("log"))?)
             .stderr(log)
             .spawn()
             .map_err(e("spawn vellum serve"))?;
         cluster.children.push(child);
-        cluster.apis.push(format!("http://127.0.0.1:{api}"));
+        cluster.apis.push(format!("{scheme}://127.0.0.1:{api}"));
     }
-    let http = client();
+    let http = cluster.client();
     let deadline = Instant::now() + Duration::from_secs(60);
     while !cluster
         .apis
@@ -159,18 +183,18 @@ fn start_vellum(
     Ok(cluster)
 }
 
-fn client() -> reqwest::blocking::Client {
-    // reqwest may be built with rustls and no provider (feature unification with the node).
+fn client_builder() -> reqwest::blocking::ClientBuilder {
+    // reqwest is built with rustls and no provider (as the node's): install ring.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    reqwest::blocking::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(30))
-        .build()
-        .unwrap_or_else(|_| reqwest::blocking::Client::new())
+    reqwest::blocking::Client::builder().no_proxy().timeout(Duration::from_secs(30))
+}
+
+fn client() -> reqwest::blocking::Client {
+    client_builder().build().unwrap_or_else(|_| reqwest::blocking::Client::new())
 }
 
 fn vellum_leader(c: &Cluster) -> Option<usize> {
-    let http = client();
+    let http = c.client();
     c.apis.iter().find_map(|a| {
         let v = http.get(format!("{a}/v1/cluster/status")).send().ok()?.json::<serde_json::Value>();
         let id = v.ok()?["leader"].as_u64()?;
@@ -178,8 +202,8 @@ fn vellum_leader(c: &Cluster) -> Option<usize> {
     })
 }
 
-/// A Vellum node's Prometheus text.
-fn scrape(api: &str) -> String {
+/// A Vellum node's Prometheus text (`api`: its plain HTTP API or `--metrics-addr`).
+pub(super) fn scrape(api: &str) -> String {
     client()
         .get(format!("{api}/metrics"))
         .send()
@@ -200,7 +224,7 @@ fn sum_count(text: &str, name: &str, label: &str) -> (f64, f64) {
 }
 
 /// Sum and count of a Vellum leader's proposal batch histogram.
-fn batches(api: &str) -> (f64, f64) {
+pub(super) fn batches(api: &str) -> (f64, f64) {
     sum_count(&scrape(api), "vellum_raft_proposal_batch_entries", "")
 }
 
@@ -209,7 +233,7 @@ const STAGE: &str = "vellum_commit_stage_duration_seconds";
 
 /// The stages of a write's commit path the nodes time (docs/METRICS.md): on the leader
 /// (`true`) or a follower, a histogram and a label its series must carry.
-const STAGES: &[(&str, bool, &str, &str)] = &[
+pub(super) const STAGES: &[(&str, bool, &str, &str)] = &[
     ("stage: accepted to applied (leader) ms", true, "vellum_raft_commit_duration_seconds", ""),
     ("stage: queued in the batcher ms", true, STAGE, "\"queued\""),
     ("stage: client_write ms", true, STAGE, "\"raft_write\""),
@@ -221,7 +245,7 @@ const STAGES: &[(&str, bool, &str, &str)] = &[
 ];
 
 /// Mean milliseconds of each stage between two scrapes of the leader and a follower.
-fn stage_means(before: &[String; 2], after: &[String; 2]) -> Vec<(&'static str, f64)> {
+pub(super) fn stage_means(before: &[String; 2], after: &[String; 2]) -> Vec<(&'static str, f64)> {
     STAGES
         .iter()
         .filter_map(|&(what, leader, name, label)| {
@@ -235,16 +259,21 @@ fn stage_means(before: &[String; 2], after: &[String; 2]) -> Vec<(&'static str, 
 
 /// One workload: `clients` writers of `per_client` puts of `value_len` bytes each.
 #[derive(Debug, Clone, Copy)]
-struct Load {
-    clients: usize,
-    per_client: usize,
-    value_len: usize,
+pub(super) struct Load {
+    pub(super) clients: usize,
+    pub(super) per_client: usize,
+    pub(super) value_len: usize,
 }
 
 /// Runs `load` against member `leader` of `c`; returns latencies (ms) and writes/s. Every
 /// system gets the same client code and the same incompressible values; only the request
 /// differs (Vellum: `PUT /v1/kv/KEY` with the raw value; etcd: `POST /v3/kv/put` with JSON).
-fn workload(c: &Cluster, leader: usize, load: Load, tag: &str) -> Result<(Vec<f64>, f64), String> {
+pub(super) fn workload(
+    c: &Cluster,
+    leader: usize,
+    load: Load,
+    tag: &str,
+) -> Result<(Vec<f64>, f64), String> {
     let api = c.apis[leader].as_str();
     let value = crate::payload(load.value_len, load.value_len as u64);
     let value64 = etcd::base64(&value);
@@ -260,7 +289,7 @@ fn workload(c: &Cluster, leader: usize, load: Load, tag: &str) -> Result<(Vec<f6
             .map(|client_no| {
                 let put = &put;
                 s.spawn(move || {
-                    let http = client();
+                    let http = c.client();
                     let mut lat = Vec::with_capacity(load.per_client);
                     for i in 0..load.per_client {
                         let key = format!("{tag}-{client_no}-{i}");
@@ -291,14 +320,14 @@ fn workload(c: &Cluster, leader: usize, load: Load, tag: &str) -> Result<(Vec<f6
 }
 
 /// A started system of a case: its variant name, cluster and leader.
-struct System {
-    variant: &'static str,
-    cluster: Cluster,
-    leader: usize,
+pub(super) struct System {
+    pub(super) variant: &'static str,
+    pub(super) cluster: Cluster,
+    pub(super) leader: usize,
 }
 
 impl System {
-    fn new(variant: &'static str, cluster: Cluster) -> Result<System, String> {
+    pub(super) fn new(variant: &'static str, cluster: Cluster) -> Result<System, String> {
         let leader = cluster.leader()?;
         // Warm-up: connections, first segment, first bbolt pages.
         let warm = Load { clients: 4, per_client: 10, value_len: 4096 };
@@ -307,7 +336,7 @@ impl System {
     }
 }
 
-fn case_name(clients: usize, value_len: usize) -> String {
+pub(super) fn case_name(clients: usize, value_len: usize) -> String {
     let size = if value_len >= 1024 {
         format!("{} KiB", value_len / 1024)
     } else {
@@ -448,8 +477,14 @@ fn normal_disk(
 ) -> Result<(), String> {
     let volumes: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("file/n{i}.vlm"))).collect();
     let mut systems = vec![
-        System::new(VELLUM_FILE, start_vellum(bin, &dir.join("file"), Some(&volumes), "256MiB")?)?,
-        System::new(VELLUM_MEMORY, start_vellum(bin, &dir.join("memory"), None, "256MiB")?)?,
+        System::new(
+            VELLUM_FILE,
+            start_vellum(bin, &dir.join("file"), Some(&volumes), "256MiB", &[], None)?,
+        )?,
+        System::new(
+            VELLUM_MEMORY,
+            start_vellum(bin, &dir.join("memory"), None, "256MiB", &[], None)?,
+        )?,
     ];
     if let Some(etcd_bin) = etcd_bin {
         let data: Vec<PathBuf> = (0..3).map(|i| dir.join(format!("etcd/data{i}"))).collect();
@@ -534,7 +569,7 @@ fn slow_disk(
     let volumes: Vec<PathBuf> = mounts.points.iter().map(|p| p.join("vellum.vlm")).collect();
     let mut systems = vec![System::new(
         VELLUM_SLOW,
-        start_vellum(bin, &dir.join("vellum-logs"), Some(&volumes), "64MiB")?,
+        start_vellum(bin, &dir.join("vellum-logs"), Some(&volumes), "64MiB", &[], None)?,
     )?];
     if let Some(etcd_bin) = etcd_bin {
         let data: Vec<PathBuf> = mounts.points.iter().map(|p| p.join("etcd")).collect();

@@ -12,6 +12,7 @@ pub mod metadata;
 pub mod peers;
 pub mod prealloc;
 pub mod recovery;
+pub mod tls;
 
 use std::path::Path;
 

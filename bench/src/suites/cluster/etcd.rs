@@ -25,7 +25,8 @@ pub fn start(bin: &Path, logs: &Path, data: &[PathBuf]) -> Result<Cluster, Strin
     let ports: Vec<(u16, u16)> = data.iter().map(|_| (port(), port())).collect();
     let initial: Vec<String> =
         ports.iter().enumerate().map(|(i, (_, p))| format!("e{i}=http://127.0.0.1:{p}")).collect();
-    let mut cluster = Cluster { children: Vec::new(), apis: Vec::new(), kind: Kind::Etcd };
+    let mut cluster =
+        Cluster { children: Vec::new(), apis: Vec::new(), kind: Kind::Etcd, api_tls: None };
     for (i, ((api, peer), dir)) in ports.iter().zip(data).enumerate() {
         let _ = std::fs::remove_dir_all(dir);
         let log = std::fs::File::create(logs.join(format!("etcd{i}.log"))).map_err(e("log"))?;
