@@ -257,6 +257,17 @@ pub(super) fn stage_means(before: &[String; 2], after: &[String; 2]) -> Vec<(&'s
         .collect()
 }
 
+/// Puts the breakdown of a 1-client write on `m`: the mean of each stage over the
+/// repetitions' `stages` (from [`stage_means`]).
+pub(super) fn set_stage_means(m: &mut Measurement, stages: &[(&'static str, f64)]) {
+    for &(what, _, _, _) in STAGES {
+        let v: Vec<f64> = stages.iter().filter(|(w, _)| *w == what).map(|(_, ms)| *ms).collect();
+        if !v.is_empty() {
+            m.set_extra(what, v.iter().sum::<f64>() / v.len() as f64);
+        }
+    }
+}
+
 /// One workload: `clients` writers of `per_client` puts of `value_len` bytes each.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Load {
@@ -539,14 +550,7 @@ fn normal_disk(
                 if systems[k].cluster.kind == Kind::Vellum && batch[k].1 > 0.0 {
                     m.set_extra("mean proposal batch", batch[k].0 / batch[k].1);
                 }
-                // The breakdown of a 1-client write: the mean of each stage over the reps.
-                for &(what, _, _, _) in STAGES {
-                    let v: Vec<f64> =
-                        stages[k].iter().filter(|(w, _)| *w == what).map(|(_, ms)| *ms).collect();
-                    if !v.is_empty() {
-                        m.set_extra(what, v.iter().sum::<f64>() / v.len() as f64);
-                    }
-                }
+                set_stage_means(m, &stages[k]);
             }
             r.measurements.extend(lat);
             r.measurements.extend(rate);

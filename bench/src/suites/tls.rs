@@ -25,8 +25,8 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 use super::cluster::{
-    Cluster, Load, STAGES, System, batches, case_name, port, scrape, stage_means, start_vellum,
-    vellum_bin, workload,
+    Cluster, Load, System, batches, case_name, port, scrape, set_stage_means, stage_means,
+    start_vellum, vellum_bin, workload,
 };
 use super::e;
 use crate::stats::{Measurement, Unit};
@@ -294,13 +294,7 @@ fn commit_path(
             if batch[k].1 > 0.0 {
                 m.set_extra("mean proposal batch", batch[k].0 / batch[k].1);
             }
-            for &(what, _, _, _) in STAGES {
-                let v: Vec<f64> =
-                    stages[k].iter().filter(|(w, _)| *w == what).map(|(_, ms)| *ms).collect();
-                if !v.is_empty() {
-                    m.set_extra(what, v.iter().sum::<f64>() / v.len() as f64);
-                }
-            }
+            set_stage_means(m, &stages[k]);
         }
         r.measurements.extend(lat);
         r.measurements.extend(rate);

@@ -337,10 +337,14 @@ impl Auth {
         let mut hup = signal(SignalKind::hangup())?;
         tokio::spawn(async move {
             while hup.recv().await.is_some() {
-                let file = self.path().display();
-                match self.reload() {
-                    Ok(n) => tracing::info!("reloaded {n} tokens from {file}"),
-                    Err(e) => tracing::error!("{e}; keeping the previous tokens"),
+                // Reading the file is blocking IO: off the runtime's workers.
+                let auth = self.clone();
+                match tokio::task::spawn_blocking(move || auth.reload()).await {
+                    Ok(Ok(n)) => {
+                        tracing::info!("reloaded {n} tokens from {}", self.path().display());
+                    }
+                    Ok(Err(e)) => tracing::error!("{e}; keeping the previous tokens"),
+                    Err(e) => tracing::error!("reloading the tokens failed: {e}"),
                 }
             }
         });
