@@ -334,6 +334,16 @@ impl Allocator {
         self.release_after_commit.push(run);
     }
 
+    /// True when `block` belongs to the image or a file, or is held for a write in flight.
+    pub fn is_owned(&self, block: u64) -> bool {
+        self.live.get(block) || self.held.get(block)
+    }
+
+    /// Runs that become reusable when the next commit completes.
+    pub fn pending_release(&self) -> &[BlockRange] {
+        &self.release_after_commit
+    }
+
     /// Called once a commit is durable: everything freed before it may be reused.
     pub fn commit_completed(&mut self) {
         for run in std::mem::take(&mut self.release_after_commit) {

@@ -169,6 +169,8 @@ pub enum Knob {
     Sparseness,
     DirectIo,
     WriteThrough,
+    /// The volume's own page cache (`cache_bytes`).
+    Cache,
 }
 
 impl fmt::Display for Knob {
@@ -178,6 +180,7 @@ impl fmt::Display for Knob {
             Knob::Sparseness => "sparseness",
             Knob::DirectIo => "direct IO",
             Knob::WriteThrough => "write-through",
+            Knob::Cache => "page cache",
         })
     }
 }

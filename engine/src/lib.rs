@@ -37,19 +37,21 @@ pub mod bitmap;
 pub mod carrier;
 pub mod chain;
 pub mod error;
-mod file;
 pub mod format;
 pub mod image;
+mod io;
 pub mod layout;
 pub mod namespace;
 pub mod records;
 pub mod superblock;
+mod sync;
 mod volume;
 
 pub use error::{Error, Result};
-pub use file::File;
+pub use io::IoCounts;
+pub use io::cache::CacheStats;
 pub use volume::{
-    CheckReport, CommitMutation, DirEntry, ExtentInfo, FileKind, Finding, FindingKind,
-    FormatOptions, Metadata, OpenReport, SlotStatus, Volume, VolumeInfo, VolumeOptions,
-    WriteConcurrency, check,
+    CheckReport, CommitMutation, DEFAULT_CACHE_BYTES, DirEntry, ExtentInfo, File, FileKind,
+    Finding, FindingKind, FormatOptions, IoPolicy, Metadata, OpenReport, SlotStatus, Tier, Volume,
+    VolumeInfo, VolumeOptions, WriteConcurrency, check,
 };

@@ -13,11 +13,11 @@
 //! fields, member table and geometry. Unknown ro-compat bits are reported so the volume opens
 //! read-only.
 
-use crate::carrier::Carrier;
-use crate::error::{Corruption, Error, IoOp, Region, Result, Unsupported};
+use crate::error::{Corruption, Error, Region, Result, Unsupported};
 use crate::format::checksum;
 use crate::format::codec::{Reader, Writer};
 use crate::format::consts::{FORMAT_VERSION, MAX_MEMBERS, SUPERBLOCK_LEN, Uuid};
+use crate::io::{Area, AreaRead, Io};
 use crate::layout::{BlockRange, Layout};
 
 /// `VELLUMSB`: the first 8 bytes of both slots.
@@ -338,18 +338,12 @@ pub struct SlotRead {
 }
 
 /// Reads and decodes both slots. Only a failed carrier read is an `Err`.
-pub fn read_slots(carrier: &dyn Carrier) -> Result<[SlotRead; 2]> {
-    let mut bytes = crate::carrier::AlignedBuf::zeroed(2 * SUPERBLOCK_LEN, 4096);
-    let len = carrier.geometry().len_bytes;
-    if len < 2 * SUPERBLOCK_LEN as u64 {
+pub(crate) fn read_slots(reader: &dyn AreaRead) -> Result<[SlotRead; 2]> {
+    let mut bytes = Io::buffer(2 * SUPERBLOCK_LEN);
+    if reader.carrier_len() < 2 * SUPERBLOCK_LEN as u64 {
         return Err(Error::NotAVolume);
     }
-    carrier.read_exact_at(bytes.as_mut_slice(), 0).map_err(|source| Error::Io {
-        op: IoOp::Read,
-        offset: 0,
-        len: 2 * SUPERBLOCK_LEN as u64,
-        source,
-    })?;
+    reader.read_in(None, Area::Superblocks, 0, bytes.as_mut_slice())?;
     let b = bytes.as_slice();
     Ok([
         SlotRead { slot: 0, result: Superblock::decode(&b[..SUPERBLOCK_LEN], 0) },

@@ -57,6 +57,23 @@ impl Medium {
         }
     }
 
+    /// True when what is written can outlive the process (everything but memory): only then
+    /// does a barrier or write-through mean anything.
+    pub fn is_durable(self) -> bool {
+        self != Medium::Memory
+    }
+
+    /// The knobs of `options` that mean something on this medium: direct IO and
+    /// write-through are dropped on memory (where asking for them is an error).
+    pub fn adapt(self, options: CarrierOptions) -> CarrierOptions {
+        let keep = |knob, on| on && self.knob_support(knob) != KnobSupport::Meaningless;
+        CarrierOptions {
+            direct_io: keep(Knob::DirectIo, options.direct_io),
+            write_through: keep(Knob::WriteThrough, options.write_through),
+            read_only: options.read_only,
+        }
+    }
+
     /// What `knob` means on this medium (the design's "implemented, physically meaningless,
     /// or inherent" rule, stated per medium).
     pub fn knob_support(self, knob: Knob) -> KnobSupport {
@@ -65,9 +82,14 @@ impl Medium {
             (Medium::File, _) => Implemented,
             (Medium::Device, Knob::Preallocation | Knob::Sparseness) => Inherent,
             (Medium::Device, Knob::DirectIo) => Forced,
-            (Medium::Device, Knob::WriteThrough) => Implemented,
+            (Medium::Device, Knob::WriteThrough | Knob::Cache) => Implemented,
             (Medium::Memory, Knob::Preallocation) => Inherent,
-            (Medium::Memory, Knob::Sparseness | Knob::DirectIo | Knob::WriteThrough) => Meaningless,
+            // A cache in front of memory only copies memory.
+            (
+                Medium::Memory,
+                Knob::Sparseness | Knob::DirectIo | Knob::WriteThrough | Knob::Cache,
+            ) => Meaningless,
+            (Medium::Faulty, Knob::Cache) => Implemented,
             // The fault model honours write-through (durable on return) and barriers; it has
             // no page cache to bypass.
             (Medium::Faulty, Knob::WriteThrough) => Implemented,

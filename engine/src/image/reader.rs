@@ -8,11 +8,12 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::bitmap::{Allocator, Bitmap};
-use crate::carrier::{AlignedBuf, Carrier};
+use crate::carrier::AlignedBuf;
 use crate::chain::{self, BlockKind, SPINE_ENTRY_LEN, Table, TableId};
-use crate::error::{Corruption, Error, IoOp, Region, Result};
+use crate::error::{Corruption, Error, Region, Result};
 use crate::format::codec::Reader;
 use crate::format::consts::{ROOT_INO, Uuid};
+use crate::io::{Area, AreaRead, Io};
 use crate::layout::Layout;
 use crate::namespace::{Attr, Child, Extent, Inode, Namespace};
 use crate::records::{self, AttrPart, DirentRecord, ExtentRecord, InodeKind, InodeRecord};
@@ -35,7 +36,7 @@ type SpineEntry = (BlockRef, u32);
 const MAX_RUN_BLOCKS: usize = 256;
 
 struct Loader<'a> {
-    carrier: &'a dyn Carrier,
+    reader: &'a dyn AreaRead,
     layout: Layout,
     uuid: Uuid,
     generation: u64,
@@ -62,14 +63,9 @@ impl Loader<'_> {
 
     fn read(&self, first: u64, blocks: usize) -> Result<AlignedBuf> {
         let bs = self.layout.block_size as usize;
-        let mut buf = AlignedBuf::zeroed(blocks * bs, 4096);
+        let mut buf = Io::buffer(blocks * bs);
         let offset = self.layout.offset_of(first);
-        self.carrier.read_exact_at(buf.as_mut_slice(), offset).map_err(|source| Error::Io {
-            op: IoOp::Read,
-            offset,
-            len: (blocks * bs) as u64,
-            source,
-        })?;
+        self.reader.read_in(Some(&self.layout), Area::Image, offset, buf.as_mut_slice())?;
         Ok(buf)
     }
 
@@ -253,10 +249,10 @@ impl Loader<'_> {
 }
 
 /// Loads the image `sb` points to.
-pub fn load(carrier: &dyn Carrier, sb: &Superblock) -> Result<LoadedImage> {
+pub(crate) fn load(reader: &dyn AreaRead, sb: &Superblock) -> Result<LoadedImage> {
     let layout = sb.layout;
     let mut loader = Loader {
-        carrier,
+        reader,
         layout,
         uuid: sb.uuid,
         generation: sb.generation,

@@ -10,6 +10,7 @@ use super::open::adopt;
 use crate::carrier::Carrier;
 use crate::error::Error;
 use crate::format::checksum;
+use crate::io::{Area, AreaRead, Io, Probe};
 use crate::records::InodeKind;
 use crate::superblock::{self, VolumeState};
 
@@ -94,8 +95,9 @@ impl fmt::Display for SlotStatus {
 
 /// Checks the volume on `carrier` without writing to it.
 pub fn check(carrier: &dyn Carrier) -> CheckReport {
+    let probe = Probe(carrier);
     let mut report = CheckReport::default();
-    let slots = match superblock::read_slots(carrier) {
+    let slots = match superblock::read_slots(&probe) {
         Ok(s) => s,
         Err(e) => {
             report.add(FindingKind::Incomplete, e.to_string());
@@ -112,7 +114,7 @@ pub fn check(carrier: &dyn Carrier) -> CheckReport {
             Err(e) => SlotStatus::Damaged(e.to_string()),
         });
     }
-    let adopted = match adopt(carrier) {
+    let adopted = match adopt(&probe) {
         Ok(a) => a,
         Err(e @ Error::Corrupt { .. }) => {
             report.add(FindingKind::Corrupt, e.to_string());
@@ -162,10 +164,9 @@ pub fn check(carrier: &dyn Carrier) -> CheckReport {
         return report;
     }
     let bs = layout.block_size as usize;
-    let mut bytes = crate::carrier::AlignedBuf::zeroed(layout.bitmap.len as usize * bs, 4096);
-    if let Err(e) =
-        carrier.read_exact_at(bytes.as_mut_slice(), layout.offset_of(layout.bitmap.start))
-    {
+    let mut bytes = Io::buffer(layout.bitmap.len as usize * bs);
+    let at = layout.offset_of(layout.bitmap.start);
+    if let Err(e) = probe.read_in(Some(&layout), Area::Bitmap, at, bytes.as_mut_slice()) {
         report.add(FindingKind::Incomplete, format!("reading the bitmap failed: {e}"));
         return report;
     }

@@ -16,42 +16,46 @@
 //! commit that freed them completed); adoption passes over a first-written slot whose image
 //! did not land. A crash between the barriers leaves one slot at G+1, durable.
 
-use std::sync::atomic::Ordering;
-
 use super::{CommitMutation, Inner, Meta};
-use crate::carrier::AlignedBuf;
-use crate::error::{Error, IoOp, Result};
+use crate::error::{Error, Result};
 use crate::format::checksum;
 use crate::image::writer;
+use crate::io::{Area, Io};
 use crate::superblock::{self, VolumeState};
 
-fn io_error(op: IoOp, offset: u64, len: usize) -> impl FnOnce(std::io::Error) -> Error {
-    move |source| Error::Io { op, offset, len: len as u64, source }
-}
-
-pub(crate) fn write(inner: &Inner, buf: &[u8], offset: u64) -> Result<()> {
-    assert!(
-        offset + buf.len() as u64 <= inner.layout.capacity_bytes(),
-        "write past the volume end at {offset}"
-    );
-    inner.carrier()?.write_all_at(buf, offset).map_err(io_error(IoOp::Write, offset, buf.len()))
-}
-
+/// A barrier: every write that returned before it is durable.
 pub(crate) fn barrier(inner: &Inner) -> Result<()> {
-    inner.carrier()?.barrier().map_err(io_error(IoOp::Barrier, 0, 0))
+    inner.io.barrier()
 }
 
-/// A barrier if buffered data writes are outstanding (nothing otherwise).
+/// Data before metadata: writes back every dirty page of the cache (and waits for the
+/// writeback thread's writes in flight), then takes a barrier if plain data writes returned
+/// since the last one.
 ///
 /// Takes the metadata guard as proof that the caller holds the metadata mutex: a caller that
 /// finds the flag already cleared by another thread's swap must not return before that
 /// thread's barrier did, and the mutex (held by that thread until its barrier returned) is
 /// what makes it wait.
 pub(crate) fn flush_data(inner: &Inner, _meta: &mut Meta) -> Result<()> {
-    if inner.unflushed.swap(false, Ordering::AcqRel) {
-        barrier(inner).inspect_err(|e| inner.poison(e))?;
+    let session = inner.io.session()?;
+    if let Some(cache) = inner.io.cache() {
+        cache.flush_all(&session)?;
+    }
+    if inner.io.take_unflushed() {
+        session.barrier()?;
     }
     Ok(())
+}
+
+/// Drops the cached pages of blocks that become reusable when this commit completes (their
+/// dirty bytes belong to no file any more), then marks the commit completed.
+fn release_freed(inner: &Inner, meta: &mut Meta) {
+    if let Some(cache) = inner.io.cache() {
+        for run in meta.alloc.pending_release() {
+            cache.discard(run.start, run.end());
+        }
+    }
+    meta.alloc.commit_completed();
 }
 
 /// Grows a thin carrier so that every block below `end_block` exists.
@@ -65,11 +69,7 @@ pub(crate) fn ensure_carrier_len(inner: &Inner, meta: &mut Meta, end_block: u64)
     let target =
         need.max(meta.carrier_len.saturating_mul(2)).max(1 << 20).min(layout.capacity_bytes());
     let sparse = meta.sb.layout_flags & superblock::LAYOUT_SPARSE != 0;
-    inner.carrier()?.grow(target, sparse).map_err(io_error(
-        IoOp::Grow,
-        meta.carrier_len,
-        (target - meta.carrier_len) as usize,
-    ))?;
+    inner.io.session()?.grow(meta.carrier_len, target, sparse)?;
     meta.carrier_len = target;
     Ok(())
 }
@@ -83,11 +83,11 @@ fn write_blocks(inner: &Inner, blocks: &[(u64, Vec<u8>)]) -> Result<()> {
         while i + n < blocks.len() && blocks[i + n].0 == blocks[i].0 + n as u64 {
             n += 1;
         }
-        let mut buf = AlignedBuf::zeroed(n * bs, 4096);
+        let mut buf = Io::buffer(n * bs);
         for (k, (_, bytes)) in blocks[i..i + n].iter().enumerate() {
             buf.as_mut_slice()[k * bs..(k + 1) * bs].copy_from_slice(bytes);
         }
-        write(inner, buf.as_slice(), inner.layout.offset_of(blocks[i].0))?;
+        inner.io.write(Area::Image, inner.layout.offset_of(blocks[i].0), buf.as_slice())?;
         i += n;
     }
     Ok(())
@@ -115,7 +115,7 @@ fn commit_inner(inner: &Inner, meta: &mut Meta, state: VolumeState) -> Result<()
     let uuid = meta.sb.uuid;
     let mutation = inner.options.mutation;
     if mutation == Some(CommitMutation::ReuseFreedBlocksEarly) {
-        meta.alloc.commit_completed();
+        release_freed(inner, meta);
     }
     let image = writer::write(&mut meta.ns, &mut meta.alloc, generation, &uuid, old_root)
         .inspect_err(|e| {
@@ -143,15 +143,16 @@ fn commit_inner(inner: &Inner, meta: &mut Meta, state: VolumeState) -> Result<()
     for block in dirty_bitmap {
         let words = bs / 8;
         let bytes = meta.alloc.live().encode_words(block as usize * words, words);
-        write(inner, &bytes, layout.offset_of(layout.bitmap.start + block))?;
+        inner.io.write(Area::Bitmap, layout.offset_of(layout.bitmap.start + block), &bytes)?;
     }
-    write(inner, &sb.encode(first), superblock::slot_offset(first))?;
+    let slot = Area::Superblock;
+    inner.io.write(slot(first), superblock::slot_offset(first), &sb.encode(first))?;
     if mutation != Some(CommitMutation::SkipFirstBarrier) {
         barrier(inner)?;
     }
-    write(inner, &sb.encode(1 - first), superblock::slot_offset(1 - first))?;
+    inner.io.write(slot(1 - first), superblock::slot_offset(1 - first), &sb.encode(1 - first))?;
     barrier(inner)?;
     meta.sb = sb;
-    meta.alloc.commit_completed();
+    release_freed(inner, meta);
     Ok(())
 }

@@ -7,11 +7,14 @@
 //! is held across a commit, so metadata changes are serialized with the commit protocol.
 //!
 //! Submodules: `open` (format; lock -> adopt -> reconcile -> writable), `commit` (the
-//! two-barrier protocol), `io` (the data path), `check` (the read-only checker).
+//! two-barrier protocol), `data` (the data path: tiers, cache, extents), `file` (the `File`
+//! handle), `check` (the read-only checker). Every carrier call goes through the IO layer
+//! (`crate::io`), which the volume owns.
 
 mod check;
 mod commit;
-pub(crate) mod io;
+mod data;
+mod file;
 mod open;
 mod options;
 
@@ -21,13 +24,18 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 pub use check::{CheckReport, Finding, FindingKind, SlotStatus, check};
+pub use file::File;
 pub use open::OpenReport;
-pub use options::{CommitMutation, FormatOptions, VolumeOptions, WriteConcurrency};
+pub use options::{
+    CommitMutation, DEFAULT_CACHE_BYTES, FormatOptions, IoPolicy, Tier, VolumeOptions,
+    WriteConcurrency,
+};
 
 use crate::bitmap::Allocator;
 use crate::carrier::{Carrier, CarrierOptions, Medium, StatsSnapshot};
 use crate::error::{Error, Result};
-use crate::file::File;
+use crate::io::Io;
+use crate::io::cache::CacheStats;
 use crate::layout::Layout;
 use crate::namespace::Namespace;
 use crate::records::InodeKind;
@@ -40,6 +48,8 @@ pub(crate) struct InodeIo {
     pub(crate) rw: RwLock<()>,
     /// Serializes the data writes of this file (parallel mode).
     pub(crate) write: Mutex<()>,
+    /// Readahead state of buffered reads: where the last read ended, and the window.
+    pub(crate) readahead: Mutex<data::Readahead>,
 }
 
 #[derive(Debug)]
@@ -69,27 +79,26 @@ impl Meta {
 
 #[derive(Debug)]
 pub(crate) struct Inner {
-    /// The carrier; `None` once closed. Data IO holds the read lock for the duration of its
-    /// carrier calls, so `close` (which takes the write lock) waits for IO in flight and no
-    /// write can reach the carrier after the lock on it was released.
-    pub(crate) carrier: RwLock<Option<Box<dyn Carrier>>>,
-    pub(crate) medium: Medium,
-    /// The unit the carrier writes atomically (its geometry at open).
-    pub(crate) physical_sector: u32,
-    pub(crate) carrier_options: CarrierOptions,
-    /// Carrier counts at close, for `carrier_stats` afterwards.
-    pub(crate) final_stats: Mutex<StatsSnapshot>,
+    /// The IO layer: the carrier, its counts, the page cache, poisoning.
+    pub(crate) io: Arc<Io>,
     pub(crate) layout: Layout,
     pub(crate) options: VolumeOptions,
+    /// The cache budget in effect (0: none).
+    pub(crate) cache_bytes: usize,
     pub(crate) read_only: bool,
     pub(crate) meta: Mutex<Meta>,
     /// The data-write gate of serial mode.
     pub(crate) gate: Mutex<()>,
-    pub(crate) poisoned: AtomicBool,
     pub(crate) closed: AtomicBool,
-    /// Non-durable data writes were issued since the last barrier.
-    pub(crate) unflushed: AtomicBool,
     pub(crate) report: OpenReport,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Dropped without close (every handle gone): like a crash, nothing is committed, but
+        // the writeback thread stops and the carrier (and its lock) is released.
+        crate::io::writeback::stop(&self.io);
+    }
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -104,32 +113,13 @@ pub(crate) fn now_ns() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }
 
-/// A borrowed carrier of an open volume.
-pub(crate) struct CarrierRef<'a>(std::sync::RwLockReadGuard<'a, Option<Box<dyn Carrier>>>);
-
-impl std::ops::Deref for CarrierRef<'_> {
-    type Target = dyn Carrier;
-    fn deref(&self) -> &(dyn Carrier + 'static) {
-        self.0.as_deref().expect("CarrierRef is only made for an open carrier")
-    }
-}
-
 impl Inner {
-    /// The carrier, or `Closed`.
-    pub(crate) fn carrier(&self) -> Result<CarrierRef<'_>> {
-        let guard = self.carrier.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if guard.is_none() {
-            return Err(Error::Closed);
-        }
-        Ok(CarrierRef(guard))
-    }
-
     /// Refuses use after close or after a failed write.
     pub(crate) fn usable(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        if self.poisoned.load(Ordering::Acquire) {
+        if self.io.is_poisoned() {
             return Err(Error::Poisoned);
         }
         Ok(())
@@ -144,9 +134,7 @@ impl Inner {
     /// failed write or barrier may have left the kernel's view and the medium apart
     /// (fsyncgate): nothing is retried and counted as success.
     pub(crate) fn poison(&self, error: &Error) {
-        if !self.poisoned.swap(true, Ordering::AcqRel) {
-            tracing::error!(%error, "volume poisoned by a failed carrier operation");
-        }
+        self.io.poison(error);
     }
 
     pub(crate) fn meta(&self) -> MutexGuard<'_, Meta> {
@@ -217,6 +205,10 @@ pub struct VolumeInfo {
     pub read_only: bool,
     pub free_blocks: u64,
     pub inodes: usize,
+    /// The page cache's budget in bytes (0: no cache; always 0 on memory).
+    pub cache_bytes: usize,
+    /// The tiers files open with unless they ask otherwise.
+    pub default_policy: IoPolicy,
 }
 
 /// An open volume. Cheap to clone; all clones and all [`File`]s share one open volume.
@@ -273,23 +265,39 @@ impl Volume {
             uuid: meta.sb.uuid,
             generation: meta.sb.generation,
             layout: self.inner.layout,
-            medium: self.inner.medium,
-            carrier: self.inner.carrier_options,
-            physical_sector: self.inner.physical_sector,
+            medium: self.inner.io.medium,
+            carrier: self.inner.io.options,
+            physical_sector: self.inner.io.geometry.physical_sector,
             thin: meta.sb.layout_flags & LAYOUT_THIN != 0,
             sparse: meta.sb.layout_flags & LAYOUT_SPARSE != 0,
             read_only: self.inner.read_only,
             free_blocks: meta.alloc.free_blocks(),
             inodes: meta.ns.inodes.len(),
+            cache_bytes: self.inner.cache_bytes,
+            default_policy: self.inner.options.default_policy(self.inner.io.medium),
         }
     }
 
     /// Operation counts of the carrier so far.
     pub fn carrier_stats(&self) -> StatsSnapshot {
-        match self.inner.carrier() {
-            Ok(c) => c.stats().snapshot(),
-            Err(_) => *lock(&self.inner.final_stats),
-        }
+        self.inner.io.carrier_stats()
+    }
+
+    /// Operation counts of the IO layer per area (superblocks, bitmap, image, data).
+    pub fn io_counts(&self) -> crate::io::IoCounts {
+        self.inner.io.counts()
+    }
+
+    /// The page cache's counters, or `None` without a cache.
+    pub fn cache_stats(&self) -> Option<CacheStats> {
+        self.inner.io.cache().map(crate::io::cache::PageCache::stats)
+    }
+
+    /// True when a data write must be followed by a barrier (or a sync) to be durable: the
+    /// carrier is durable and not write-through. False under write-through (durable on
+    /// return) and on memory (nothing is durable, a barrier means nothing).
+    pub fn data_writes_need_barrier(&self) -> bool {
+        !self.inner.io.options.write_through && self.inner.io.medium.is_durable()
     }
 
     /// Generation of the last durable commit.
@@ -299,7 +307,7 @@ impl Volume {
 
     /// True once a failed write or barrier poisoned the volume.
     pub fn is_poisoned(&self) -> bool {
-        self.inner.poisoned.load(Ordering::Acquire)
+        self.inner.io.is_poisoned()
     }
 
     /// Makes every change so far durable: all metadata (one commit, two barriers) and data.
@@ -342,11 +350,7 @@ impl Volume {
             })
         };
         self.inner.closed.store(true, Ordering::Release);
-        let mut carrier =
-            self.inner.carrier.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(c) = carrier.take() {
-            *lock(&self.inner.final_stats) = c.stats().snapshot();
-        }
+        self.inner.io.release();
         drop(meta);
         result
     }
@@ -358,10 +362,17 @@ impl Volume {
         meta.ns.create(parent, name, kind, now_ns(), path)
     }
 
-    /// Creates a new, empty file and opens it.
+    /// Creates a new, empty file and opens it on the volume's default tiers.
     pub fn create_file(&self, path: impl AsRef<[u8]>) -> Result<File> {
+        let policy = self.inner.options.default_policy(self.inner.io.medium);
+        self.create_file_with(path, policy)
+    }
+
+    /// Creates a new, empty file and opens it with `policy` (buffered or direct reads and
+    /// writes).
+    pub fn create_file_with(&self, path: impl AsRef<[u8]>, policy: IoPolicy) -> Result<File> {
         let ino = self.create(path.as_ref(), InodeKind::File)?;
-        Ok(File::new(self.clone(), ino))
+        Ok(File::new(self.clone(), ino, policy))
     }
 
     /// Creates a directory.
@@ -387,8 +398,14 @@ impl Volume {
         Ok(())
     }
 
-    /// Opens an existing file.
+    /// Opens an existing file on the volume's default tiers.
     pub fn open_file(&self, path: impl AsRef<[u8]>) -> Result<File> {
+        let policy = self.inner.options.default_policy(self.inner.io.medium);
+        self.open_file_with(path, policy)
+    }
+
+    /// Opens an existing file with `policy` (buffered or direct reads and writes).
+    pub fn open_file_with(&self, path: impl AsRef<[u8]>, policy: IoPolicy) -> Result<File> {
         let path = path.as_ref();
         self.inner.usable()?;
         let ino = {
@@ -399,7 +416,7 @@ impl Volume {
             }
             ino
         };
-        Ok(File::new(self.clone(), ino))
+        Ok(File::new(self.clone(), ino, policy))
     }
 
     /// Removes a file or an empty directory. Open handles of a removed file keep working;

@@ -10,15 +10,14 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use super::{FormatOptions, Inner, Meta, Volume, VolumeOptions, commit, now_ns};
+use super::{CommitMutation, FormatOptions, Inner, Meta, Volume, VolumeOptions, commit, now_ns};
 use crate::bitmap::{Allocator, Bitmap};
-use crate::carrier::{
-    AlignedBuf, Carrier, CarrierOptions, CreateOptions, DeviceCarrier, FileCarrier, Medium,
-};
-use crate::error::{Corruption, Error, Invalid, IoOp, Region, Result};
+use crate::carrier::{Carrier, CarrierOptions, CreateOptions, DeviceCarrier, FileCarrier, Medium};
+use crate::error::{Corruption, Error, Invalid, Region, Result};
 use crate::format::checksum;
 use crate::format::consts::{FORMAT_VERSION, SUPERBLOCKS_LEN, Uuid};
 use crate::image::reader::{self, LoadedImage};
+use crate::io::{Area, AreaRead, IO_ALIGN, Io};
 use crate::layout::Layout;
 use crate::namespace::Namespace;
 use crate::superblock::{
@@ -56,11 +55,11 @@ pub(crate) struct Adopted {
 /// Adoption: the newest valid superblock whose image verifies. A newer slot may be passed
 /// over only when it is the first-written slot of an interrupted commit (exactly one
 /// generation ahead) or belongs to another volume; anything else is real damage and refuses.
-pub(crate) fn adopt(carrier: &dyn Carrier) -> Result<Adopted> {
-    let order = superblock::adoption_order(superblock::read_slots(carrier)?)?;
+pub(crate) fn adopt(io: &dyn AreaRead) -> Result<Adopted> {
+    let order = superblock::adoption_order(superblock::read_slots(io)?)?;
     let mut first_error = None;
     for (i, (slot, sb)) in order.iter().enumerate() {
-        match reader::load(carrier, sb) {
+        match reader::load(io, sb) {
             Ok(image) => {
                 let fell_back_from = (i > 0).then(|| order[0].1.generation);
                 return Ok(Adopted { slot: *slot, sb: sb.clone(), image, fell_back_from });
@@ -81,39 +80,30 @@ pub(crate) fn adopt(carrier: &dyn Carrier) -> Result<Adopted> {
     Err(first_error.unwrap_or(Error::NotAVolume))
 }
 
-fn check_alignment(carrier: &dyn Carrier, block_size: u32) -> Result<()> {
-    let g = carrier.geometry();
-    if !block_size.is_multiple_of(g.offset_align.max(1)) || g.mem_align > 4096 {
+fn check_alignment(io: &Io, block_size: u32) -> Result<()> {
+    let g = io.geometry;
+    if !block_size.is_multiple_of(g.offset_align.max(1)) || g.mem_align as usize > IO_ALIGN {
         return Err(Error::Invalid(Invalid::BlockSize { bytes: block_size }));
     }
     Ok(())
 }
 
-fn read_bitmap(carrier: &dyn Carrier, layout: &Layout) -> Result<(Vec<u8>, Bitmap)> {
+fn read_bitmap(io: &Io, layout: &Layout) -> Result<(Vec<u8>, Bitmap)> {
     let len = (layout.bitmap.len * u64::from(layout.block_size)) as usize;
-    let mut buf = AlignedBuf::zeroed(len, 4096);
-    let offset = layout.offset_of(layout.bitmap.start);
-    carrier.read_exact_at(buf.as_mut_slice(), offset).map_err(|source| Error::Io {
-        op: IoOp::Read,
-        offset,
-        len: len as u64,
-        source,
-    })?;
+    let mut buf = Io::buffer(len);
+    let at = layout.offset_of(layout.bitmap.start);
+    io.session()?.read_in(Some(layout), Area::Bitmap, at, buf.as_mut_slice())?;
     let bitmap = Bitmap::decode(buf.as_slice(), layout.total_blocks);
     Ok((buf.as_slice().to_vec(), bitmap))
 }
 
 /// The allocator for an adopted image, and what reconciling the on-disk bitmap found.
-fn reconcile(
-    carrier: &dyn Carrier,
-    adopted: &Adopted,
-    report: &mut OpenReport,
-) -> Result<Allocator> {
+fn reconcile(io: &Io, adopted: &Adopted, report: &mut OpenReport) -> Result<Allocator> {
     let layout = adopted.sb.layout;
     let reachable = adopted.image.reachable.clone();
     let mut trusted = false;
     if adopted.sb.state == VolumeState::Clean {
-        let (bytes, on_disk) = read_bitmap(carrier, &layout)?;
+        let (bytes, on_disk) = read_bitmap(io, &layout)?;
         if checksum::plain(&bytes) == adopted.sb.bitmap_checksum {
             trusted = true;
             if let Some(&block) = reachable.difference(&on_disk).first() {
@@ -136,43 +126,47 @@ fn reconcile(
 }
 
 fn build(
-    carrier: Box<dyn Carrier>,
+    io: Io,
     sb: &Superblock,
     ns: Namespace,
     alloc: Allocator,
     options: VolumeOptions,
     read_only: bool,
     report: OpenReport,
-) -> Volume {
-    let carrier_len = carrier.geometry().len_bytes;
+) -> Result<Volume> {
+    let cache_bytes = options.cache_bytes_for(io.medium)?;
+    io.init(sb.layout, cache_bytes);
+    let carrier_len = io.session()?.carrier().geometry().len_bytes;
     let meta =
         Meta { ns, alloc, sb: sb.clone(), open: std::collections::HashMap::new(), carrier_len };
+    let io = Arc::new(io);
+    // Dirty pages exist only when data writes are not write-through and the volume writes.
+    if io.cache().is_some() && !read_only && !io.options.write_through {
+        crate::io::writeback::start(&io);
+    }
     let inner = Inner {
-        medium: carrier.medium(),
-        physical_sector: carrier.geometry().physical_sector,
-        carrier_options: carrier.options(),
-        final_stats: Mutex::new(crate::carrier::StatsSnapshot::default()),
-        carrier: std::sync::RwLock::new(Some(carrier)),
+        io,
         layout: sb.layout,
         options,
+        cache_bytes,
         read_only,
         meta: Mutex::new(meta),
         gate: Mutex::new(()),
-        poisoned: AtomicBool::new(false),
         closed: AtomicBool::new(false),
-        unflushed: AtomicBool::new(false),
         report,
     };
-    Volume { inner: Arc::new(inner) }
+    Ok(Volume { inner: Arc::new(inner) })
 }
 
 /// Opens the volume on `carrier`.
 pub(crate) fn open(carrier: Box<dyn Carrier>, options: VolumeOptions) -> Result<Volume> {
-    let adopted = adopt(carrier.as_ref())?;
+    let io = Io::new(carrier, options.mutation == Some(CommitMutation::UnflushedBeforeWrite));
+    options.cache_bytes_for(io.medium)?;
+    let adopted = adopt(&io.session()?)?;
     let sb = &adopted.sb;
     let layout = sb.layout;
-    check_alignment(carrier.as_ref(), layout.block_size)?;
-    let carrier_len = carrier.geometry().len_bytes;
+    check_alignment(&io, layout.block_size)?;
+    let carrier_len = io.geometry.len_bytes;
     if sb.layout_flags & LAYOUT_THIN == 0 && carrier_len < layout.capacity_bytes() {
         return Err(Error::Invalid(Invalid::CarrierTooSmall {
             carrier_bytes: carrier_len,
@@ -187,13 +181,13 @@ pub(crate) fn open(carrier: Box<dyn Carrier>, options: VolumeOptions) -> Result<
         ro_compat_read_only: sb.requires_read_only(),
         ..OpenReport::default()
     };
-    let alloc = reconcile(carrier.as_ref(), &adopted, &mut report)?;
-    let read_only = options.read_only || carrier.options().read_only || sb.requires_read_only();
+    let alloc = reconcile(&io, &adopted, &mut report)?;
+    let read_only = options.read_only || io.options.read_only || sb.requires_read_only();
     if report.fell_back_from.is_some() || report.leaked_blocks > 0 {
         tracing::info!(?report, "volume recovered at open");
     }
     let Adopted { sb, image, .. } = adopted;
-    let volume = build(carrier, &sb, image.namespace, alloc, options, read_only, report);
+    let volume = build(io, &sb, image.namespace, alloc, options, read_only, report)?;
     if !read_only {
         let inner = &volume.inner;
         let mut meta = inner.meta();
@@ -211,8 +205,10 @@ pub(crate) fn format(
     if carrier.options().read_only || options.read_only {
         return Err(Error::ReadOnly);
     }
-    let medium = carrier.medium();
-    let carrier_len = carrier.geometry().len_bytes;
+    let io = Io::new(carrier, options.mutation == Some(CommitMutation::UnflushedBeforeWrite));
+    options.cache_bytes_for(io.medium)?;
+    let medium = io.medium;
+    let carrier_len = io.geometry.len_bytes;
     let capacity = match format.capacity_bytes {
         Some(c) => c,
         None if carrier_len > 0 => carrier_len,
@@ -220,7 +216,7 @@ pub(crate) fn format(
     };
     let layout =
         Layout::for_format(capacity, format.block_size, format.journal_bytes, format.image_blocks)?;
-    check_alignment(carrier.as_ref(), layout.block_size)?;
+    check_alignment(&io, layout.block_size)?;
     // Thin and sparse describe a file carrier; devices and memory are inherently
     // preallocated and fully backed.
     let thin = medium == Medium::File && !format.preallocate;
@@ -232,19 +228,15 @@ pub(crate) fn format(
         }));
     }
     let grow_to = layout.offset_of(layout.image.start);
-    carrier.grow(grow_to, sparse).map_err(|source| Error::Io {
-        op: IoOp::Grow,
-        offset: 0,
-        len: grow_to,
-        source,
-    })?;
-    // Wipe both slots first: a format that crashes half-way never looks like the carrier's
-    // previous volume.
-    let zeros = AlignedBuf::zeroed(SUPERBLOCKS_LEN as usize, 4096);
-    carrier
-        .write_all_at(zeros.as_slice(), 0)
-        .and_then(|()| carrier.barrier())
-        .map_err(|source| Error::Io { op: IoOp::Write, offset: 0, len: SUPERBLOCKS_LEN, source })?;
+    {
+        let session = io.session()?;
+        session.grow(0, grow_to, sparse)?;
+        // Wipe both slots first: a format that crashes half-way never looks like the
+        // carrier's previous volume.
+        let zeros = Io::buffer(SUPERBLOCKS_LEN as usize);
+        session.write(Area::Superblocks, 0, zeros.as_slice())?;
+        session.barrier()?;
+    }
     let uuid_error = |source| Error::Open { path: "/dev/urandom".into(), source };
     let uuid = Uuid::random().map_err(uuid_error)?;
     let member = Uuid::random().map_err(uuid_error)?;
@@ -277,7 +269,7 @@ pub(crate) fn format(
     let ns = Namespace::new(layout.block_size, now);
     let mut alloc = Allocator::new(layout, Allocator::fixed_regions(&layout));
     alloc.mark_all_bitmap_dirty();
-    let volume = build(carrier, &sb, ns, alloc, options, false, OpenReport::default());
+    let volume = build(io, &sb, ns, alloc, options, false, OpenReport::default())?;
     {
         let inner = &volume.inner;
         let mut meta = inner.meta();

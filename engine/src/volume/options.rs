@@ -1,5 +1,8 @@
 //! Format-time and open-time options of a volume.
 
+use crate::carrier::{KnobSupport, Medium};
+use crate::error::{Error, Knob, Result};
+
 /// How data writes of different files share the carrier.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum WriteConcurrency {
@@ -27,6 +30,36 @@ pub enum CommitMutation {
     UnflushedBeforeWrite,
 }
 
+/// Which path a file's reads or writes take (design: "Two IO tiers, one switch").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Tier {
+    /// Through the volume's page cache: a read hit is a copy, a miss reads the run of the
+    /// file's extent around it; a write lands in the cache and the writeback thread or the
+    /// next sync takes it to the carrier (straight through, updating nothing, under
+    /// write-through). Without a cache it is the direct tier.
+    #[default]
+    Buffered,
+    /// Bypasses the cache (the "unbuffered" hint): for scans, backups, log appends. A direct
+    /// write drops the cached pages it covers; a direct read first writes back the dirty pages
+    /// it overlaps. Unaligned requests still work (the carrier bounces them).
+    Direct,
+}
+
+/// The tiers of a file's reads and writes, chosen separately.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IoPolicy {
+    pub read: Tier,
+    pub write: Tier,
+}
+
+impl IoPolicy {
+    pub const BUFFERED: IoPolicy = IoPolicy { read: Tier::Buffered, write: Tier::Buffered };
+    pub const DIRECT: IoPolicy = IoPolicy { read: Tier::Direct, write: Tier::Direct };
+}
+
+/// The default page cache budget on media where a cache means something (file, device).
+pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
+
 /// Open-time options of the volume layer (the carrier's own knobs are `CarrierOptions`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct VolumeOptions {
@@ -34,8 +67,40 @@ pub struct VolumeOptions {
     /// Open without writing anything (also implied by a read-only carrier or unknown
     /// ro-compat features).
     pub read_only: bool,
+    /// The page cache's budget in bytes. `None`: the medium's default
+    /// ([`DEFAULT_CACHE_BYTES`] on a file or device, none on memory or the test carrier);
+    /// `Some(0)`: no cache (the pure direct form). A cache on memory is physically
+    /// meaningless and refused (`KnobMeaningless`).
+    pub cache_bytes: Option<usize>,
+    /// The tiers files open with when they do not ask (`open_file_with`). `None`: the
+    /// medium's default, decided by measurement (docs/BENCHMARKS.md, "cache").
+    pub policy: Option<IoPolicy>,
     #[doc(hidden)]
     pub mutation: Option<CommitMutation>,
+}
+
+impl VolumeOptions {
+    /// The tiers files open with on `medium`.
+    pub fn default_policy(&self, medium: Medium) -> IoPolicy {
+        self.policy.unwrap_or(match medium {
+            Medium::File | Medium::Device | Medium::Memory | Medium::Faulty => IoPolicy::BUFFERED,
+        })
+    }
+
+    /// The cache budget in effect on `medium`, or the error for a meaningless one.
+    pub fn cache_bytes_for(&self, medium: Medium) -> Result<usize> {
+        match (self.cache_bytes, medium.knob_support(Knob::Cache)) {
+            (Some(0), _) => Ok(0),
+            (Some(_), KnobSupport::Meaningless) => {
+                Err(Error::KnobMeaningless { knob: Knob::Cache, medium: medium.name() })
+            }
+            (Some(n), _) => Ok(n),
+            (None, _) => Ok(match medium {
+                Medium::File | Medium::Device => DEFAULT_CACHE_BYTES,
+                Medium::Memory | Medium::Faulty => 0,
+            }),
+        }
+    }
 }
 
 /// What `format` lays out.

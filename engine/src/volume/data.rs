@@ -11,13 +11,24 @@
 //! gap between the old end and the new data, so they never become visible.
 
 use std::sync::MutexGuard;
-use std::sync::atomic::Ordering;
 
-use super::{CommitMutation, Inner, InodeIo, Meta, WriteConcurrency, commit, lock, now_ns};
-use crate::carrier::AlignedBuf;
-use crate::error::{Error, Invalid, IoOp, Result};
+use super::{Inner, InodeIo, IoPolicy, Meta, Tier, WriteConcurrency, commit, lock, now_ns};
+use crate::error::{Error, Invalid, Result};
 use crate::format::consts::MAX_FILE_SIZE;
+use crate::io::cache::PageCache;
+use crate::io::{Area, Io, Session, writeback};
 use crate::layout::BlockRange;
+
+/// Readahead state of a file's buffered reads: a read that starts where the last one ended
+/// doubles the window (up to the longest run a miss reads); any other read resets it.
+#[derive(Debug, Default)]
+pub(crate) struct Readahead {
+    next: u64,
+    window: u64,
+}
+
+/// The smallest readahead window, in blocks.
+const READAHEAD_MIN_BLOCKS: u64 = 4;
 
 /// Zero-fill chunk for preallocation.
 const ZERO_CHUNK: usize = 1 << 20;
@@ -114,16 +125,24 @@ fn check_end(offset: u64, len: usize) -> Result<u64> {
 }
 
 /// Reads up to `buf.len()` bytes at `offset`; returns how many (short at end of file).
+///
+/// Buffered (with a cache): each mapped run goes through the cache, a miss reading ahead
+/// along the contiguous run of the file's extent (within the file's readahead window).
+/// Direct: dirty cached pages of the range are written back first, then the carrier is read
+/// straight into `buf`.
 pub(crate) fn read_at(
     inner: &Inner,
     ino: u64,
     io: &InodeIo,
+    policy: IoPolicy,
     offset: u64,
     buf: &mut [u8],
 ) -> Result<usize> {
     inner.usable()?;
     let _rw = read_lock(io);
     let bs = u64::from(inner.layout.block_size);
+    let cache = inner.io.cache().filter(|_| policy.read == Tier::Buffered);
+    // Per run: logical block, physical block, blocks, physical end of its extent.
     let (n, runs) = {
         let meta = inner.meta();
         let inode = meta.ns.get(ino).ok_or(Error::Closed)?;
@@ -132,23 +151,55 @@ pub(crate) fn read_at(
         }
         let n = (buf.len() as u64).min(inode.size - offset) as usize;
         let end = offset + n as u64;
-        (n, inode.mapped_runs(offset / bs, end.div_ceil(bs)))
+        let runs: Vec<(u64, u64, u64, u64)> = inode
+            .mapped_runs(offset / bs, end.div_ceil(bs))
+            .into_iter()
+            .map(|(lb, pb, len)| {
+                let extent_end = inode
+                    .extents
+                    .range(..=lb + len - 1)
+                    .next_back()
+                    .map_or(pb + len, |(_, e)| e.physical + e.len);
+                (lb, pb, len, extent_end)
+            })
+            .collect();
+        (n, runs)
+    };
+    let window = match cache {
+        Some(c) => {
+            let max = (writeback::MAX_READ_RUN_BYTES / c.page_size()) as u64;
+            let mut ra = lock(&io.readahead);
+            ra.window = if offset == ra.next && ra.window > 0 {
+                (ra.window * 2).min(max)
+            } else {
+                READAHEAD_MIN_BLOCKS.min(max)
+            };
+            ra.next = offset + n as u64;
+            ra.window
+        }
+        None => 0,
     };
     let end = offset + n as u64;
-    let carrier = inner.carrier()?;
+    let session = inner.io.session()?;
     let mut filled = offset;
-    for (lb, pb, len) in runs {
+    for (lb, pb, len, extent_end) in runs {
         let lo = (lb * bs).max(offset);
         let hi = ((lb + len) * bs).min(end);
         buf[(filled - offset) as usize..(lo - offset) as usize].fill(0);
         let at = pb * bs + (lo - lb * bs);
         let dst = &mut buf[(lo - offset) as usize..(hi - offset) as usize];
-        carrier.read_exact_at(dst, at).map_err(|source| Error::Io {
-            op: IoOp::Read,
-            offset: at,
-            len: hi - lo,
-            source,
-        })?;
+        match cache {
+            Some(c) => {
+                let ra_until = extent_end.min((at + dst.len() as u64).div_ceil(bs) + window);
+                c.read(&session, at, dst, ra_until)?;
+            }
+            None => {
+                if let Some(c) = inner.io.cache() {
+                    c.flush_blocks(&session, at / bs, (at + dst.len() as u64).div_ceil(bs))?;
+                }
+                session.read(Area::Data, at, dst)?;
+            }
+        }
         filled = hi;
     }
     buf[(filled - offset) as usize..n].fill(0);
@@ -237,9 +288,29 @@ fn plan_write(inner: &Inner, meta: &mut Meta, ino: u64, offset: u64, len: usize)
     Ok(plan)
 }
 
-fn execute(inner: &Inner, plan: &Plan, data: &[u8]) -> Result<()> {
-    let carrier = inner.carrier()?;
-    let durable = inner.carrier_options.write_through;
+/// The cached pages a direct write of `[offset, offset + len)` supersedes: a dirty page it
+/// covers only in part is written back first (its other bytes must survive), then every
+/// page of the range is dropped (waiting for writebacks in flight, so none lands after).
+fn before_direct_write(cache: &PageCache, s: &Session<'_>, offset: u64, len: u64) -> Result<()> {
+    let ps = cache.page_size() as u64;
+    let (first, end) = (offset / ps, (offset + len).div_ceil(ps));
+    if !offset.is_multiple_of(ps) {
+        cache.flush_blocks(s, first, first + 1)?;
+    }
+    if !(offset + len).is_multiple_of(ps) {
+        cache.flush_blocks(s, end - 1, end)?;
+    }
+    cache.discard(first, end);
+    Ok(())
+}
+
+fn execute(inner: &Inner, plan: &Plan, data: &[u8], policy: IoPolicy) -> Result<()> {
+    let session = inner.io.session()?;
+    let durable = inner.io.options.write_through;
+    let cache = inner.io.cache();
+    // Write-back only where a write may sit in a cache: under write-through a write is
+    // durable when it returns, so it goes straight to the carrier (the raft log's appends).
+    let write_back = cache.filter(|_| policy.write == Tier::Buffered && !durable);
     for seg in &plan.segments {
         let total = seg.len as usize;
         debug_assert_eq!(total, seg.pieces.iter().map(Piece::len).sum::<usize>());
@@ -247,7 +318,7 @@ fn execute(inner: &Inner, plan: &Plan, data: &[u8]) -> Result<()> {
         let bytes: &[u8] = match seg.pieces.as_slice() {
             [Piece::Data(r)] => &data[r.clone()],
             pieces => {
-                let mut buf = AlignedBuf::zeroed(total, 4096);
+                let mut buf = Io::buffer(total);
                 let mut at = 0;
                 for p in pieces {
                     if let Piece::Data(r) = p {
@@ -259,37 +330,55 @@ fn execute(inner: &Inner, plan: &Plan, data: &[u8]) -> Result<()> {
                 assembled.as_slice()
             }
         };
-        assert!(
-            seg.offset + total as u64 <= inner.layout.capacity_bytes(),
-            "data write past the volume end"
-        );
-        let mutant = inner.options.mutation == Some(CommitMutation::UnflushedBeforeWrite);
-        let result = if durable {
-            carrier.write_durable_at(bytes, seg.offset)
-        } else {
-            if mutant {
-                inner.unflushed.store(true, Ordering::Release);
-            }
-            carrier.write_all_at(bytes, seg.offset)
-        };
-        result.map_err(|source| {
-            let op = if durable { IoOp::DurableWrite } else { IoOp::Write };
-            Error::Io { op, offset: seg.offset, len: total as u64, source }
-        })?;
-        if !durable && !mutant {
-            // Only after the write returned: a barrier issued before that (by a commit on
-            // another thread) does not cover it, so the flag must outlive that barrier. Set
-            // before the write, a concurrent commit could clear it and flush while the write
-            // was still on its way, and the writer's own `sync` would then skip the barrier
-            // and acknowledge bytes that sit in a cache.
-            inner.unflushed.store(true, Ordering::Release);
+        if let Some(c) = write_back {
+            c.write(&session, seg.offset, bytes)?;
+            continue;
         }
+        if let Some(c) = cache {
+            before_direct_write(c, &session, seg.offset, seg.len)?;
+        }
+        if durable {
+            session.write_durable(Area::Data, seg.offset, bytes)?;
+        } else {
+            session.write(Area::Data, seg.offset, bytes)?;
+        }
+        if let Some(c) = cache {
+            // A buffered read that missed while the write was in flight may have loaded the
+            // old bytes: drop them too.
+            let ps = c.page_size() as u64;
+            c.discard(seg.offset / ps, (seg.offset + seg.len).div_ceil(ps));
+        }
+    }
+    if write_back.is_some() {
+        writeback::after_write(&inner.io, &session)?;
     }
     Ok(())
 }
 
+/// Asserts that every block `plan` writes belongs to the file or was allocated for this
+/// write: a data write that reached a superblock, the bitmap, an image block or another
+/// file's block would corrupt the volume.
+fn assert_owned(inner: &Inner, meta: &Meta, plan: &Plan) {
+    let bs = u64::from(inner.layout.block_size);
+    for seg in &plan.segments {
+        for b in seg.offset / bs..(seg.offset + seg.len).div_ceil(bs) {
+            assert!(
+                inner.layout.allocatable().contains(b) && meta.alloc.is_owned(b),
+                "data write to block {b}, which no file owns"
+            );
+        }
+    }
+}
+
 /// Writes `data` at `at`; returns the offset written at.
-pub(crate) fn write_at(inner: &Inner, ino: u64, io: &InodeIo, at: At, data: &[u8]) -> Result<u64> {
+pub(crate) fn write_at(
+    inner: &Inner,
+    ino: u64,
+    io: &InodeIo,
+    policy: IoPolicy,
+    at: At,
+    data: &[u8],
+) -> Result<u64> {
     inner.writable()?;
     let _rw = read_lock(io);
     let _gate = gate(inner, io);
@@ -304,9 +393,11 @@ pub(crate) fn write_at(inner: &Inner, ino: u64, io: &InodeIo, at: At, data: &[u8
         if data.is_empty() {
             return Ok(offset);
         }
-        (offset, plan_write(inner, &mut meta, ino, offset, data.len())?)
+        let plan = plan_write(inner, &mut meta, ino, offset, data.len())?;
+        assert_owned(inner, &meta, &plan);
+        (offset, plan)
     };
-    execute(inner, &plan, data).inspect_err(|e| inner.poison(e))?;
+    execute(inner, &plan, data, policy)?;
     let mut meta = inner.meta();
     let m = &mut *meta;
     for &(logical, run) in &plan.new_runs {
@@ -323,7 +414,13 @@ pub(crate) fn write_at(inner: &Inner, ino: u64, io: &InodeIo, at: At, data: &[u8
 }
 
 /// Truncates or extends the file to `len` bytes (an extension is a hole).
-pub(crate) fn set_len(inner: &Inner, ino: u64, io: &InodeIo, len: u64) -> Result<()> {
+pub(crate) fn set_len(
+    inner: &Inner,
+    ino: u64,
+    io: &InodeIo,
+    policy: IoPolicy,
+    len: u64,
+) -> Result<()> {
     inner.writable()?;
     check_end(len, 0)?;
     let _rw = io.rw.write().unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -336,7 +433,8 @@ pub(crate) fn set_len(inner: &Inner, ino: u64, io: &InodeIo, len: u64) -> Result
     } else if let Some((at, n)) = tail_zeroing(&meta, ino, size, len, bs) {
         let mut plan = Plan::default();
         plan.push(at, Piece::Zeros(n));
-        execute(inner, &plan, &[]).inspect_err(|e| inner.poison(e))?;
+        assert_owned(inner, &meta, &plan);
+        execute(inner, &plan, &[], policy)?;
     }
     meta.ns.set_size(ino, len, now_ns());
     Ok(())
@@ -368,6 +466,7 @@ pub(crate) fn preallocate(
             plan.push(at, Piece::Zeros(n));
         }
         plan.new_runs = allocate_gaps(inner, &mut meta, ino, offset / bs, (end - 1) / bs)?;
+        assert_owned(inner, &meta, &plan);
         (plan, size)
     };
     for &(_, run) in &plan.new_runs.clone() {
@@ -376,21 +475,26 @@ pub(crate) fn preallocate(
     // The zeros are written with plain writes and made durable with one barrier, before the
     // extents become visible: a later write-through overwrite then lands on written blocks,
     // and no commit can publish an extent whose zeros are still in a cache.
-    let zero = AlignedBuf::zeroed(ZERO_CHUNK, 4096);
+    let zero = Io::buffer(ZERO_CHUNK);
+    let session = inner.io.session()?;
     for seg in &plan.segments {
+        if let Some(c) = inner.io.cache() {
+            before_direct_write(c, &session, seg.offset, seg.len)?;
+        }
         let mut at = seg.offset;
         // Only zeros here; adjacent pieces have merged, so a piece may exceed one chunk.
         let mut left = seg.len;
         while left > 0 {
             let n = left.min(ZERO_CHUNK as u64) as usize;
-            commit::write(inner, &zero.as_slice()[..n], at).inspect_err(|e| inner.poison(e))?;
+            session.write_fill(at, &zero.as_slice()[..n])?;
             at += n as u64;
             left -= n as u64;
         }
     }
     if !plan.segments.is_empty() {
-        commit::barrier(inner).inspect_err(|e| inner.poison(e))?;
+        session.barrier()?;
     }
+    drop(session);
     let mut meta = inner.meta();
     let m = &mut *meta;
     for &(logical, run) in &plan.new_runs {

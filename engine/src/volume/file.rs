@@ -3,12 +3,16 @@
 //! A handle names an inode, not a path: renaming or removing the file leaves the handle
 //! working, and a removed file's blocks return to free space only after its last handle is
 //! dropped (internal bookkeeping, so no handle can block a delete).
+//!
+//! A handle carries its own [`IoPolicy`]: two handles of one file may use different tiers
+//! (a follower catching up reads buffered while the log appends direct); the tiers are
+//! coherent with each other (see `data`).
 
 use std::sync::Arc;
 
+use super::data::{self as io, At};
+use super::{ExtentInfo, InodeIo, IoPolicy, Metadata, OpenInode, Volume, stat_of};
 use crate::error::Result;
-use crate::volume::io::{self, At};
-use crate::volume::{ExtentInfo, InodeIo, Metadata, OpenInode, Volume, stat_of};
 
 /// An open file. Dropping it closes it.
 #[derive(Debug)]
@@ -16,10 +20,11 @@ pub struct File {
     volume: Volume,
     ino: u64,
     io: Arc<InodeIo>,
+    policy: IoPolicy,
 }
 
 impl File {
-    pub(crate) fn new(volume: Volume, ino: u64) -> File {
+    pub(crate) fn new(volume: Volume, ino: u64, policy: IoPolicy) -> File {
         let io = {
             let mut meta = volume.inner.meta();
             let entry = meta
@@ -29,7 +34,17 @@ impl File {
             entry.handles += 1;
             Arc::clone(&entry.io)
         };
-        File { volume, ino, io }
+        File { volume, ino, io, policy }
+    }
+
+    /// The tiers this handle's reads and writes take.
+    pub fn policy(&self) -> IoPolicy {
+        self.policy
+    }
+
+    /// Switches this handle's tiers (the file's cached pages stay coherent either way).
+    pub fn set_policy(&mut self, policy: IoPolicy) {
+        self.policy = policy;
     }
 
     /// The inode number (stable for the file's lifetime).
@@ -44,7 +59,7 @@ impl File {
     /// Reads up to `buf.len()` bytes at `offset`; returns the count (0 at or past the end).
     /// Holes read as zeros.
     pub fn read_at(&self, buf: &mut [u8], offset: u64) -> Result<usize> {
-        io::read_at(&self.volume.inner, self.ino, &self.io, offset, buf)
+        io::read_at(&self.volume.inner, self.ino, &self.io, self.policy, offset, buf)
     }
 
     /// Reads exactly `buf.len()` bytes at `offset`, or fails with `UnexpectedEof` as an IO error.
@@ -74,17 +89,18 @@ impl File {
     /// is an in-place overwrite, durable on return under write-through; new blocks and a new
     /// size are durable with the next commit.
     pub fn write_at(&self, data: &[u8], offset: u64) -> Result<()> {
-        io::write_at(&self.volume.inner, self.ino, &self.io, At::Offset(offset), data).map(|_| ())
+        io::write_at(&self.volume.inner, self.ino, &self.io, self.policy, At::Offset(offset), data)
+            .map(|_| ())
     }
 
     /// Appends `data` atomically at the current end; returns the offset it landed at.
     pub fn append(&self, data: &[u8]) -> Result<u64> {
-        io::write_at(&self.volume.inner, self.ino, &self.io, At::End, data)
+        io::write_at(&self.volume.inner, self.ino, &self.io, self.policy, At::End, data)
     }
 
     /// Truncates or extends (with a hole) to `len` bytes.
     pub fn set_len(&self, len: u64) -> Result<()> {
-        io::set_len(&self.volume.inner, self.ino, &self.io, len)
+        io::set_len(&self.volume.inner, self.ino, &self.io, self.policy, len)
     }
 
     /// Allocates written, zero-filled blocks for `[offset, offset + len)` and extends the file

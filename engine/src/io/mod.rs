@@ -1,0 +1,455 @@
+//! The IO layer: every read, write, barrier and grow of the engine goes through here.
+//!
+//! It owns the carrier and answers for four things the modules above never do themselves:
+//! - **Regions.** Every request names the area it is for (a superblock slot, the bitmap,
+//!   image or data blocks) and must lie inside it (`assert!`: a request outside its area is a
+//!   bug that would overwrite a superblock or the bitmap, so it stops the process before the
+//!   write). Image and data blocks share one block space (FORMAT.md, "Layout"); which of them
+//!   a file or the image owns is the allocator's business, and the data path asserts it.
+//! - **Alignment.** Buffers come from [`Io::buffer`]: [`IO_ALIGN`]-aligned, the most any
+//!   carrier is allowed to need (`open` refuses others), so direct IO takes them as they are.
+//! - **Counting.** Reads, writes, durable writes, barriers and bytes per area.
+//! - **Poisoning.** Any failed carrier call poisons the volume (every later call fails with
+//!   `Poisoned` until it is reopened): after a failed write or barrier the kernel's view and
+//!   the medium may differ (fsyncgate), and nothing here retries.
+//!
+//! The page cache (`cache`) plugs in here, with its writeback thread (`writeback`): the data
+//! path reads and writes through it for files on the buffered tier.
+//!
+//! Closing takes the carrier's write lock; every carrier call holds its read lock (a
+//! [`Session`]), so close waits for IO in flight and nothing reaches the carrier after it.
+
+pub(crate) mod cache;
+pub(crate) mod writeback;
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock, RwLock, RwLockReadGuard};
+
+use crate::carrier::{AlignedBuf, Carrier, CarrierOptions, Geometry, Medium, StatsSnapshot};
+use crate::error::{Error, IoOp, Result};
+use crate::format::consts::{SUPERBLOCK_LEN, SUPERBLOCKS_LEN};
+use crate::layout::Layout;
+use cache::{Backing, PageCache};
+
+/// Alignment of every buffer the engine hands to a carrier (address; offsets and lengths are
+/// whole blocks or sectors). A carrier that needs more is refused at open.
+pub const IO_ALIGN: usize = 4096;
+
+/// What a request is for; the IO layer checks that it stays inside.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Area {
+    /// Both superblock slots at once (read at open).
+    Superblocks,
+    /// One slot (0 = A, 1 = B).
+    Superblock(u8),
+    Bitmap,
+    /// Blocks of the checkpoint image (record blocks, spines, root).
+    Image,
+    /// File data blocks.
+    Data,
+}
+
+impl Area {
+    fn index(self) -> usize {
+        match self {
+            Area::Superblocks | Area::Superblock(_) => 0,
+            Area::Bitmap => 1,
+            Area::Image => 2,
+            Area::Data => 3,
+        }
+    }
+}
+
+/// Operation counts of the IO layer, per area (superblocks, bitmap, image, data).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IoCounts {
+    pub reads: [u64; 4],
+    pub read_bytes: [u64; 4],
+    pub writes: [u64; 4],
+    pub write_bytes: [u64; 4],
+    pub barriers: u64,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    reads: [AtomicU64; 4],
+    read_bytes: [AtomicU64; 4],
+    writes: [AtomicU64; 4],
+    write_bytes: [AtomicU64; 4],
+    barriers: AtomicU64,
+}
+
+/// The IO layer of one open volume. See the module docs.
+#[derive(Debug)]
+pub(crate) struct Io {
+    carrier: RwLock<Option<Box<dyn Carrier>>>,
+    pub(crate) medium: Medium,
+    pub(crate) options: CarrierOptions,
+    pub(crate) geometry: Geometry,
+    layout: OnceLock<Layout>,
+    cache: OnceLock<PageCache>,
+    poisoned: AtomicBool,
+    /// Plain (not durable) data writes returned since the last barrier.
+    unflushed: AtomicBool,
+    /// The `UnflushedBeforeWrite` mutant: mark before the write instead of after it.
+    mark_unflushed_early: bool,
+    counters: Counters,
+    final_stats: Mutex<StatsSnapshot>,
+    pub(crate) writeback: Mutex<Option<writeback::Handle>>,
+}
+
+/// A carrier call's hold on the open carrier (close waits for every session to end).
+pub(crate) struct Session<'a> {
+    io: &'a Io,
+    carrier: RwLockReadGuard<'a, Option<Box<dyn Carrier>>>,
+}
+
+impl Io {
+    pub(crate) fn new(carrier: Box<dyn Carrier>, mark_unflushed_early: bool) -> Io {
+        Io {
+            medium: carrier.medium(),
+            options: carrier.options(),
+            geometry: carrier.geometry(),
+            carrier: RwLock::new(Some(carrier)),
+            layout: OnceLock::new(),
+            cache: OnceLock::new(),
+            poisoned: AtomicBool::new(false),
+            unflushed: AtomicBool::new(false),
+            mark_unflushed_early,
+            counters: Counters::default(),
+            final_stats: Mutex::new(StatsSnapshot::default()),
+            writeback: Mutex::new(None),
+        }
+    }
+
+    /// Fixes the layout requests are checked against (once, when the volume is adopted or
+    /// formatted) and sets up the page cache of `cache_bytes` (0: none).
+    pub(crate) fn init(&self, layout: Layout, cache_bytes: usize) {
+        assert!(self.layout.set(layout).is_ok(), "the IO layer's layout is set once");
+        if cache_bytes > 0 {
+            let bs = layout.block_size as usize;
+            let cache = PageCache::new(cache_bytes, bs, writeback::MAX_READ_RUN_BYTES);
+            assert!(self.cache.set(cache).is_ok(), "the page cache is set up once");
+        }
+    }
+
+    pub(crate) fn layout(&self) -> &Layout {
+        self.layout.get().expect("the IO layer is initialized before block IO")
+    }
+
+    pub(crate) fn cache(&self) -> Option<&PageCache> {
+        self.cache.get()
+    }
+
+    /// A buffer aligned for any carrier.
+    pub(crate) fn buffer(len: usize) -> AlignedBuf {
+        AlignedBuf::zeroed(len, IO_ALIGN)
+    }
+
+    /// Holds the carrier open for a series of calls; `Closed` once it was released.
+    pub(crate) fn session(&self) -> Result<Session<'_>> {
+        let carrier = self.carrier.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if carrier.is_none() {
+            return Err(Error::Closed);
+        }
+        Ok(Session { io: self, carrier })
+    }
+
+    pub(crate) fn is_poisoned(&self) -> bool {
+        self.poisoned.load(Ordering::Acquire)
+    }
+
+    /// Marks the volume poisoned; every later call fails with `Poisoned` until reopen.
+    pub(crate) fn poison(&self, error: &Error) {
+        if !self.poisoned.swap(true, Ordering::AcqRel) {
+            tracing::error!(%error, "volume poisoned by a failed carrier operation");
+        }
+    }
+
+    /// Takes the flag "plain data writes returned since the last barrier".
+    pub(crate) fn take_unflushed(&self) -> bool {
+        self.unflushed.swap(false, Ordering::AcqRel)
+    }
+
+    pub(crate) fn counts(&self) -> IoCounts {
+        let get = |a: &[AtomicU64; 4]| a.each_ref().map(|c| c.load(Ordering::Relaxed));
+        let c = &self.counters;
+        IoCounts {
+            reads: get(&c.reads),
+            read_bytes: get(&c.read_bytes),
+            writes: get(&c.writes),
+            write_bytes: get(&c.write_bytes),
+            barriers: c.barriers.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The carrier's counts (kept after close).
+    pub(crate) fn carrier_stats(&self) -> StatsSnapshot {
+        match self.session() {
+            Ok(s) => s.carrier().stats().snapshot(),
+            Err(_) => *crate::volume::lock(&self.final_stats),
+        }
+    }
+
+    /// Releases the carrier (and its lock) once every session ended, first writing back any
+    /// dirty page a write racing the close left behind (with a barrier). Nothing reaches the
+    /// carrier afterwards.
+    pub(crate) fn release(&self) {
+        writeback::stop(self);
+        let mut guard = self.carrier.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let (Some(cache), Some(carrier)) = (self.cache(), guard.as_deref())
+            && cache.dirty_pages() > 0
+            && !self.is_poisoned()
+        {
+            let late = Late { io: self, carrier };
+            if let Err(e) = cache.flush_all(&late).and_then(|()| late.barrier()) {
+                self.poison(&e);
+            }
+        }
+        if let Some(c) = guard.take() {
+            *crate::volume::lock(&self.final_stats) = c.stats().snapshot();
+        }
+    }
+
+    /// Checks that `[offset, offset + len)` lies inside `area` of `layout`.
+    fn check(layout: Option<&Layout>, area: Area, offset: u64, len: usize) {
+        let end = offset + len as u64;
+        let inside = match area {
+            Area::Superblocks => offset == 0 && end == SUPERBLOCKS_LEN,
+            Area::Superblock(slot) => {
+                slot < 2
+                    && offset == u64::from(slot) * SUPERBLOCK_LEN as u64
+                    && len == SUPERBLOCK_LEN
+            }
+            Area::Bitmap | Area::Image | Area::Data => {
+                let layout = layout.expect("block IO before the layout is known");
+                let bs = u64::from(layout.block_size);
+                let range = if area == Area::Bitmap { layout.bitmap } else { layout.allocatable() };
+                len > 0 && offset >= range.start * bs && end <= range.end() * bs
+            }
+        };
+        assert!(inside, "{area:?} request [{offset}, {end}) outside its area");
+    }
+
+    fn count(counter: &[AtomicU64; 4], bytes: &[AtomicU64; 4], area: Area, len: usize) {
+        counter[area.index()].fetch_add(1, Ordering::Relaxed);
+        bytes[area.index()].fetch_add(len as u64, Ordering::Relaxed);
+    }
+
+    fn failed(&self, op: IoOp, offset: u64, len: usize) -> impl FnOnce(std::io::Error) -> Error {
+        move |source| {
+            let e = Error::Io { op, offset, len: len as u64, source };
+            self.poison(&e);
+            e
+        }
+    }
+
+    /// One-call conveniences over a session.
+    pub(crate) fn read(&self, area: Area, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.session()?.read(area, offset, buf)
+    }
+
+    pub(crate) fn write(&self, area: Area, offset: u64, buf: &[u8]) -> Result<()> {
+        self.session()?.write(area, offset, buf)
+    }
+
+    pub(crate) fn barrier(&self) -> Result<()> {
+        self.session()?.barrier()
+    }
+}
+
+impl Session<'_> {
+    pub(crate) fn carrier(&self) -> &dyn Carrier {
+        self.carrier.as_deref().expect("a session holds an open carrier")
+    }
+
+    /// Reads inside `area` of the volume's layout.
+    pub(crate) fn read(&self, area: Area, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.read_in(self.io.layout.get(), area, offset, buf)
+    }
+
+    /// Reads inside `area` of `layout` (adoption reads a candidate superblock's image before
+    /// the volume's layout is fixed).
+    pub(crate) fn read_in(
+        &self,
+        layout: Option<&Layout>,
+        area: Area,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        Io::check(layout, area, offset, buf.len());
+        Io::count(&self.io.counters.reads, &self.io.counters.read_bytes, area, buf.len());
+        self.carrier().read_exact_at(buf, offset).map_err(self.io.failed(
+            IoOp::Read,
+            offset,
+            buf.len(),
+        ))
+    }
+
+    /// A plain write: durable once a later barrier returns. Data writes mark the volume
+    /// unflushed once they returned (a commit or sync then takes a barrier first).
+    pub(crate) fn write(&self, area: Area, offset: u64, buf: &[u8]) -> Result<()> {
+        Io::check(self.io.layout.get(), area, offset, buf.len());
+        Io::count(&self.io.counters.writes, &self.io.counters.write_bytes, area, buf.len());
+        let data = area == Area::Data;
+        if data && self.io.mark_unflushed_early {
+            self.io.unflushed.store(true, Ordering::Release);
+        }
+        self.carrier().write_all_at(buf, offset).map_err(self.io.failed(
+            IoOp::Write,
+            offset,
+            buf.len(),
+        ))?;
+        if data && !self.io.mark_unflushed_early {
+            // Only after the write returned: a barrier issued before that (by a commit on
+            // another thread) does not cover it, so the flag must outlive that barrier. Set
+            // before the write, a concurrent commit could clear it and flush while the write
+            // was still on its way, and the writer's own `sync` would then skip the barrier
+            // and acknowledge bytes that sit in a cache.
+            self.io.unflushed.store(true, Ordering::Release);
+        }
+        if area == Area::Image
+            && let Some(cache) = self.io.cache()
+        {
+            // Image blocks were data blocks once (freed pages are dropped at the commit that
+            // releases them; this is the belt to that brace).
+            let bs = self.io.layout().block_size as u64;
+            cache.discard(offset / bs, (offset + buf.len() as u64).div_ceil(bs));
+        }
+        Ok(())
+    }
+
+    /// A data write the caller makes durable with its own barrier before anything references
+    /// it (preallocation's zeros): it does not mark the volume unflushed.
+    pub(crate) fn write_fill(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        Io::check(self.io.layout.get(), Area::Data, offset, buf.len());
+        Io::count(&self.io.counters.writes, &self.io.counters.write_bytes, Area::Data, buf.len());
+        self.carrier().write_all_at(buf, offset).map_err(self.io.failed(
+            IoOp::Write,
+            offset,
+            buf.len(),
+        ))
+    }
+
+    /// A write that is on stable storage when it returns (write-through).
+    pub(crate) fn write_durable(&self, area: Area, offset: u64, buf: &[u8]) -> Result<()> {
+        Io::check(self.io.layout.get(), area, offset, buf.len());
+        Io::count(&self.io.counters.writes, &self.io.counters.write_bytes, area, buf.len());
+        self.carrier().write_durable_at(buf, offset).map_err(self.io.failed(
+            IoOp::DurableWrite,
+            offset,
+            buf.len(),
+        ))
+    }
+
+    pub(crate) fn barrier(&self) -> Result<()> {
+        self.io.counters.barriers.fetch_add(1, Ordering::Relaxed);
+        self.carrier().barrier().map_err(self.io.failed(IoOp::Barrier, 0, 0))
+    }
+
+    /// Grows the carrier to `len_bytes` (a thin file carrier).
+    pub(crate) fn grow(&self, from: u64, len_bytes: u64, sparse: bool) -> Result<()> {
+        self.carrier().grow(len_bytes, sparse).map_err(self.io.failed(
+            IoOp::Grow,
+            from,
+            (len_bytes - from) as usize,
+        ))
+    }
+}
+
+/// The cache reads and writes data blocks through a session.
+impl Backing for Session<'_> {
+    type Error = Error;
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        Session::read(self, Area::Data, offset, buf)
+    }
+    fn write(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        Session::write(self, Area::Data, offset, buf)
+    }
+}
+
+/// The carrier under close's write lock, for the dirty pages a racing write left.
+struct Late<'a> {
+    io: &'a Io,
+    carrier: &'a dyn Carrier,
+}
+
+impl Late<'_> {
+    fn barrier(&self) -> Result<()> {
+        self.carrier.barrier().map_err(self.io.failed(IoOp::Barrier, 0, 0))
+    }
+}
+
+impl Backing for Late<'_> {
+    type Error = Error;
+    fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        Io::check(self.io.layout.get(), Area::Data, offset, buf.len());
+        self.carrier.read_exact_at(buf, offset).map_err(self.io.failed(
+            IoOp::Read,
+            offset,
+            buf.len(),
+        ))
+    }
+    fn write(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        Io::check(self.io.layout.get(), Area::Data, offset, buf.len());
+        self.carrier.write_all_at(buf, offset).map_err(self.io.failed(
+            IoOp::Write,
+            offset,
+            buf.len(),
+        ))
+    }
+}
+
+/// Reads checked against an area: the volume's [`Session`], or a [`Probe`] of a borrowed
+/// carrier (the read-only checker). Adoption reads through this before a layout is fixed.
+pub(crate) trait AreaRead {
+    fn read_in(
+        &self,
+        layout: Option<&Layout>,
+        area: Area,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<()>;
+    /// Bytes the carrier has now.
+    fn carrier_len(&self) -> u64;
+}
+
+impl AreaRead for Session<'_> {
+    fn read_in(
+        &self,
+        layout: Option<&Layout>,
+        area: Area,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        Session::read_in(self, layout, area, offset, buf)
+    }
+    fn carrier_len(&self) -> u64 {
+        self.carrier().geometry().len_bytes
+    }
+}
+
+/// Area-checked reads of a carrier the caller owns (nothing is counted or poisoned: the
+/// checker only looks).
+pub(crate) struct Probe<'a>(pub(crate) &'a dyn Carrier);
+
+impl AreaRead for Probe<'_> {
+    fn read_in(
+        &self,
+        layout: Option<&Layout>,
+        area: Area,
+        offset: u64,
+        buf: &mut [u8],
+    ) -> Result<()> {
+        Io::check(layout, area, offset, buf.len());
+        self.0.read_exact_at(buf, offset).map_err(|source| Error::Io {
+            op: IoOp::Read,
+            offset,
+            len: buf.len() as u64,
+            source,
+        })
+    }
+    fn carrier_len(&self) -> u64 {
+        self.0.geometry().len_bytes
+    }
+}
