@@ -123,6 +123,9 @@ struct Slot {
     /// Read ahead and not yet read: its first hit earns no credit.
     prefetched: bool,
     dirty: bool,
+    /// Which units of the page (`PageCache::unit` bytes each) were written since the last
+    /// writeback: only those go to the carrier.
+    units: u128,
     dirty_since: Option<Instant>,
     writeback: bool,
     queue: Queue,
@@ -137,6 +140,7 @@ impl Slot {
             credit: 0,
             prefetched: false,
             dirty: false,
+            units: 0,
             dirty_since: None,
             writeback: false,
             queue: Queue::Small,
@@ -171,6 +175,16 @@ pub(crate) struct Select {
     pub(crate) above: usize,
 }
 
+/// Bytes `[start, end)` of the page of `taken[index]`, part of one writeback write.
+type Piece = (usize, usize, usize);
+
+/// A page taken for writeback: its block, frame, and the units to write.
+struct Taken {
+    block: u64,
+    frame: usize,
+    units: u128,
+}
+
 /// The page cache. See the module docs for its invariants.
 pub(crate) struct PageCache {
     page: usize,
@@ -181,6 +195,11 @@ pub(crate) struct PageCache {
     pub(crate) counters: Counters,
     /// Longest run one carrier read brings in (demand plus readahead).
     max_run: u64,
+    /// The unit of dirty tracking: the carrier's atomic write unit. Writeback rewrites only
+    /// the units a write touched, never the page's other units: a power cut during a
+    /// writeback may tear what it writes, and rewriting bytes nobody changed would put
+    /// already durable bytes at risk (the same rule the direct tier keeps).
+    unit: usize,
 }
 
 impl std::fmt::Debug for PageCache {
@@ -220,7 +239,25 @@ impl PageCache {
             changed: Condvar::new(),
             counters: Counters::default(),
             max_run: (max_run_bytes / page_size).max(1) as u64,
+            unit: (page_size / 128).max(512),
         }
+    }
+
+    /// Sets the unit of dirty tracking (a power of two, at least 1/128 of a page; the
+    /// carrier's physical sector).
+    pub(crate) fn with_dirty_unit(mut self, unit: usize) -> PageCache {
+        let unit = unit.clamp((self.page / 128).max(1), self.page);
+        assert!(unit.is_power_of_two(), "dirty unit {unit}");
+        self.unit = unit;
+        self
+    }
+
+    /// The mask of units `[within, within + n)` touches.
+    fn units_of(&self, within: usize, n: usize) -> u128 {
+        let first = within / self.unit;
+        let end = (within + n).div_ceil(self.unit);
+        let ones = if end - first >= 128 { u128::MAX } else { (1u128 << (end - first)) - 1 };
+        ones << first
     }
 
     pub(crate) fn page_size(&self) -> usize {
@@ -322,7 +359,7 @@ impl PageCache {
     }
 
     /// Puts frame `f` in the map under `block`, loading and pinned once.
-    fn insert(&self, st: &mut State, f: usize, block: u64, cold: bool) {
+    fn insert(st: &mut State, f: usize, block: u64, cold: bool) {
         assert!(st.slots[f].phase == Phase::Free, "frame {f} reused while in use");
         let queue = if !cold && st.ghost.remove(&block) { Queue::Main } else { Queue::Small };
         st.slots[f] = Slot {
@@ -332,6 +369,7 @@ impl PageCache {
             credit: 0,
             prefetched: cold,
             dirty: false,
+            units: 0,
             dirty_since: None,
             writeback: false,
             queue,
@@ -404,7 +442,7 @@ impl PageCache {
         let mut b = block;
         while b < limit && !st.map.contains_key(&b) {
             let Some(f) = self.alloc_frame(&mut st) else { break };
-            self.insert(&mut st, f, b, b >= want_until);
+            Self::insert(&mut st, f, b, b >= want_until);
             run.push(f);
             b += 1;
         }
@@ -478,15 +516,14 @@ impl PageCache {
             let within = (pos % ps) as usize;
             let n = (ps - pos % ps).min(end - pos) as usize;
             let out = &mut dst[(pos - offset) as usize..(pos - offset) as usize + n];
-            match self.pin_or_load(backing, block, want_until, ra_until.max(want_until))? {
-                Some(f) => {
-                    out.copy_from_slice(&self.frame(f).bytes()[within..within + n]);
-                    self.unpin(f);
-                }
-                None => {
-                    self.counters.bypassed.fetch_add(1, Ordering::Relaxed);
-                    backing.read(pos, out)?;
-                }
+            if let Some(f) =
+                self.pin_or_load(backing, block, want_until, ra_until.max(want_until))?
+            {
+                out.copy_from_slice(&self.frame(f).bytes()[within..within + n]);
+                self.unpin(f);
+            } else {
+                self.counters.bypassed.fetch_add(1, Ordering::Relaxed);
+                backing.read(pos, out)?;
             }
             pos += n as u64;
         }
@@ -508,7 +545,7 @@ impl PageCache {
                 return Some(f);
             }
             let f = self.alloc_frame(&mut st)?;
-            self.insert(&mut st, f, block, false);
+            Self::insert(&mut st, f, block, false);
             return Some(f);
         }
     }
@@ -535,13 +572,14 @@ impl PageCache {
             } else {
                 self.pin_or_load(backing, block, block + 1, block + 1)?
             };
-            match frame {
-                Some(f) => {
+            if let Some(f) = frame {
+                {
                     self.frame(f).bytes_mut()[within..within + n].copy_from_slice(src);
                     let mut st = self.state();
                     let slot = &mut st.slots[f];
                     slot.phase = Phase::Ready;
                     slot.pins -= 1;
+                    slot.units |= self.units_of(within, n);
                     if !slot.dirty {
                         slot.dirty = true;
                         slot.dirty_since = Some(Instant::now());
@@ -550,10 +588,9 @@ impl PageCache {
                     drop(st);
                     self.changed.notify_all();
                 }
-                None => {
-                    self.counters.bypassed.fetch_add(1, Ordering::Relaxed);
-                    backing.write(pos, src)?;
-                }
+            } else {
+                self.counters.bypassed.fetch_add(1, Ordering::Relaxed);
+                backing.write(pos, src)?;
             }
             pos += n as u64;
         }
@@ -561,55 +598,88 @@ impl PageCache {
     }
 
     /// Takes dirty pages for writeback: clears `dirty`, sets `writeback`, pins them.
-    fn take_dirty(&self, st: &mut State, blocks: &[u64]) -> Vec<(u64, usize)> {
+    fn take_dirty(st: &mut State, blocks: &[u64]) -> Vec<Taken> {
         let mut out = Vec::with_capacity(blocks.len());
         for &b in blocks {
             let f = st.map[&b];
             let slot = &mut st.slots[f];
             assert!(slot.dirty && !slot.writeback, "block {b} taken for writeback twice");
+            let units = std::mem::take(&mut slot.units);
             slot.dirty = false;
             slot.dirty_since = None;
             slot.writeback = true;
             slot.pins += 1;
             st.dirty.remove(&b);
-            out.push((b, f));
+            out.push(Taken { block: b, frame: f, units });
         }
         out
     }
 
-    /// Writes the taken pages back, one carrier write per run of consecutive blocks, then
-    /// releases them. On a failure the remaining pages are released too (their bytes are
-    /// lost: the caller poisons the volume).
-    fn write_back<B: Backing>(&self, backing: &B, taken: &[(u64, usize)]) -> Result<(), B::Error> {
+    /// Writes the taken pages back, then releases them: the written units of each page,
+    /// one carrier write per run of consecutive written units (across pages: consecutive
+    /// whole pages go out as one write). On a failure the remaining pages are released too
+    /// (their bytes are lost: the IO layer poisoned the volume).
+    fn write_back<B: Backing>(&self, backing: &B, taken: &[Taken]) -> Result<(), B::Error> {
         let started = Instant::now();
-        let mut result = Ok(());
-        let mut i = 0;
-        while i < taken.len() && result.is_ok() {
-            let mut j = i + 1;
-            while j < taken.len() && taken[j].0 == taken[j - 1].0 + 1 && j - i < 256 {
-                j += 1;
-            }
-            let offset = taken[i].0 * self.page as u64;
-            result = if j == i + 1 {
-                let frame = self.frame(taken[i].1);
-                backing.write(offset, frame.bytes())
-            } else {
-                let mut buf = PageBuf::zeroed((j - i) * self.page);
-                for (k, &(_, f)) in taken[i..j].iter().enumerate() {
-                    buf.bytes_mut()[k * self.page..(k + 1) * self.page]
-                        .copy_from_slice(self.frame(f).bytes());
+        let (ps, unit) = (self.page as u64, self.unit as u64);
+        // Byte runs on the carrier: (offset, pieces of (taken index, start, end in page)).
+        let mut runs: Vec<(u64, Vec<Piece>)> = Vec::new();
+        for (i, t) in taken.iter().enumerate() {
+            let mut u = 0;
+            let units = (self.page / self.unit).min(128);
+            while u < units {
+                if t.units & (1u128 << u) == 0 {
+                    u += 1;
+                    continue;
                 }
-                backing.write(offset, buf.bytes())
+                let first = u;
+                while u < units && t.units & (1u128 << u) != 0 {
+                    u += 1;
+                }
+                let (lo, hi) = (first * self.unit, u * self.unit);
+                let at = t.block * ps + lo as u64;
+                match runs.last_mut() {
+                    Some((offset, pieces))
+                        if *offset + pieces.iter().map(|p| (p.2 - p.1) as u64).sum::<u64>()
+                            == at
+                            && pieces.len() < 256 =>
+                    {
+                        pieces.push((i, lo, hi));
+                    }
+                    _ => runs.push((at, vec![(i, lo, hi)])),
+                }
+            }
+        }
+        debug_assert!(runs.iter().all(|r| r.0 % unit == 0));
+        let mut result = Ok(());
+        for (offset, pieces) in &runs {
+            result = if let [(i, 0, hi)] = pieces.as_slice()
+                && *hi == self.page
+            {
+                let frame = self.frame(taken[*i].frame);
+                backing.write(*offset, frame.bytes())
+            } else {
+                let len: usize = pieces.iter().map(|p| p.2 - p.1).sum();
+                let mut buf = PageBuf::zeroed(len.div_ceil(4096) * 4096);
+                let mut at = 0;
+                for &(i, lo, hi) in pieces {
+                    buf.bytes_mut()[at..at + hi - lo]
+                        .copy_from_slice(&self.frame(taken[i].frame).bytes()[lo..hi]);
+                    at += hi - lo;
+                }
+                backing.write(*offset, &buf.bytes()[..len])
             };
             self.counters.writeback_writes.fetch_add(1, Ordering::Relaxed);
-            self.counters.writeback_pages.fetch_add((j - i) as u64, Ordering::Relaxed);
-            i = j;
+            if result.is_err() {
+                break;
+            }
         }
+        self.counters.writeback_pages.fetch_add(taken.len() as u64, Ordering::Relaxed);
         let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.counters.writeback_ns.fetch_add(ns, Ordering::Relaxed);
         let mut st = self.state();
-        for &(_, f) in taken {
-            let slot = &mut st.slots[f];
+        for t in taken {
+            let slot = &mut st.slots[t.frame];
             slot.writeback = false;
             slot.pins -= 1;
         }
@@ -654,7 +724,7 @@ impl PageCache {
                 }
             }
             blocks.retain(|b| !st.slots[st.map[b]].writeback);
-            self.take_dirty(&mut st, &blocks)
+            Self::take_dirty(&mut st, &blocks)
         };
         self.write_back(backing, &taken)?;
         Ok(taken.len())
@@ -688,7 +758,7 @@ impl PageCache {
                 .filter(|&(&b, &f)| b >= first && b < end && st.slots[f].writeback)
                 .map(|(&b, &f)| (b, f))
                 .collect();
-            (self.take_dirty(&mut st, &blocks), in_flight)
+            (Self::take_dirty(&mut st, &blocks), in_flight)
         };
         self.write_back(backing, &taken)?;
         let mut st = self.state();
@@ -703,7 +773,7 @@ impl PageCache {
         if again.is_empty() {
             return Ok(());
         }
-        let taken = self.take_dirty(&mut st, &again);
+        let taken = Self::take_dirty(&mut st, &again);
         drop(st);
         self.write_back(backing, &taken)
     }

@@ -29,6 +29,7 @@ use crate::carrier::{AlignedBuf, Carrier, CarrierOptions, Geometry, Medium, Stat
 use crate::error::{Error, IoOp, Result};
 use crate::format::consts::{SUPERBLOCK_LEN, SUPERBLOCKS_LEN};
 use crate::layout::Layout;
+use crate::volume::CommitMutation;
 use cache::{Backing, PageCache};
 
 /// Alignment of every buffer the engine hands to a carrier (address; offsets and lengths are
@@ -93,6 +94,8 @@ pub(crate) struct Io {
     unflushed: AtomicBool,
     /// The `UnflushedBeforeWrite` mutant: mark before the write instead of after it.
     mark_unflushed_early: bool,
+    /// The `WholePageWriteback` mutant.
+    whole_pages: bool,
     counters: Counters,
     final_stats: Mutex<StatsSnapshot>,
     pub(crate) writeback: Mutex<Option<writeback::Handle>>,
@@ -105,7 +108,7 @@ pub(crate) struct Session<'a> {
 }
 
 impl Io {
-    pub(crate) fn new(carrier: Box<dyn Carrier>, mark_unflushed_early: bool) -> Io {
+    pub(crate) fn new(carrier: Box<dyn Carrier>, mutation: Option<CommitMutation>) -> Io {
         Io {
             medium: carrier.medium(),
             options: carrier.options(),
@@ -115,7 +118,8 @@ impl Io {
             cache: OnceLock::new(),
             poisoned: AtomicBool::new(false),
             unflushed: AtomicBool::new(false),
-            mark_unflushed_early,
+            mark_unflushed_early: mutation == Some(CommitMutation::UnflushedBeforeWrite),
+            whole_pages: mutation == Some(CommitMutation::WholePageWriteback),
             counters: Counters::default(),
             final_stats: Mutex::new(StatsSnapshot::default()),
             writeback: Mutex::new(None),
@@ -128,7 +132,10 @@ impl Io {
         assert!(self.layout.set(layout).is_ok(), "the IO layer's layout is set once");
         if cache_bytes > 0 {
             let bs = layout.block_size as usize;
-            let cache = PageCache::new(cache_bytes, bs, writeback::MAX_READ_RUN_BYTES);
+            let sector = (self.geometry.physical_sector as usize).max(512);
+            let unit = if self.whole_pages { bs } else { sector };
+            let cache = PageCache::new(cache_bytes, bs, writeback::MAX_READ_RUN_BYTES)
+                .with_dirty_unit(unit);
             assert!(self.cache.set(cache).is_ok(), "the page cache is set up once");
         }
     }
@@ -245,10 +252,6 @@ impl Io {
     }
 
     /// One-call conveniences over a session.
-    pub(crate) fn read(&self, area: Area, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.session()?.read(area, offset, buf)
-    }
-
     pub(crate) fn write(&self, area: Area, offset: u64, buf: &[u8]) -> Result<()> {
         self.session()?.write(area, offset, buf)
     }
@@ -313,7 +316,7 @@ impl Session<'_> {
         {
             // Image blocks were data blocks once (freed pages are dropped at the commit that
             // releases them; this is the belt to that brace).
-            let bs = self.io.layout().block_size as u64;
+            let bs = u64::from(self.io.layout().block_size);
             cache.discard(offset / bs, (offset + buf.len() as u64).div_ceil(bs));
         }
         Ok(())

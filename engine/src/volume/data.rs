@@ -157,7 +157,7 @@ pub(crate) fn read_at(
             .map(|(lb, pb, len)| {
                 let extent_end = inode
                     .extents
-                    .range(..=lb + len - 1)
+                    .range(..lb + len)
                     .next_back()
                     .map_or(pb + len, |(_, e)| e.physical + e.len);
                 (lb, pb, len, extent_end)
@@ -188,17 +188,14 @@ pub(crate) fn read_at(
         buf[(filled - offset) as usize..(lo - offset) as usize].fill(0);
         let at = pb * bs + (lo - lb * bs);
         let dst = &mut buf[(lo - offset) as usize..(hi - offset) as usize];
-        match cache {
-            Some(c) => {
-                let ra_until = extent_end.min((at + dst.len() as u64).div_ceil(bs) + window);
-                c.read(&session, at, dst, ra_until)?;
+        if let Some(c) = cache {
+            let ra_until = extent_end.min((at + dst.len() as u64).div_ceil(bs) + window);
+            c.read(&session, at, dst, ra_until)?;
+        } else {
+            if let Some(c) = inner.io.cache() {
+                c.flush_blocks(&session, at / bs, (at + dst.len() as u64).div_ceil(bs))?;
             }
-            None => {
-                if let Some(c) = inner.io.cache() {
-                    c.flush_blocks(&session, at / bs, (at + dst.len() as u64).div_ceil(bs))?;
-                }
-                session.read(Area::Data, at, dst)?;
-            }
+            session.read(Area::Data, at, dst)?;
         }
         filled = hi;
     }

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use super::{CommitMutation, FormatOptions, Inner, Meta, Volume, VolumeOptions, commit, now_ns};
+use super::{FormatOptions, Inner, Meta, Volume, VolumeOptions, commit, now_ns};
 use crate::bitmap::{Allocator, Bitmap};
 use crate::carrier::{Carrier, CarrierOptions, CreateOptions, DeviceCarrier, FileCarrier, Medium};
 use crate::error::{Corruption, Error, Invalid, Region, Result};
@@ -160,7 +160,7 @@ fn build(
 
 /// Opens the volume on `carrier`.
 pub(crate) fn open(carrier: Box<dyn Carrier>, options: VolumeOptions) -> Result<Volume> {
-    let io = Io::new(carrier, options.mutation == Some(CommitMutation::UnflushedBeforeWrite));
+    let io = Io::new(carrier, options.mutation);
     options.cache_bytes_for(io.medium)?;
     let adopted = adopt(&io.session()?)?;
     let sb = &adopted.sb;
@@ -205,7 +205,7 @@ pub(crate) fn format(
     if carrier.options().read_only || options.read_only {
         return Err(Error::ReadOnly);
     }
-    let io = Io::new(carrier, options.mutation == Some(CommitMutation::UnflushedBeforeWrite));
+    let io = Io::new(carrier, options.mutation);
     options.cache_bytes_for(io.medium)?;
     let medium = io.medium;
     let carrier_len = io.geometry.len_bytes;

@@ -28,6 +28,9 @@ pub enum CommitMutation {
     /// Mark buffered data unflushed before its carrier write instead of after it returned
     /// (a commit racing the write may then take the only barrier before the write lands).
     UnflushedBeforeWrite,
+    /// Write back whole cached pages instead of only the sectors a write touched (a power
+    /// cut during the writeback may then tear sectors that were already durable).
+    WholePageWriteback,
 }
 
 /// Which path a file's reads or writes take (design: "Two IO tiers, one switch").

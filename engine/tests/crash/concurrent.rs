@@ -194,13 +194,17 @@ fn sectors_agree(seed: u64, i: u64, got: &[u8], log: &WriterLog) -> Result<(), S
 fn race_point(
     seed: u64,
     write_through: bool,
+    cache: bool,
     mutation: Option<CommitMutation>,
 ) -> Result<(), String> {
     // One writer or two: with two, the second one's writes often set the flag again before
     // the first one's `sync`, which hides a lost flag; with one, nothing does.
     let writers = 1 + seed % 2;
     let carrier = Arc::new(FaultyCarrier::new(VOLUME_BYTES, write_through));
-    let options = VolumeOptions { mutation, ..VolumeOptions::default() };
+    // With a cache of 16 pages the writers' writes land in it, and reach the carrier from
+    // their own help over the dirty line, from the writeback thread and from syncs.
+    let cache_bytes = Some(if cache { 16 * 4096 } else { 0 });
+    let options = VolumeOptions { mutation, cache_bytes, ..VolumeOptions::default() };
     let volume =
         Volume::format(Box::new(Arc::clone(&carrier)), &FormatOptions::default(), options).unwrap();
     volume.create_dir("/m").unwrap();
@@ -274,13 +278,13 @@ fn race_point(
     Ok(())
 }
 
-fn campaign(seeds: std::ops::Range<u64>, write_through: bool) -> Vec<String> {
+fn campaign(seeds: std::ops::Range<u64>, write_through: bool, cache: bool) -> Vec<String> {
     let n = seeds.end - seeds.start;
     let failures: Vec<String> =
-        seeds.filter_map(|s| race_point(s, write_through, None).err()).collect();
+        seeds.filter_map(|s| race_point(s, write_through, cache, None).err()).collect();
     eprintln!(
         "{n} races of writers and commits cut after an acknowledgement (write-through \
-         {write_through}): {} failures",
+         {write_through}, cache {cache}): {} failures",
         failures.len()
     );
     failures
@@ -288,21 +292,28 @@ fn campaign(seeds: std::ops::Range<u64>, write_through: bool) -> Vec<String> {
 
 #[test]
 fn racing_commits_never_uncover_an_acknowledged_buffered_write() {
-    let failures = campaign(super::seeds_from_env(20_000..20_300), false);
+    let failures = campaign(super::seeds_from_env(20_000..20_300), false, false);
     assert!(failures.is_empty(), "{} failures, first: {}", failures.len(), failures[0]);
 }
 
 #[test]
 fn racing_commits_never_uncover_an_acknowledged_write_through_write() {
-    let failures = campaign(super::seeds_from_env(30_000..30_100), true);
+    let failures = campaign(super::seeds_from_env(30_000..30_100), true, false);
+    assert!(failures.is_empty(), "{} failures, first: {}", failures.len(), failures[0]);
+}
+
+#[test]
+fn racing_commits_and_writeback_never_uncover_an_acknowledged_cached_write() {
+    let failures = campaign(super::seeds_from_env(40_000..40_060), false, true);
     assert!(failures.is_empty(), "{} failures, first: {}", failures.len(), failures[0]);
 }
 
 /// The flag set before the write (the bug this campaign was written for) must be caught.
 #[test]
 fn a_flag_set_before_the_write_is_caught() {
-    let caught = (0..300)
-        .find_map(|s| race_point(s, false, Some(CommitMutation::UnflushedBeforeWrite)).err());
+    let caught = (0..300).find_map(|s| {
+        race_point(s, false, false, Some(CommitMutation::UnflushedBeforeWrite)).err()
+    });
     let e = caught.expect("300 races and the checker saw nothing of the mutant");
     eprintln!("UnflushedBeforeWrite caught: {e}");
 }

@@ -55,6 +55,10 @@ pub struct Model {
     pub writes: Vec<WriteRecord>,
     next_block: BlockId,
     next_ino: u64,
+    /// With a page cache, a write is durable once a commit that started after it returned
+    /// completed (a barrier alone does not write dirty pages back).
+    pub durable_by_commits: bool,
+    commits_done: u64,
 }
 
 impl Model {
@@ -211,8 +215,9 @@ impl Model {
     }
 
     pub fn returned(&mut self, recs: &[usize], barriers_done: u64) {
+        let at = if self.durable_by_commits { self.commits_done } else { barriers_done };
         for &r in recs {
-            self.writes[r].returned_at = Some(barriers_done);
+            self.writes[r].returned_at = Some(at);
         }
     }
 
@@ -223,6 +228,7 @@ impl Model {
     pub fn commit_done(&mut self) {
         let (g, s) = self.in_flight.take().expect("a commit in flight");
         self.committed.insert(g, s);
+        self.commits_done += 1;
     }
 
     /// Sectors (per block) that a power cut may have torn: writes that never returned, and,
@@ -233,10 +239,11 @@ impl Model {
         write_through: bool,
     ) -> HashMap<BlockId, Vec<std::ops::Range<u64>>> {
         let mut out: HashMap<BlockId, Vec<_>> = HashMap::new();
+        let done = if self.durable_by_commits { self.commits_done } else { barriers_done };
         for w in &self.writes {
             let durable = match w.returned_at {
                 None => false,
-                Some(at) => write_through || barriers_done > at,
+                Some(at) => write_through || done > at,
             };
             if !durable {
                 let lo = w.range.start / SECTOR * SECTOR;

@@ -1,0 +1,274 @@
+//! The page cache and the two IO tiers, seen from the public API: counts of carrier
+//! operations (never timings) prove what reached the carrier and when.
+//!
+//! - hits and misses, readahead along the extent as one carrier read, scan resistance;
+//! - write-back: buffered writes reach the carrier only at sync (data before the barrier),
+//!   at close, or by the writeback thread; write-through writes never sit in the cache;
+//! - coherence: a direct write drops the pages it covers, a direct read sees dirty pages;
+//! - a property test: any interleaving of buffered and direct reads, writes, truncations
+//!   and syncs on a file reads back what a plain byte vector says, with a cache small enough
+//!   to evict all the time.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::sync::Arc;
+
+use proptest::prelude::*;
+use vellum_engine::carrier::{FaultRng, FaultyCarrier, MemoryCarrier};
+use vellum_engine::error::Knob;
+use vellum_engine::{Error, FormatOptions, IoPolicy, Tier, Volume, VolumeOptions};
+
+const BS: usize = 4096;
+
+fn volume(cache_pages: usize, write_through: bool) -> (Volume, Arc<FaultyCarrier>) {
+    let carrier = Arc::new(FaultyCarrier::new(32 << 20, write_through));
+    let options = VolumeOptions { cache_bytes: Some(cache_pages * BS), ..VolumeOptions::default() };
+    let v =
+        Volume::format(Box::new(Arc::clone(&carrier)), &FormatOptions::default(), options).unwrap();
+    (v, carrier)
+}
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len).map(|i| seed.wrapping_add((i / 7) as u8)).collect()
+}
+
+#[test]
+fn memory_refuses_a_cache_and_says_why() {
+    let options = VolumeOptions { cache_bytes: Some(1 << 20), ..VolumeOptions::default() };
+    let e =
+        Volume::format(Box::new(MemoryCarrier::new(16 << 20)), &FormatOptions::default(), options)
+            .unwrap_err();
+    assert!(matches!(e, Error::KnobMeaningless { knob: Knob::Cache, .. }), "{e}");
+    let v = Volume::format(
+        Box::new(MemoryCarrier::new(16 << 20)),
+        &FormatOptions::default(),
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(v.info().cache_bytes, 0);
+    assert!(v.cache_stats().is_none());
+}
+
+fn reopen(carrier: &FaultyCarrier, bytes: Vec<u8>, cache_pages: usize) -> Volume {
+    let _ = carrier;
+    let options = VolumeOptions { cache_bytes: Some(cache_pages * BS), ..VolumeOptions::default() };
+    Volume::open(Box::new(FaultyCarrier::from_bytes(bytes, false)), options).unwrap()
+}
+
+#[test]
+fn a_sequential_read_goes_out_as_few_long_carrier_reads() {
+    let (v, carrier) = volume(512, false);
+    let f = v.create_file("/f").unwrap();
+    f.preallocate(0, 256 * BS as u64).unwrap();
+    let data = pattern(3, 256 * BS);
+    f.write_at(&data, 0).unwrap();
+    v.close().unwrap();
+    let v = reopen(&carrier, carrier.current_bytes(), 512);
+    let f = v.open_file("/f").unwrap();
+    let reads_before = v.carrier_stats().reads;
+    let mut got = vec![0u8; 256 * BS];
+    for (i, chunk) in got.chunks_mut(BS).enumerate() {
+        f.read_exact_at(chunk, (i * BS) as u64).unwrap();
+    }
+    assert_eq!(got, data);
+    let s = v.cache_stats().unwrap();
+    let reads = v.carrier_stats().reads - reads_before;
+    assert_eq!(s.hits + s.misses, 256, "{s:?}");
+    // The window grows 4, 8, 16, ... up to 2 MiB: a handful of carrier reads, each one run.
+    assert!(reads <= 12 && s.misses == reads, "{reads} carrier reads, {s:?}");
+    assert_eq!(s.readahead_pages, 256 - s.misses, "{s:?}");
+    // A second pass is all hits and reads nothing.
+    for (i, chunk) in got.chunks_mut(BS).enumerate() {
+        f.read_exact_at(chunk, (i * BS) as u64).unwrap();
+    }
+    assert_eq!(v.carrier_stats().reads - reads_before, reads);
+    assert_eq!(v.cache_stats().unwrap().hits, s.hits + 256);
+}
+
+#[test]
+fn a_scan_does_not_flush_the_hot_set() {
+    let (v, _carrier) = volume(64, false);
+    let hot = v.create_file("/hot").unwrap();
+    hot.preallocate(0, 16 * BS as u64).unwrap();
+    let big = v.create_file("/big").unwrap();
+    big.preallocate(0, 512 * BS as u64).unwrap();
+    v.commit().unwrap();
+    let mut buf = vec![0u8; BS];
+    let read_hot = || {
+        for i in 0..16u64 {
+            hot.read_exact_at(&mut vec![0u8; BS], i * BS as u64).unwrap();
+        }
+    };
+    for _ in 0..3 {
+        read_hot();
+    }
+    let direct = v.open_file_with("/big", IoPolicy::DIRECT).unwrap();
+    let before = v.cache_stats().unwrap();
+    for i in 0..512u64 {
+        direct.read_exact_at(&mut buf, i * BS as u64).unwrap();
+    }
+    let after_direct = v.cache_stats().unwrap();
+    assert_eq!((after_direct.hits, after_direct.misses), (before.hits, before.misses));
+    read_hot();
+    let s = v.cache_stats().unwrap();
+    assert_eq!(s.hits - after_direct.hits, 16, "a direct scan touched the hot set: {s:?}");
+    // A buffered scan of eight times the budget: the hot set, credited, stays in the main
+    // queue; the scan only churns the probation queue.
+    for i in 0..512u64 {
+        big.read_exact_at(&mut buf, i * BS as u64).unwrap();
+    }
+    let before = v.cache_stats().unwrap();
+    read_hot();
+    let s = v.cache_stats().unwrap();
+    assert!(s.hits - before.hits >= 15, "the buffered scan evicted the hot set: {s:?}");
+}
+
+#[test]
+fn buffered_writes_are_durable_after_sync_and_only_then_counted_so() {
+    let (v, carrier) = volume(256, false);
+    let f = v.create_file("/f").unwrap();
+    f.preallocate(0, 64 * BS as u64).unwrap();
+    v.commit().unwrap();
+    let data = pattern(9, 16 * BS);
+    for i in 0..16 {
+        f.write_at(&data[i * BS..(i + 1) * BS], (i * 2 * BS) as u64).unwrap();
+    }
+    let s = v.cache_stats().unwrap();
+    assert_eq!(s.dirty_pages + s.writeback_pages, 16, "{s:?}");
+    let barriers = v.carrier_stats().barriers;
+    v.sync().unwrap();
+    assert_eq!(v.cache_stats().unwrap().dirty_pages, 0);
+    // Only the data changed: one barrier, after the pages were written.
+    assert_eq!(v.carrier_stats().barriers, barriers + 1);
+    // Power cut right after the sync: every write is there.
+    let image = carrier.crash_image(&mut FaultRng::new(7));
+    let v = reopen(&carrier, image, 16);
+    let f = v.open_file("/f").unwrap();
+    let mut got = vec![0u8; BS];
+    for i in 0..16 {
+        f.read_exact_at(&mut got, (i * 2 * BS) as u64).unwrap();
+        assert_eq!(got, &data[i * BS..(i + 1) * BS], "page {i}");
+    }
+}
+
+#[test]
+fn write_through_writes_never_sit_in_the_cache() {
+    let (v, _carrier) = volume(256, true);
+    let f = v.create_file("/log").unwrap();
+    f.preallocate(0, 16 * BS as u64).unwrap();
+    v.commit().unwrap();
+    let mut buf = vec![0u8; BS];
+    f.read_exact_at(&mut buf, 0).unwrap();
+    let durable = v.carrier_stats().durable_writes;
+    f.write_at(&pattern(1, BS), 0).unwrap();
+    assert_eq!(v.carrier_stats().durable_writes, durable + 1);
+    assert_eq!(v.cache_stats().unwrap().dirty_pages, 0);
+    f.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(buf, pattern(1, BS), "the cached copy was not dropped");
+}
+
+#[test]
+fn the_tiers_are_coherent() {
+    let (v, _carrier) = volume(64, false);
+    let buffered = v.create_file_with("/f", IoPolicy::BUFFERED).unwrap();
+    buffered.preallocate(0, 8 * BS as u64).unwrap();
+    v.commit().unwrap();
+    let direct = v.open_file_with("/f", IoPolicy::DIRECT).unwrap();
+    let mut buf = vec![0u8; 3 * BS];
+    // A dirty page is seen by a direct read (written back first).
+    buffered.write_at(&pattern(5, 100), 10).unwrap();
+    direct.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf[10..110], &pattern(5, 100)[..]);
+    // A cached page is dropped by a direct write, also one covered only in part.
+    buffered.read_exact_at(&mut buf, 0).unwrap();
+    direct.write_at(&pattern(6, 50), BS as u64 + 7).unwrap();
+    buffered.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf[10..110], &pattern(5, 100)[..]);
+    assert_eq!(&buf[BS + 7..BS + 57], &pattern(6, 50)[..]);
+    // A partial direct write over a dirty page keeps the page's other bytes.
+    buffered.write_at(&pattern(7, 30), 2 * BS as u64).unwrap();
+    direct.write_at(&pattern(8, 30), 2 * BS as u64 + 100).unwrap();
+    direct.read_exact_at(&mut buf, 0).unwrap();
+    assert_eq!(&buf[2 * BS..2 * BS + 30], &pattern(7, 30)[..]);
+    assert_eq!(&buf[2 * BS + 100..2 * BS + 130], &pattern(8, 30)[..]);
+    let mut policy = direct.policy();
+    policy.read = Tier::Buffered;
+    assert_ne!(policy, IoPolicy::DIRECT);
+}
+
+#[test]
+fn close_writes_back_every_dirty_page() {
+    let (v, carrier) = volume(256, false);
+    let f = v.create_file("/f").unwrap();
+    let data = pattern(11, 40 * BS + 123);
+    f.write_at(&data, 0).unwrap();
+    drop(f);
+    v.close().unwrap();
+    let v = reopen(&carrier, carrier.crash_image(&mut FaultRng::new(1)), 16);
+    assert_eq!(v.open_file("/f").unwrap().read_to_end().unwrap(), data);
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Write { direct: bool, offset: u64, len: usize, seed: u8 },
+    Read { direct: bool, offset: u64, len: usize },
+    SetLen(u64),
+    Sync,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let span = 48 * BS as u64;
+    prop_oneof![
+        4 => (any::<bool>(), 0..span, 1..3 * BS, any::<u8>())
+            .prop_map(|(direct, offset, len, seed)| Op::Write { direct, offset, len, seed }),
+        4 => (any::<bool>(), 0..span, 1..3 * BS)
+            .prop_map(|(direct, offset, len)| Op::Read { direct, offset, len }),
+        1 => (0..span).prop_map(Op::SetLen),
+        1 => Just(Op::Sync),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// Any interleaving of buffered and direct reads and writes on a file reads back what a
+    /// byte vector says, with a cache of 16 pages (evicting all the time); after close and
+    /// reopen the file is the model.
+    #[test]
+    fn buffered_and_direct_interleavings_match_a_byte_vector(ops in prop::collection::vec(op(), 1..60)) {
+        let (v, carrier) = volume(16, false);
+        let buffered = v.create_file_with("/f", IoPolicy::BUFFERED).unwrap();
+        let direct = v.open_file_with("/f", IoPolicy::DIRECT).unwrap();
+        let mut model: Vec<u8> = Vec::new();
+        for op in ops {
+            match op {
+                Op::Write { direct: d, offset, len, seed } => {
+                    let data = pattern(seed, len);
+                    let f = if d { &direct } else { &buffered };
+                    f.write_at(&data, offset).unwrap();
+                    let end = offset as usize + len;
+                    if model.len() < end {
+                        model.resize(end, 0);
+                    }
+                    model[offset as usize..end].copy_from_slice(&data);
+                }
+                Op::Read { direct: d, offset, len } => {
+                    let f = if d { &direct } else { &buffered };
+                    let mut buf = vec![0xEE; len];
+                    let n = f.read_at(&mut buf, offset).unwrap();
+                    let want = model.get(offset as usize..).map_or(&[][..], |t| &t[..t.len().min(len)]);
+                    prop_assert_eq!(&buf[..n], want);
+                }
+                Op::SetLen(len) => {
+                    buffered.set_len(len).unwrap();
+                    model.resize(len as usize, 0);
+                }
+                Op::Sync => v.sync().unwrap(),
+            }
+        }
+        drop((buffered, direct));
+        v.close().unwrap();
+        let v = reopen(&carrier, carrier.crash_image(&mut FaultRng::new(3)), 16);
+        prop_assert_eq!(v.open_file("/f").unwrap().read_to_end().unwrap(), model);
+    }
+}
