@@ -50,6 +50,7 @@ mod volume;
 pub use error::{Error, Result};
 pub use io::IoCounts;
 pub use io::cache::CacheStats;
+pub use io::cache::names as cache_metric_names;
 pub use volume::{
     CheckReport, CommitMutation, DEFAULT_CACHE_BYTES, DirEntry, ExtentInfo, File, FileKind,
     Finding, FindingKind, FormatOptions, IoPolicy, Metadata, OpenReport, SlotStatus, Tier, Volume,

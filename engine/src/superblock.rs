@@ -338,7 +338,12 @@ pub struct SlotRead {
 }
 
 /// Reads and decodes both slots. Only a failed carrier read is an `Err`.
-pub(crate) fn read_slots(reader: &dyn AreaRead) -> Result<[SlotRead; 2]> {
+pub fn read_slots(carrier: &dyn crate::carrier::Carrier) -> Result<[SlotRead; 2]> {
+    read_slots_in(&crate::io::Probe(carrier))
+}
+
+/// Reads and decodes both slots through the IO layer.
+pub(crate) fn read_slots_in(reader: &dyn AreaRead) -> Result<[SlotRead; 2]> {
     let mut bytes = Io::buffer(2 * SUPERBLOCK_LEN);
     if reader.carrier_len() < 2 * SUPERBLOCK_LEN as u64 {
         return Err(Error::NotAVolume);

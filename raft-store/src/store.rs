@@ -1,9 +1,7 @@
 //! Opening a node's storage: the volume with production knobs, the log, the state machine.
 
-use std::path::Path;
-
-use vellum_engine::carrier::{self, CarrierOptions};
-use vellum_engine::{FormatOptions, Volume, VolumeOptions};
+use vellum_engine::carrier::{CarrierOptions, Location};
+use vellum_engine::{Volume, VolumeOptions};
 
 use crate::error::Result;
 use crate::log::{LogConfig, LogCore};
@@ -26,16 +24,19 @@ impl Default for StoreOptions {
     }
 }
 
-/// Opens the volume at `path` with production knobs (preallocated, non-sparse, direct IO,
-/// write-through), formatting it first if it does not exist. A block device is used as is.
-pub fn open_volume(path: &Path, volume_bytes: u64) -> Result<Volume> {
-    let knobs = CarrierOptions::PRODUCTION;
-    if path.exists() {
-        return Ok(Volume::open_path(path, knobs, VolumeOptions::default())?);
-    }
-    let fmt = FormatOptions { capacity_bytes: Some(volume_bytes), ..FormatOptions::default() };
-    let _ = carrier::is_block_device(path);
-    Ok(Volume::create_path(path, &fmt, knobs, VolumeOptions::default())?)
+/// Opens the volume at `location` (a path, or `memory:`) with production knobs
+/// (preallocated, non-sparse, direct IO, write-through, where the medium gives them meaning),
+/// formatting a new one of `volume_bytes` first if none exists. A block device is used as
+/// is. `options` carries the cache budget and the default IO tiers.
+pub fn open_volume(
+    location: impl AsRef<std::ffi::OsStr>,
+    volume_bytes: u64,
+    options: VolumeOptions,
+) -> Result<Volume> {
+    let location = Location::parse(location);
+    let (volume, _) =
+        Volume::open_or_create(&location, volume_bytes, CarrierOptions::PRODUCTION, options)?;
+    Ok(volume)
 }
 
 /// The log storage and state machine of one node, on `volume`.

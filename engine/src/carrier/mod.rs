@@ -201,6 +201,50 @@ pub trait Carrier: Send + Sync + fmt::Debug {
     fn stats(&self) -> &CarrierStats;
 }
 
+/// Where a volume lives, as a user names it: `memory:` (process memory, gone at exit) or a
+/// path (a file, or a block device). `./memory:` names a file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Location {
+    Memory,
+    Path(std::path::PathBuf),
+}
+
+impl Location {
+    /// The spelling of the memory location.
+    pub const MEMORY: &'static str = "memory:";
+
+    pub fn parse(s: impl AsRef<std::ffi::OsStr>) -> Location {
+        let s = s.as_ref();
+        if s == Location::MEMORY { Location::Memory } else { Location::Path(s.into()) }
+    }
+
+    /// The medium a volume here lives on.
+    pub fn medium(&self) -> Medium {
+        match self {
+            Location::Memory => Medium::Memory,
+            Location::Path(p) if is_block_device(p) => Medium::Device,
+            Location::Path(_) => Medium::File,
+        }
+    }
+
+    /// True when a volume already exists here to be opened (never for memory).
+    pub fn exists(&self) -> bool {
+        match self {
+            Location::Memory => false,
+            Location::Path(p) => p.exists(),
+        }
+    }
+}
+
+impl fmt::Display for Location {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Location::Memory => f.write_str(Location::MEMORY),
+            Location::Path(p) => write!(f, "{}", p.display()),
+        }
+    }
+}
+
 /// Opens a file or block device carrier at `path`, choosing by what the path is.
 pub fn open_path(path: &Path, options: CarrierOptions) -> Result<Box<dyn Carrier>> {
     if is_block_device(path) {

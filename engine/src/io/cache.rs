@@ -73,7 +73,24 @@ pub(crate) struct Counters {
     pub(crate) writeback_pages: AtomicU64,
     pub(crate) writeback_writes: AtomicU64,
     pub(crate) writeback_ns: AtomicU64,
+    pub(crate) writeback_bytes: AtomicU64,
     pub(crate) bypassed: AtomicU64,
+}
+
+/// Metric names of the cache (Prometheus), published by `Volume::publish_metrics`.
+pub mod names {
+    pub const HITS_TOTAL: &str = "vellum_cache_hits_total";
+    pub const MISSES_TOTAL: &str = "vellum_cache_misses_total";
+    pub const EVICTIONS_TOTAL: &str = "vellum_cache_evictions_total";
+    pub const READAHEAD_PAGES_TOTAL: &str = "vellum_cache_readahead_pages_total";
+    pub const WRITEBACK_PAGES_TOTAL: &str = "vellum_cache_writeback_pages_total";
+    pub const WRITEBACK_BYTES_TOTAL: &str = "vellum_cache_writeback_bytes_total";
+    pub const WRITEBACK_WRITES_TOTAL: &str = "vellum_cache_writeback_writes_total";
+    pub const WRITEBACK_BUSY_SECONDS: &str = "vellum_cache_writeback_busy_seconds";
+    pub const BYPASSED_PAGES_TOTAL: &str = "vellum_cache_bypassed_pages_total";
+    pub const DIRTY_PAGES: &str = "vellum_cache_dirty_pages";
+    pub const RESIDENT_PAGES: &str = "vellum_cache_resident_pages";
+    pub const CAPACITY_BYTES: &str = "vellum_cache_capacity_bytes";
 }
 
 /// A snapshot of the cache's counters and state.
@@ -95,8 +112,9 @@ pub struct CacheStats {
     /// Pages written back, and the carrier writes that took (contiguous pages go as one).
     pub writeback_pages: u64,
     pub writeback_writes: u64,
-    /// Time spent in writeback carrier writes.
+    /// Time spent in writeback carrier writes, and the bytes they wrote.
     pub writeback_ns: u64,
+    pub writeback_bytes: u64,
     /// Pages that went straight to the carrier because every frame was pinned or dirty.
     pub bypassed: u64,
 }
@@ -303,6 +321,7 @@ impl PageCache {
             writeback_pages: get(&c.writeback_pages),
             writeback_writes: get(&c.writeback_writes),
             writeback_ns: get(&c.writeback_ns),
+            writeback_bytes: get(&c.writeback_bytes),
             bypassed: get(&c.bypassed),
         }
     }
@@ -670,6 +689,8 @@ impl PageCache {
                 backing.write(*offset, &buf.bytes()[..len])
             };
             self.counters.writeback_writes.fetch_add(1, Ordering::Relaxed);
+            let len: usize = pieces.iter().map(|p| p.2 - p.1).sum();
+            self.counters.writeback_bytes.fetch_add(len as u64, Ordering::Relaxed);
             if result.is_err() {
                 break;
             }

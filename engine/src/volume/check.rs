@@ -97,7 +97,7 @@ impl fmt::Display for SlotStatus {
 pub fn check(carrier: &dyn Carrier) -> CheckReport {
     let probe = Probe(carrier);
     let mut report = CheckReport::default();
-    let slots = match superblock::read_slots(&probe) {
+    let slots = match superblock::read_slots_in(&probe) {
         Ok(s) => s,
         Err(e) => {
             report.add(FindingKind::Incomplete, e.to_string());

@@ -254,6 +254,31 @@ impl Volume {
         open::open(carrier, VolumeOptions { read_only, ..options })
     }
 
+    /// Opens the volume at `location`, or formats a new one of `capacity_bytes` there when
+    /// there is none (a missing file; memory, always). The carrier knobs that mean nothing on
+    /// the medium are dropped (write-through on memory); the volume options are kept as
+    /// given, so a cache asked for on memory is refused. Returns whether it was created.
+    pub fn open_or_create(
+        location: &crate::carrier::Location,
+        capacity_bytes: u64,
+        carrier: CarrierOptions,
+        options: VolumeOptions,
+    ) -> Result<(Volume, bool)> {
+        use crate::carrier::{Location, MemoryCarrier};
+        let carrier = location.medium().adapt(carrier);
+        let format =
+            FormatOptions { capacity_bytes: Some(capacity_bytes), ..FormatOptions::default() };
+        match location {
+            Location::Memory => {
+                let memory = Box::new(MemoryCarrier::new(capacity_bytes));
+                Ok((open::format(memory, &format, options)?, true))
+            }
+            // A block device exists: it is opened, never formatted implicitly.
+            Location::Path(p) if p.exists() => Ok((Volume::open_path(p, carrier, options)?, false)),
+            Location::Path(p) => Ok((open::create_path(p, &format, carrier, options)?, true)),
+        }
+    }
+
     /// What open found (adopted slot, fallback, reclaimed blocks).
     pub fn open_report(&self) -> &OpenReport {
         &self.inner.report
@@ -291,6 +316,30 @@ impl Volume {
     /// The page cache's counters, or `None` without a cache.
     pub fn cache_stats(&self) -> Option<CacheStats> {
         self.inner.io.cache().map(crate::io::cache::PageCache::stats)
+    }
+
+    /// Sets the cache's metrics (names in [`crate::cache_metric_names`]) to its counters now:
+    /// call it periodically (the node does, every second). Nothing without a cache.
+    pub fn publish_metrics(&self) {
+        use crate::io::cache::names as n;
+        let Some(s) = self.cache_stats() else { return };
+        let secs = s.writeback_ns as f64 / 1e9;
+        for (name, value) in [
+            (n::HITS_TOTAL, s.hits),
+            (n::MISSES_TOTAL, s.misses),
+            (n::EVICTIONS_TOTAL, s.evictions),
+            (n::READAHEAD_PAGES_TOTAL, s.readahead_pages),
+            (n::WRITEBACK_PAGES_TOTAL, s.writeback_pages),
+            (n::WRITEBACK_BYTES_TOTAL, s.writeback_bytes),
+            (n::WRITEBACK_WRITES_TOTAL, s.writeback_writes),
+            (n::BYPASSED_PAGES_TOTAL, s.bypassed),
+        ] {
+            metrics::counter!(name).absolute(value);
+        }
+        metrics::gauge!(n::WRITEBACK_BUSY_SECONDS).set(secs);
+        metrics::gauge!(n::DIRTY_PAGES).set(s.dirty_pages as f64);
+        metrics::gauge!(n::RESIDENT_PAGES).set(s.resident_pages as f64);
+        metrics::gauge!(n::CAPACITY_BYTES).set(s.capacity_bytes as f64);
     }
 
     /// True when a data write must be followed by a barrier (or a sync) to be durable: the

@@ -56,7 +56,7 @@ pub(crate) struct Adopted {
 /// over only when it is the first-written slot of an interrupted commit (exactly one
 /// generation ahead) or belongs to another volume; anything else is real damage and refuses.
 pub(crate) fn adopt(io: &dyn AreaRead) -> Result<Adopted> {
-    let order = superblock::adoption_order(superblock::read_slots(io)?)?;
+    let order = superblock::adoption_order(superblock::read_slots_in(io)?)?;
     let mut first_error = None;
     for (i, (slot, sb)) in order.iter().enumerate() {
         match reader::load(io, sb) {

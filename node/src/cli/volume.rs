@@ -7,7 +7,8 @@ use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use vellum_engine::carrier::{self, Carrier, CarrierOptions};
+use vellum_engine::carrier::{self, Carrier, CarrierOptions, Medium};
+use vellum_engine::error::Knob;
 use vellum_engine::superblock::{self, LAYOUT_SPARSE, LAYOUT_THIN, VolumeState};
 use vellum_engine::{Error, FileKind, FindingKind, FormatOptions, Volume, VolumeOptions};
 
@@ -189,6 +190,7 @@ pub fn info(path: &Path, json: bool) -> Result<(), CliError> {
             "sparseness": if sparse { "sparse" } else { "non-sparse" },
             "direct_io": "chosen at open (vellum opens with direct IO where the medium allows)",
             "write_through": "chosen at open",
+            "cache": cache_knob(medium),
         },
         "files": report.files,
         "directories": report.directories,
@@ -231,11 +233,33 @@ pub fn info(path: &Path, json: bool) -> Result<(), CliError> {
         if thin { "thin" } else { "preallocated" },
         if sparse { "sparse" } else { "non-sparse" }
     );
+    println!("cache:       {}", cache_line(medium));
     println!(
         "contents:    {} files, {} directories, {} of {} blocks used",
         report.files, report.directories, report.used_blocks, l.total_blocks
     );
     Ok(())
+}
+
+/// The page cache an open of this medium gets: an open-time setting, not stored on disk.
+fn cache_knob(medium: Medium) -> serde_json::Value {
+    let options = VolumeOptions::default();
+    serde_json::json!({
+        "support": medium.knob_support(Knob::Cache).to_string(),
+        "default_bytes": options.cache_bytes_for(medium).unwrap_or(0),
+        "set_with": "vellum serve --cache-size",
+    })
+}
+
+fn cache_line(medium: Medium) -> String {
+    match VolumeOptions::default().cache_bytes_for(medium) {
+        Ok(0) | Err(_) => format!("none ({} on {medium})", medium.knob_support(Knob::Cache)),
+        Ok(n) => format!(
+            "{} per open by default (vellum serve --cache-size; 0 for none); buffered tiers, \
+             write-back only without write-through",
+            human(n as u64)
+        ),
+    }
 }
 
 /// `vellum check`: prints findings; the exit code is the report's (0, 1, 2, 3).

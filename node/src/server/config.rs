@@ -67,6 +67,11 @@ pub struct ServeArgs {
     /// Largest value, in bytes.
     #[arg(long, env = "VELLUM_MAX_VALUE_BYTES", default_value = "1MiB", value_parser = size_arg)]
     pub max_value_bytes: u64,
+    /// The volume's own page cache, in bytes (default: 64MiB on a file or device, none on
+    /// `memory:`, where a cache is meaningless and refused). `0` turns it off. It serves
+    /// reads of older log entries and snapshots; log appends stay direct and write-through.
+    #[arg(long, env = "VELLUM_CACHE_SIZE", value_parser = size_arg)]
+    pub cache_size: Option<u64>,
     /// Size of one log segment of a new log (default: 1/16 of the volume, from 1 MiB to
     /// 64 MiB). An existing log keeps the size of its segments.
     #[arg(long, env = "VELLUM_SEGMENT_SIZE", value_parser = size_arg)]

@@ -85,6 +85,17 @@ pub fn spawn_upkeep(handle: PrometheusHandle) {
     });
 }
 
+/// Publishes the volume's cache counters every second (the engine counts; this copies).
+pub fn spawn_volume_metrics(volume: vellum_engine::Volume) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        loop {
+            tick.tick().await;
+            volume.publish_metrics();
+        }
+    });
+}
+
 /// Feeds the Raft gauges from openraft's metrics, and raises `ready` once there is a leader
 /// and the state machine has applied the commit index known at start-up. On the leader, also
 /// once a quorum acknowledged it: openraft 0.10 refuses writes until its leader lease holds.

@@ -143,28 +143,27 @@ fn batch_limits(max_entry_bytes: usize) -> BatchLimits {
 
 /// Opens (or formats) the volume the node runs on.
 async fn volume(args: &ServeArgs) -> Result<vellum_engine::Volume, CliError> {
-    let (path, size) = (args.volume.clone(), args.create_bytes());
-    let volume = tokio::task::spawn_blocking(move || {
-        if path.as_os_str() == "memory:" {
-            // A volume in process memory: durability is meaningless there (it is gone at
-            // exit); for tests and as the benchmarks' upper bound.
-            tracing::warn!(
-                bytes = size,
-                "volume memory: nothing this node stores survives its exit"
-            );
-            let carrier = vellum_engine::carrier::MemoryCarrier::new(size);
-            return vellum_engine::Volume::format(
-                Box::new(carrier),
-                &vellum_engine::FormatOptions::default(),
-                vellum_engine::VolumeOptions::default(),
-            )
-            .map_err(vellum_raft_store::Error::from);
-        }
-        open_volume(&path, size)
-    })
-    .await
-    .map_err(|e| fail("opening the volume")(e.to_string()))?
-    .map_err(|e| fail(&format!("opening the volume {}", args.volume.display()))(e.to_string()))?;
+    let (location, size) = (args.volume.clone(), args.create_bytes());
+    let options = vellum_engine::VolumeOptions {
+        cache_bytes: args.cache_size.map(|b| usize::try_from(b).unwrap_or(usize::MAX)),
+        ..vellum_engine::VolumeOptions::default()
+    };
+    let volume = tokio::task::spawn_blocking(move || open_volume(&location, size, options))
+        .await
+        .map_err(|e| fail("opening the volume")(e.to_string()))?
+        .map_err(|e| {
+            fail(&format!("opening the volume {}", args.volume.display()))(e.to_string())
+        })?;
+    let info = volume.info();
+    if !info.medium.is_durable() {
+        // For tests and as the benchmarks' upper bound.
+        tracing::warn!(
+            bytes = info.layout.capacity_bytes(),
+            medium = %info.medium,
+            "nothing this node stores survives its exit"
+        );
+    }
+    tracing::info!(cache_bytes = info.cache_bytes, medium = %info.medium, "volume open");
     let capacity = volume.info().layout.capacity_bytes();
     if let Some(asked) = args.volume_size
         && asked != capacity
@@ -442,12 +441,13 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     };
     // A carrier that does not exist yet holds no raft state: check that this member may
     // start fresh before formatting (and zero-filling) one.
-    let missing = args.volume.as_os_str() == "memory:" || !args.volume.exists();
+    let missing = !vellum_engine::carrier::Location::parse(&args.volume).exists();
     if missing {
         slot.know(raft_api::Known::Nobody);
         fresh_start_allowed(&args, &reach).await?;
     }
     let volume = volume(&args).await?;
+    metrics::spawn_volume_metrics(volume.clone());
     let capacity = volume.info().layout.capacity_bytes();
     let log_config =
         LogConfig { segment_bytes: args.segment_bytes(capacity), ..LogConfig::default() };

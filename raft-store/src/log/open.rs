@@ -19,7 +19,7 @@
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
 
-use vellum_engine::carrier::{AlignedBuf, Medium};
+use vellum_engine::carrier::AlignedBuf;
 use vellum_engine::{File, Volume};
 
 use super::frame::{ALIGN, FrameKind, SEGMENT_HEADER_LEN, SegmentHeader};
@@ -70,7 +70,7 @@ pub(super) fn open(volume: Volume, config: LogConfig) -> Result<Opened> {
     if info.physical_sector as usize > ALIGN {
         return Err(Error::SectorTooLarge { sector: info.physical_sector, align: ALIGN });
     }
-    let needs_barrier = !info.carrier.write_through && info.medium != Medium::Memory;
+    let needs_barrier = volume.data_writes_need_barrier();
     let log_dir = join(&config.dir, "log");
     volume.create_dir_all(&log_dir)?;
     let meta_path = join(&config.dir, "meta");
@@ -179,7 +179,7 @@ fn classify(volume: &Volume, log_dir: &[u8], config_bytes: u64) -> Result<Classi
         {
             c.next_file_no = c.next_file_no.max(n + 1);
         }
-        let file = volume.open_file(&path)?;
+        let file = volume.open_file_with(&path, super::segments::SEGMENT_POLICY)?;
         let len = file.metadata()?.size;
         let head_len = (2 * SEGMENT_HEADER_LEN).min(len as usize);
         let mut head = vec![0u8; head_len];

@@ -17,7 +17,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use vellum_engine::{File, Volume};
+use vellum_engine::{File, IoPolicy, Tier, Volume};
 
 use super::frame::Seal;
 use super::state::lock;
@@ -87,6 +87,12 @@ pub struct SpareMaker {
 }
 
 /// Path of segment file number `n` under `dir`.
+/// The IO tiers of a segment: appends go direct (write-through in production: durable when
+/// the carrier write returns, never parked in the cache), reads of older entries (a follower
+/// catching up, recovery's scan) go through the volume's cache, with readahead along the
+/// segment's extent.
+pub const SEGMENT_POLICY: IoPolicy = IoPolicy { read: Tier::Buffered, write: Tier::Direct };
+
 pub fn segment_path(dir: &[u8], n: u64) -> Vec<u8> {
     let mut p = dir.to_vec();
     p.extend_from_slice(format!("/{n:08}.seg").as_bytes());
@@ -96,7 +102,7 @@ pub fn segment_path(dir: &[u8], n: u64) -> Vec<u8> {
 /// Creates, preallocates (written zeros) and commits one segment file. On failure nothing
 /// of it stays behind to be committed later by someone else.
 pub fn create_segment(volume: &Volume, path: &[u8], bytes: u64) -> Result<Spare> {
-    let file = volume.create_file(path)?;
+    let file = volume.create_file_with(path, SEGMENT_POLICY)?;
     let made = file.preallocate(0, bytes).and_then(|()| volume.commit());
     if let Err(e) = made {
         drop(file);
