@@ -494,6 +494,11 @@ impl PageCache {
                 }
                 drop(st);
                 self.changed.notify_all();
+                if run.len() > 1 {
+                    // The readahead may have hit an unreadable block the request does not
+                    // need: read the demanded page alone (its caller reads around errors).
+                    return self.pin_or_load(backing, block, block + 1, block + 1);
+                }
                 Err(e)
             }
         }

@@ -9,9 +9,11 @@
 //! - **Alignment.** Buffers come from [`Io::buffer`]: [`IO_ALIGN`]-aligned, the most any
 //!   carrier is allowed to need (`open` refuses others), so direct IO takes them as they are.
 //! - **Counting.** Reads, writes, durable writes, barriers and bytes per area.
-//! - **Poisoning.** Any failed carrier call poisons the volume (every later call fails with
-//!   `Poisoned` until it is reopened): after a failed write or barrier the kernel's view and
-//!   the medium may differ (fsyncgate), and nothing here retries.
+//! - **Poisoning.** Any failed write, barrier or grow poisons the volume (every later call
+//!   fails with `Poisoned` until it is reopened): after a failed write or barrier the
+//!   kernel's view and the medium may differ (fsyncgate), and nothing here retries. A failed
+//!   read changed nothing and does not poison: its caller decides (the raft log reads around
+//!   an unreadable block at recovery; one bad sector must not stop the volume).
 //!
 //! The page cache (`cache`) plugs in here, with its writeback thread (`writeback`): the data
 //! path reads and writes through it for files on the buffered tier.
@@ -246,7 +248,9 @@ impl Io {
     fn failed(&self, op: IoOp, offset: u64, len: usize) -> impl FnOnce(std::io::Error) -> Error {
         move |source| {
             let e = Error::Io { op, offset, len: len as u64, source };
-            self.poison(&e);
+            if op != IoOp::Read {
+                self.poison(&e);
+            }
             e
         }
     }
