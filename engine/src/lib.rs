@@ -9,7 +9,9 @@
 //! ```
 //!
 //! - `carrier`: the media, with direct IO, write-through (`pwritev2(RWF_DSYNC)`) and barriers;
-//!   a fault-injecting carrier models power loss for tests.
+//!   a fault-injecting carrier models power loss for tests (feature `test-util`).
+//! - `io`: the one IO layer every carrier call goes through (areas, alignment, counts,
+//!   poisoning), with the volume's own page cache and its writeback thread.
 //! - `superblock`, `layout`, `bitmap`: the fixed regions.
 //! - `chain`, `records`, `image`: metadata as fixed-length records in checksummed block chains.
 //! - `namespace`, `file`: directories, files, extents, attributes.
@@ -33,26 +35,35 @@
 //! # Ok::<(), vellum_engine::Error>(())
 //! ```
 
-pub mod bitmap;
+/// The on-disk structures: public with the `internals` feature (fuzzing, decoder tests, raw
+/// inspection), crate-private otherwise.
+macro_rules! internal {
+    ($($name:ident),*) => {$(
+        #[cfg(feature = "internals")]
+        pub mod $name;
+        #[cfg(not(feature = "internals"))]
+        #[allow(dead_code, unreachable_pub)]
+        pub(crate) mod $name;
+    )*};
+}
+
+internal!(bitmap, chain, format, image, namespace, records, superblock);
 pub mod carrier;
-pub mod chain;
 pub mod error;
-pub mod format;
-pub mod image;
 mod io;
 pub mod layout;
-pub mod namespace;
-pub mod records;
-pub mod superblock;
 mod sync;
 mod volume;
 
 pub use error::{Error, Result};
+pub use format::consts::Uuid;
 pub use io::IoCounts;
 pub use io::cache::CacheStats;
 pub use io::cache::names as cache_metric_names;
 pub use volume::{
-    CheckReport, CommitMutation, DEFAULT_CACHE_BYTES, DirEntry, ExtentInfo, File, FileKind,
+    CheckReport, DEFAULT_CACHE_BYTES, DirEntry, ExtentInfo, File, FileKind,
     Finding, FindingKind, FormatOptions, IoPolicy, Metadata, OpenReport, SlotStatus, Tier, Volume,
     VolumeInfo, VolumeOptions, WriteConcurrency, check,
 };
+#[cfg(feature = "test-util")]
+pub use volume::CommitMutation;

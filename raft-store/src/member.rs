@@ -27,7 +27,7 @@ use std::fmt;
 use std::sync::{Mutex, RwLock};
 
 use vellum_engine::Volume;
-use vellum_engine::format::consts::Uuid;
+use vellum_engine::Uuid;
 
 use crate::error::{Error, Result};
 

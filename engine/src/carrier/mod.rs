@@ -12,6 +12,7 @@
 
 mod aligned;
 mod device;
+#[cfg(any(test, feature = "test-util"))]
 mod faulty;
 mod fd;
 mod file;
@@ -26,6 +27,7 @@ use std::path::Path;
 
 pub use aligned::AlignedBuf;
 pub use device::DeviceCarrier;
+#[cfg(any(test, feature = "test-util"))]
 pub use faulty::{CrashPlan, FaultRng, FaultyCarrier, InjectedError, WriteHook};
 pub use file::{CreateOptions, FileCarrier};
 pub use memory::MemoryCarrier;
@@ -36,6 +38,7 @@ use crate::error::{Error, Knob, Result};
 
 /// Which kind of medium a carrier is; decides what each knob means on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Medium {
     /// One file on the host file system (locked with `flock` on the file itself).
     File,
@@ -44,6 +47,7 @@ pub enum Medium {
     /// Process memory (`memory:`).
     Memory,
     /// The fault-injecting test carrier (memory with a power-loss model).
+    #[cfg(any(test, feature = "test-util"))]
     Faulty,
 }
 
@@ -53,6 +57,7 @@ impl Medium {
             Medium::File => "file",
             Medium::Device => "device",
             Medium::Memory => "memory",
+            #[cfg(any(test, feature = "test-util"))]
             Medium::Faulty => "faulty",
         }
     }
@@ -89,11 +94,15 @@ impl Medium {
                 Medium::Memory,
                 Knob::Sparseness | Knob::DirectIo | Knob::WriteThrough | Knob::Cache,
             ) => Meaningless,
+            #[cfg(any(test, feature = "test-util"))]
             (Medium::Faulty, Knob::Cache) => Implemented,
             // The fault model honours write-through (durable on return) and barriers; it has
             // no page cache to bypass.
+            #[cfg(any(test, feature = "test-util"))]
             (Medium::Faulty, Knob::WriteThrough) => Implemented,
+            #[cfg(any(test, feature = "test-util"))]
             (Medium::Faulty, Knob::Preallocation) => Inherent,
+            #[cfg(any(test, feature = "test-util"))]
             (Medium::Faulty, Knob::Sparseness | Knob::DirectIo) => Meaningless,
         }
     }

@@ -113,7 +113,7 @@ fn commit_inner(inner: &Inner, meta: &mut Meta, state: VolumeState) -> Result<()
     let generation = meta.sb.generation + 1;
     let old_root = (meta.sb.generation > 0).then_some(meta.sb.root);
     let uuid = meta.sb.uuid;
-    let mutation = inner.options.mutation;
+    let mutation = inner.options.mutation();
     if mutation == Some(CommitMutation::ReuseFreedBlocksEarly) {
         release_freed(inner, meta);
     }

@@ -160,7 +160,7 @@ fn build(
 
 /// Opens the volume on `carrier`.
 pub(crate) fn open(carrier: Box<dyn Carrier>, options: VolumeOptions) -> Result<Volume> {
-    let io = Io::new(carrier, options.mutation);
+    let io = Io::new(carrier, options.mutation());
     options.cache_bytes_for(io.medium)?;
     let adopted = adopt(&io.session()?)?;
     let sb = &adopted.sb;
@@ -205,7 +205,7 @@ pub(crate) fn format(
     if carrier.options().read_only || options.read_only {
         return Err(Error::ReadOnly);
     }
-    let io = Io::new(carrier, options.mutation);
+    let io = Io::new(carrier, options.mutation());
     options.cache_bytes_for(io.medium)?;
     let medium = io.medium;
     let carrier_len = io.geometry.len_bytes;

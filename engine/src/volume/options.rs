@@ -16,9 +16,9 @@ pub enum WriteConcurrency {
 }
 
 /// Deliberate protocol breakages that the crash tests must catch (mutation testing of the
-/// checker). Never set outside tests.
-#[doc(hidden)]
+/// checker). Only with the `test-util` feature.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "test-util"), allow(dead_code))]
 pub enum CommitMutation {
     /// Skip the barrier between the first superblock and the second.
     SkipFirstBarrier,
@@ -78,16 +78,26 @@ pub struct VolumeOptions {
     /// The tiers files open with when they do not ask (`open_file_with`). `None`: the
     /// medium's default, decided by measurement (docs/BENCHMARKS.md, "cache").
     pub policy: Option<IoPolicy>,
-    #[doc(hidden)]
+    /// A protocol mutant for the crash checkers (`test-util` only).
+    #[cfg(feature = "test-util")]
     pub mutation: Option<CommitMutation>,
 }
 
 impl VolumeOptions {
+    /// The protocol mutant in effect (never one without `test-util`).
+    #[cfg_attr(not(feature = "test-util"), allow(clippy::unused_self))]
+    pub(crate) fn mutation(&self) -> Option<CommitMutation> {
+        #[cfg(feature = "test-util")]
+        return self.mutation;
+        #[cfg(not(feature = "test-util"))]
+        None
+    }
+
     /// The tiers files open with on `medium`.
     pub fn default_policy(&self, medium: Medium) -> IoPolicy {
-        self.policy.unwrap_or(match medium {
-            Medium::File | Medium::Device | Medium::Memory | Medium::Faulty => IoPolicy::BUFFERED,
-        })
+        // Buffered both ways on every medium (docs/BENCHMARKS.md, "cache": measured).
+        let _ = medium;
+        self.policy.unwrap_or(IoPolicy::BUFFERED)
     }
 
     /// The cache budget in effect on `medium`, or the error for a meaningless one.
@@ -100,7 +110,9 @@ impl VolumeOptions {
             (Some(n), _) => Ok(n),
             (None, _) => Ok(match medium {
                 Medium::File | Medium::Device => DEFAULT_CACHE_BYTES,
-                Medium::Memory | Medium::Faulty => 0,
+                // Memory (meaningless) and the test carrier (tests ask for one when they
+                // want it).
+                _ => 0,
             }),
         }
     }

@@ -107,7 +107,7 @@ pub(super) struct Writer {
 }
 
 pub(super) fn random_salt() -> u64 {
-    let u = vellum_engine::format::consts::Uuid::random().map_or([0x5A; 16], |u| u.0);
+    let u = vellum_engine::Uuid::random().map_or([0x5A; 16], |u| u.0);
     u64::from_le_bytes([u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7]])
 }
 
