@@ -55,6 +55,35 @@ pub const HISTOGRAMS: &[(&str, &[f64])] = &[
 /// Registers HELP text and units for every metric the engine and the store record.
 pub fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+    use vellum_engine::cache_metric_names as c;
+    describe_counter!(c::HITS_TOTAL, "Page cache reads of a resident page.");
+    describe_counter!(
+        c::MISSES_TOTAL,
+        "Page cache reads that went to the carrier (one read each, readahead included)."
+    );
+    describe_counter!(c::EVICTIONS_TOTAL, "Pages evicted from the page cache.");
+    describe_counter!(
+        c::READAHEAD_PAGES_TOTAL,
+        "Pages read ahead along a file's extent, beyond what was asked."
+    );
+    describe_counter!(c::WRITEBACK_PAGES_TOTAL, "Dirty pages written back to the carrier.");
+    describe_counter!(c::WRITEBACK_BYTES_TOTAL, Unit::Bytes, "Bytes written back.");
+    describe_counter!(
+        c::WRITEBACK_WRITES_TOTAL,
+        "Carrier writes of writeback (contiguous dirty sectors go out as one)."
+    );
+    describe_gauge!(
+        c::WRITEBACK_BUSY_SECONDS,
+        Unit::Seconds,
+        "Time spent in writeback carrier writes since open."
+    );
+    describe_counter!(
+        c::BYPASSED_PAGES_TOTAL,
+        "Pages read or written straight to the carrier because every frame was pinned or dirty."
+    );
+    describe_gauge!(c::DIRTY_PAGES, "Dirty pages in the page cache.");
+    describe_gauge!(c::RESIDENT_PAGES, "Pages holding a block in the page cache.");
+    describe_gauge!(c::CAPACITY_BYTES, Unit::Bytes, "The page cache's budget.");
     describe_histogram!(
         DURABLE_WRITE_DURATION,
         Unit::Seconds,

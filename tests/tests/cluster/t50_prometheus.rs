@@ -42,6 +42,10 @@ fn metrics_are_prometheus_histograms_and_a_server_scrapes_them() {
             "vellum_carrier_durable_write_duration_seconds_bucket",
             "vellum_raft_commit_duration_seconds_bucket",
             "vellum_log_append_duration_seconds_bucket",
+            // The volume's page cache (file volumes get 64 MiB by default).
+            "vellum_cache_hits_total",
+            "vellum_cache_misses_total",
+            "vellum_cache_capacity_bytes",
         ] {
             assert!(text.lines().any(|l| l.starts_with(name)), "node {}: no {name}", n.id);
         }

@@ -38,3 +38,18 @@ fn kv_and_cluster_subcommands() {
     let (ok, _, err) = vellum(&["kv", "get", "--endpoint", "127.0.0.1:1", "x"]);
     assert!(!ok && err.contains("cannot reach"), "{err}");
 }
+
+/// A cache on `memory:` is physically meaningless: the node refuses it in one line and
+/// starts without one when none is asked for.
+#[test]
+fn a_cache_on_memory_is_refused_in_one_line() {
+    let out = Command::new(vellum_bin())
+        .args(["serve", "--id", "1", "--api-addr", "127.0.0.1:1", "--raft-addr", "127.0.0.1:2"])
+        .args(["--volume", "memory:", "--cache-size", "8MiB"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "started with a cache on memory");
+    assert!(err.contains("page cache") && err.contains("memory"), "{err}");
+    assert_eq!(err.lines().filter(|l| l.starts_with("vellum: ")).count(), 1, "{err}");
+}
