@@ -487,6 +487,12 @@ pub(crate) fn preallocate(
             at += n as u64;
             left -= n as u64;
         }
+        if let Some(c) = inner.io.cache() {
+            // A reader of the old last block may have loaded it while the zeros were on
+            // their way: drop that copy too.
+            let ps = c.page_size() as u64;
+            c.discard(seg.offset / ps, (seg.offset + seg.len).div_ceil(ps));
+        }
     }
     if !plan.segments.is_empty() {
         session.barrier()?;
