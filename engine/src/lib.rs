@@ -60,10 +60,10 @@ pub use format::consts::Uuid;
 pub use io::IoCounts;
 pub use io::cache::CacheStats;
 pub use io::cache::names as cache_metric_names;
-pub use volume::{
-    CheckReport, DEFAULT_CACHE_BYTES, DirEntry, ExtentInfo, File, FileKind,
-    Finding, FindingKind, FormatOptions, IoPolicy, Metadata, OpenReport, SlotStatus, Tier, Volume,
-    VolumeInfo, VolumeOptions, WriteConcurrency, check,
-};
 #[cfg(feature = "test-util")]
 pub use volume::CommitMutation;
+pub use volume::{
+    CheckReport, DEFAULT_CACHE_BYTES, DirEntry, ExtentInfo, File, FileKind, Finding, FindingKind,
+    FormatOptions, IoPolicy, Metadata, OpenReport, SlotStatus, Tier, Volume, VolumeInfo,
+    VolumeOptions, WriteConcurrency, check,
+};

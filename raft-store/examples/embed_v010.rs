@@ -73,7 +73,11 @@ impl RaftNetworkV2<TypeConfig> for NoPeers {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     // Production knobs: preallocated, zero-filled, direct IO, write-through.
-    let volume = open_volume(dir.path().join("node.vlm"), 64 << 20, vellum_engine::VolumeOptions::default())?;
+    let volume = open_volume(
+        dir.path().join("node.vlm"),
+        64 << 20,
+        vellum_engine::VolumeOptions::default(),
+    )?;
     let (log, state_machine) =
         open_store(&volume, LogConfig { segment_bytes: 8 << 20, ..LogConfig::default() })?;
     let kv = state_machine.reader();

@@ -26,8 +26,8 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Mutex, RwLock};
 
-use vellum_engine::Volume;
 use vellum_engine::Uuid;
+use vellum_engine::Volume;
 
 use crate::error::{Error, Result};
 

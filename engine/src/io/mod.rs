@@ -31,12 +31,27 @@ use crate::carrier::{AlignedBuf, Carrier, CarrierOptions, Geometry, Medium, Stat
 use crate::error::{Error, IoOp, Result};
 use crate::format::consts::{SUPERBLOCK_LEN, SUPERBLOCKS_LEN};
 use crate::layout::Layout;
-use crate::volume::CommitMutation;
 use cache::{Backing, PageCache};
 
 /// Alignment of every buffer the engine hands to a carrier (address; offsets and lengths are
 /// whole blocks or sectors). A carrier that needs more is refused at open.
 pub const IO_ALIGN: usize = 4096;
+
+/// Locks a mutex, taking over a poisoned one: a panic while holding it already failed
+/// loudly, and the state it protects is checked by assertions.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Protocol rules of the IO layer broken on purpose for the crash checkers (`test-util`'s
+/// `CommitMutation`); all off in production.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Mutants {
+    /// Mark the volume unflushed before a data write instead of after it returned.
+    pub(crate) unflushed_before_write: bool,
+    /// Write back whole pages instead of the sectors a write touched.
+    pub(crate) whole_page_writeback: bool,
+}
 
 /// What a request is for; the IO layer checks that it stays inside.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -110,7 +125,7 @@ pub(crate) struct Session<'a> {
 }
 
 impl Io {
-    pub(crate) fn new(carrier: Box<dyn Carrier>, mutation: Option<CommitMutation>) -> Io {
+    pub(crate) fn new(carrier: Box<dyn Carrier>, mutants: Mutants) -> Io {
         Io {
             medium: carrier.medium(),
             options: carrier.options(),
@@ -120,8 +135,8 @@ impl Io {
             cache: OnceLock::new(),
             poisoned: AtomicBool::new(false),
             unflushed: AtomicBool::new(false),
-            mark_unflushed_early: mutation == Some(CommitMutation::UnflushedBeforeWrite),
-            whole_pages: mutation == Some(CommitMutation::WholePageWriteback),
+            mark_unflushed_early: mutants.unflushed_before_write,
+            whole_pages: mutants.whole_page_writeback,
             counters: Counters::default(),
             final_stats: Mutex::new(StatsSnapshot::default()),
             writeback: Mutex::new(None),
@@ -196,7 +211,7 @@ impl Io {
     pub(crate) fn carrier_stats(&self) -> StatsSnapshot {
         match self.session() {
             Ok(s) => s.carrier().stats().snapshot(),
-            Err(_) => *crate::volume::lock(&self.final_stats),
+            Err(_) => *lock(&self.final_stats),
         }
     }
 
@@ -216,7 +231,7 @@ impl Io {
             }
         }
         if let Some(c) = guard.take() {
-            *crate::volume::lock(&self.final_stats) = c.stats().snapshot();
+            *lock(&self.final_stats) = c.stats().snapshot();
         }
     }
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use super::Io;
 use super::cache::Select;
-use crate::volume::lock;
+use super::lock;
 
 /// How often the thread wakes without being asked.
 pub const PERIOD: Duration = Duration::from_millis(100);

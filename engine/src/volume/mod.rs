@@ -101,11 +101,7 @@ impl Drop for Inner {
     }
 }
 
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding the lock is a bug that already failed loudly; the state it
-    // protects is checked by assertions, so keep serving rather than cascade.
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+pub(crate) use crate::io::lock;
 
 pub(crate) fn now_ns() -> u64 {
     std::time::SystemTime::now()

@@ -10,14 +10,14 @@ use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use super::{FormatOptions, Inner, Meta, Volume, VolumeOptions, commit, now_ns};
+use super::{CommitMutation, FormatOptions, Inner, Meta, Volume, VolumeOptions, commit, now_ns};
 use crate::bitmap::{Allocator, Bitmap};
 use crate::carrier::{Carrier, CarrierOptions, CreateOptions, DeviceCarrier, FileCarrier, Medium};
 use crate::error::{Corruption, Error, Invalid, Region, Result};
 use crate::format::checksum;
 use crate::format::consts::{FORMAT_VERSION, SUPERBLOCKS_LEN, Uuid};
 use crate::image::reader::{self, LoadedImage};
-use crate::io::{Area, AreaRead, IO_ALIGN, Io};
+use crate::io::{Area, AreaRead, IO_ALIGN, Io, Mutants};
 use crate::layout::Layout;
 use crate::namespace::Namespace;
 use crate::superblock::{
@@ -158,9 +158,17 @@ fn build(
     Ok(Volume { inner: Arc::new(inner) })
 }
 
+/// The IO layer's share of the protocol mutant in `options`.
+fn mutants(options: &VolumeOptions) -> Mutants {
+    Mutants {
+        unflushed_before_write: options.mutation() == Some(CommitMutation::UnflushedBeforeWrite),
+        whole_page_writeback: options.mutation() == Some(CommitMutation::WholePageWriteback),
+    }
+}
+
 /// Opens the volume on `carrier`.
 pub(crate) fn open(carrier: Box<dyn Carrier>, options: VolumeOptions) -> Result<Volume> {
-    let io = Io::new(carrier, options.mutation());
+    let io = Io::new(carrier, mutants(&options));
     options.cache_bytes_for(io.medium)?;
     let adopted = adopt(&io.session()?)?;
     let sb = &adopted.sb;
@@ -205,7 +213,7 @@ pub(crate) fn format(
     if carrier.options().read_only || options.read_only {
         return Err(Error::ReadOnly);
     }
-    let io = Io::new(carrier, options.mutation());
+    let io = Io::new(carrier, mutants(&options));
     options.cache_bytes_for(io.medium)?;
     let medium = io.medium;
     let carrier_len = io.geometry.len_bytes;
