@@ -218,6 +218,8 @@ pub(crate) struct PageCache {
     /// writeback may tear what it writes, and rewriting bytes nobody changed would put
     /// already durable bytes at risk (the same rule the direct tier keeps).
     unit: usize,
+    /// The mutant the loom model must catch: eviction ignores pins.
+    evict_pinned: bool,
 }
 
 impl std::fmt::Debug for PageCache {
@@ -258,7 +260,29 @@ impl PageCache {
             counters: Counters::default(),
             max_run: (max_run_bytes / page_size).max(1) as u64,
             unit: (page_size / 128).max(512),
+            evict_pinned: false,
         }
+    }
+
+    /// A cache of exactly `frames` frames, below the production minimum (the loom model).
+    #[allow(dead_code)]
+    pub(crate) fn tiny(frames: usize, page_size: usize) -> PageCache {
+        let mut cache = PageCache::new(MIN_FRAMES * page_size, page_size, page_size);
+        cache.frames.truncate(frames);
+        {
+            let mut st = cache.state();
+            st.slots.truncate(frames);
+            st.epochs.truncate(frames);
+            st.free = (0..frames).rev().collect();
+        }
+        cache
+    }
+
+    /// The mutant: eviction takes pinned pages too (the loom model must catch it).
+    #[allow(dead_code)]
+    pub(crate) fn with_mutant_evicting_pinned_pages(mut self) -> PageCache {
+        self.evict_pinned = true;
+        self
     }
 
     /// Sets the unit of dirty tracking (a power of two, at least 1/128 of a page; the
@@ -341,7 +365,9 @@ impl PageCache {
                 continue;
             }
             let slot = &mut st.slots[f];
-            if !slot.evictable() {
+            let pinned_only = slot.pins > 0 && !slot.dirty && !slot.writeback;
+            let mutant = self.evict_pinned && pinned_only && slot.phase == Phase::Ready;
+            if !(slot.evictable() || mutant) {
                 if from_small {
                     st.small.push_back((f, epoch));
                 } else {
