@@ -2,7 +2,9 @@
 //! tools (`format`, `info`, `check`, `ls`, ...).
 
 mod cli;
+mod error;
 mod server;
+mod size;
 mod tls;
 
 use clap::Parser;

@@ -14,11 +14,7 @@ use crate::stats::{Measurement, Unit};
 use crate::sys::{open_direct, time_us, zero_file};
 use crate::{Options, SuiteResult};
 
-/// One engine under test: appends `count` entries of `len` bytes as one durable write.
-pub trait Appender {
-    fn name(&self) -> String;
-    fn append(&mut self, count: usize, len: usize);
-}
+use super::appender::Appender;
 
 struct Vellum {
     core: LogCore,

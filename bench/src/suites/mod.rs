@@ -1,5 +1,7 @@
 //! The suites. Each measures a thing and its baseline in the same run, interleaved.
 
+pub mod appender;
+pub mod cache;
 pub mod carrier;
 pub mod cluster;
 pub mod devops;

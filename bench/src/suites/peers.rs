@@ -5,8 +5,8 @@ use std::path::Path;
 use raft_engine::{Config, Engine, LogBatch, MessageExt, ReadableSize};
 use raft_proto::eraftpb::Entry;
 
+use super::appender::Appender;
 use super::e;
-use super::log::Appender;
 
 #[derive(Clone)]
 struct M;

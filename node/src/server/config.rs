@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use vellum_raft_store::KvNode;
 
-use crate::cli::size::parse_size;
 use crate::server::auth::BearerToken;
+use crate::size::parse_size;
 
 fn size_arg(s: &str) -> Result<u64, String> {
     parse_size(s)

@@ -40,7 +40,7 @@ use vellum_raft_store::v010::openraft::{Config, Raft, SnapshotPolicy};
 use vellum_raft_store::v010::{KvBatcher, KvStateMachine, LogStore, TypeConfig, open_store};
 use vellum_raft_store::{BatchLimits, KvBatching, LogConfig, open_volume};
 
-use crate::cli::CliError;
+use crate::error::CliError;
 use config::ClusterState;
 pub use config::ServeArgs;
 use transport::{ApiClient, PeerClients, Security};

@@ -1,0 +1,43 @@
+//! The one error type of the `vellum` binary: what failed, as one line for the user, and the
+//! exit code. Shared by the command line (`cli`) and the server (`server`), which depend on
+//! it and never on each other's internals.
+
+use std::fmt;
+
+/// Why a command failed, as one line for the user.
+#[derive(Debug)]
+pub enum CliError {
+    Engine(vellum_engine::Error),
+    Io(std::io::Error, String),
+    Usage(String),
+    /// This node must not run as the member it was asked to be (it lost its state, or the
+    /// volume belongs to another node id): exit code 3, which the systemd unit does not
+    /// restart.
+    NotThisMember(String),
+}
+
+impl CliError {
+    /// The process exit code for this failure.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            CliError::NotThisMember(_) => 3,
+            _ => 1,
+        }
+    }
+}
+
+impl From<vellum_engine::Error> for CliError {
+    fn from(e: vellum_engine::Error) -> Self {
+        CliError::Engine(e)
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            CliError::Engine(e) => write!(f, "{e}"),
+            CliError::Io(e, what) => write!(f, "{what}: {e}"),
+            CliError::Usage(msg) | CliError::NotThisMember(msg) => f.write_str(msg),
+        }
+    }
+}
