@@ -242,13 +242,13 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
     for _ in 0..opts.reps {
         let f = open_direct(&host_path, false).map_err(e("O_DIRECT open"))?;
         ms[0].add_rep(vec![scan(scan_len, |b, at| {
-            f.read_exact_at(b, at).unwrap_or_else(|e| panic!("{e}"))
+            f.read_exact_at(b, at).unwrap_or_else(|e| panic!("{e}"));
         })]);
         for (i, policy) in [(1, IoPolicy::DIRECT), (2, IoPolicy::BUFFERED)] {
             let v = reopen(&vol_path, true, budget)?;
             let f = v.open_file_with("/scan", policy).map_err(e("open"))?;
             ms[i].add_rep(vec![scan(scan_len, |b, at| {
-                f.read_exact_at(b, at).unwrap_or_else(|e| panic!("{e}"))
+                f.read_exact_at(b, at).unwrap_or_else(|e| panic!("{e}"));
             })]);
             drop(f);
             v.close().map_err(e("close"))?;
