@@ -221,6 +221,9 @@ fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         4 => (any::<bool>(), 0..span, 1..3 * BS, any::<u8>())
             .prop_map(|(direct, offset, len, seed)| Op::Write { direct, offset, len, seed }),
+        // Long enough to go around the cache on the buffered tier.
+        1 => (any::<bool>(), 0..span, 256 * 1024..300 * 1024usize, any::<u8>())
+            .prop_map(|(direct, offset, len, seed)| Op::Write { direct, offset, len, seed }),
         4 => (any::<bool>(), 0..span, 1..3 * BS)
             .prop_map(|(direct, offset, len)| Op::Read { direct, offset, len }),
         1 => (0..span).prop_map(Op::SetLen),

@@ -62,6 +62,22 @@ impl Backing for Disk {
         self.0.lock().unwrap()[at..at + buf.len()].copy_from_slice(buf);
         Ok(())
     }
+    fn read_vectored(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<(), ()> {
+        let mut at = offset;
+        for b in bufs.iter_mut() {
+            self.read(at, b)?;
+            at += b.len() as u64;
+        }
+        Ok(())
+    }
+    fn write_vectored(&self, offset: u64, bufs: &[&[u8]]) -> Result<(), ()> {
+        let mut at = offset;
+        for b in bufs {
+            self.write(at, b)?;
+            at += b.len() as u64;
+        }
+        Ok(())
+    }
 }
 
 fn uniform(page: &[u8]) -> Option<u8> {

@@ -111,6 +111,80 @@ impl FdCore {
         Ok(())
     }
 
+    /// True when a vectored request can go to the kernel as is (buffers aligned, lengths
+    /// and the offset whole units; always when buffered).
+    fn vectored_aligned<B: std::ops::Deref<Target = [u8]>>(&self, bufs: &[B], offset: u64) -> bool {
+        let (ma, oa) =
+            (self.geometry.mem_align.max(1) as usize, u64::from(self.geometry.offset_align.max(1)));
+        !self.options.direct_io
+            || (offset.is_multiple_of(oa)
+                && bufs.iter().all(|b| {
+                    (b.as_ptr() as usize).is_multiple_of(ma) && (b.len() as u64).is_multiple_of(oa)
+                }))
+    }
+
+    /// Reads into `bufs` in order from `offset` with `preadv` (bytes past the end of a thin
+    /// carrier read as zeros), or one read per buffer when they are not aligned for it.
+    pub(crate) fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if bufs.len() > 512 || !self.vectored_aligned(bufs, offset) {
+            let mut at = offset;
+            for b in bufs.iter_mut() {
+                self.read_exact_at(b, at)?;
+                at += b.len() as u64;
+            }
+            return Ok(());
+        }
+        let mut slices: Vec<io::IoSliceMut<'_>> =
+            bufs.iter_mut().map(|b| io::IoSliceMut::new(b)).collect();
+        let mut rest = &mut slices[..];
+        let mut at = offset;
+        while !rest.is_empty() {
+            let n = sys::preadv(self.file.as_fd(), rest, at)?;
+            if n == 0 {
+                for s in rest.iter_mut() {
+                    s.fill(0);
+                }
+                break;
+            }
+            at += n as u64;
+            io::IoSliceMut::advance_slices(&mut rest, n);
+        }
+        self.stats.record_read(total);
+        Ok(())
+    }
+
+    /// Writes `bufs` in order from `offset` with `pwritev` (a plain write: durable after a
+    /// barrier), or one write per buffer when they are not aligned for it.
+    pub(crate) fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        if self.options.read_only {
+            return Err(read_only_error());
+        }
+        let total: usize = bufs.iter().map(|b| b.len()).sum();
+        if bufs.len() > 512 || !self.vectored_aligned(bufs, offset) {
+            let mut at = offset;
+            for b in bufs {
+                self.write_at(b, at, false)?;
+                at += b.len() as u64;
+            }
+            return Ok(());
+        }
+        let mut slices: Vec<io::IoSlice<'_>> = bufs.iter().map(|b| io::IoSlice::new(b)).collect();
+        let mut rest = &mut slices[..];
+        let mut at = offset;
+        while !rest.is_empty() {
+            let n = sys::pwritev(self.file.as_fd(), rest, at)?;
+            if n == 0 {
+                return Err(io::Error::new(io::ErrorKind::WriteZero, "pwritev wrote nothing"));
+            }
+            at += n as u64;
+            io::IoSlice::advance_slices(&mut rest, n);
+        }
+        self.note_len(offset + total as u64);
+        self.stats.record_write(total, None);
+        Ok(())
+    }
+
     pub(crate) fn write_at(&self, buf: &[u8], offset: u64, durable: bool) -> io::Result<()> {
         if self.options.read_only {
             return Err(read_only_error());

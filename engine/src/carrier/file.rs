@@ -257,6 +257,12 @@ impl Carrier for FileCarrier {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.core.read_exact_at(buf, offset)
     }
+    fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
+        self.core.read_vectored_at(bufs, offset)
+    }
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        self.core.write_vectored_at(bufs, offset)
+    }
     fn write_all_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
         self.core.write_at(buf, offset, false)
     }

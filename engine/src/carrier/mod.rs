@@ -201,6 +201,34 @@ pub trait Carrier: Send + Sync + fmt::Debug {
     /// Makes every write that returned before this call durable.
     fn barrier(&self) -> io::Result<()>;
 
+    /// Reads into `bufs` in order from `offset` as one read (one `preadv` where the carrier
+    /// can: the page cache fills its frames with no copy). By default, one read into a
+    /// buffer of the whole range, copied out.
+    fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
+        let len = bufs.iter().map(|b| b.len()).sum();
+        let mut all = AlignedBuf::zeroed(len, 4096);
+        self.read_exact_at(all.as_mut_slice(), offset)?;
+        let mut at = 0;
+        for b in bufs.iter_mut() {
+            b.copy_from_slice(&all.as_slice()[at..at + b.len()]);
+            at += b.len();
+        }
+        Ok(())
+    }
+
+    /// Writes `bufs` in order from `offset` as one plain write (one `pwritev` where the
+    /// carrier can). By default, the buffers gathered into one and written at once.
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        let len = bufs.iter().map(|b| b.len()).sum();
+        let mut all = AlignedBuf::zeroed(len, 4096);
+        let mut at = 0;
+        for b in bufs {
+            all.as_mut_slice()[at..at + b.len()].copy_from_slice(b);
+            at += b.len();
+        }
+        self.write_all_at(all.as_slice(), offset)
+    }
+
     /// Grows the medium to at least `len_bytes`: zero-filled for real unless `sparse`.
     fn grow(&self, len_bytes: u64, sparse: bool) -> io::Result<()>;
 
@@ -283,6 +311,12 @@ impl<C: Carrier + ?Sized> Carrier for std::sync::Arc<C> {
     }
     fn barrier(&self) -> io::Result<()> {
         (**self).barrier()
+    }
+    fn read_vectored_at(&self, bufs: &mut [&mut [u8]], offset: u64) -> io::Result<()> {
+        (**self).read_vectored_at(bufs, offset)
+    }
+    fn write_vectored_at(&self, bufs: &[&[u8]], offset: u64) -> io::Result<()> {
+        (**self).write_vectored_at(bufs, offset)
     }
     fn grow(&self, len_bytes: u64, sparse: bool) -> io::Result<()> {
         (**self).grow(len_bytes, sparse)

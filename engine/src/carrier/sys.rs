@@ -45,6 +45,59 @@ pub fn pwrite_dsync(fd: BorrowedFd<'_>, buf: &[u8], offset: u64) -> io::Result<u
     }
 }
 
+fn offset_t(offset: u64) -> io::Result<libc::off_t> {
+    libc::off_t::try_from(offset)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset too large"))
+}
+
+/// One `preadv`: reads into `bufs` in order from `offset`; returns the bytes read.
+pub fn preadv(
+    fd: BorrowedFd<'_>,
+    bufs: &mut [io::IoSliceMut<'_>],
+    offset: u64,
+) -> io::Result<usize> {
+    let offset = offset_t(offset)?;
+    let count = libc::c_int::try_from(bufs.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "too many buffers"))?;
+    loop {
+        // SAFETY: `IoSliceMut` is ABI-compatible with `iovec` on Unix (std's guarantee); each
+        // points at a live, writable buffer borrowed for the duration of the call, and the
+        // kernel keeps no pointer after it returns.
+        let ret = unsafe {
+            libc::preadv(fd.as_raw_fd(), bufs.as_mut_ptr().cast::<libc::iovec>(), count, offset)
+        };
+        if ret >= 0 {
+            return Ok(ret as usize);
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
+/// One `pwritev`: writes `bufs` in order from `offset`; returns the bytes written.
+pub fn pwritev(fd: BorrowedFd<'_>, bufs: &[io::IoSlice<'_>], offset: u64) -> io::Result<usize> {
+    let offset = offset_t(offset)?;
+    let count = libc::c_int::try_from(bufs.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "too many buffers"))?;
+    loop {
+        // SAFETY: `IoSlice` is ABI-compatible with `iovec` on Unix (std's guarantee); each
+        // points at a live buffer borrowed (and unmodified) for the duration of the call; the
+        // kernel only reads through them and keeps no pointer.
+        let ret = unsafe {
+            libc::pwritev(fd.as_raw_fd(), bufs.as_ptr().cast::<libc::iovec>(), count, offset)
+        };
+        if ret >= 0 {
+            return Ok(ret as usize);
+        }
+        let err = io::Error::last_os_error();
+        if err.kind() != io::ErrorKind::Interrupted {
+            return Err(err);
+        }
+    }
+}
+
 /// Direct-IO alignment from `statx(STATX_DIOALIGN)`: `(memory, offset)`, or `None` where the
 /// kernel or file system does not report it.
 pub fn dio_alignment(fd: BorrowedFd<'_>) -> Option<(u32, u32)> {

@@ -29,7 +29,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet, VecDeque};
 use std::time::{Duration, Instant};
 
-use crate::sync::atomic::{AtomicU64, Ordering};
+use crate::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use crate::sync::{Condvar, Mutex, MutexGuard};
 
 /// The unit frames are built of: 4096 bytes on a 4096-byte boundary, so a frame (one or more
@@ -56,11 +56,15 @@ impl PageBuf {
 
 /// Where the cache reads pages from and writes them back to (the IO layer; a model in tests).
 pub(crate) trait Backing {
-    type Error;
+    type Error: Send;
     /// Reads `buf.len()` bytes at byte `offset` (whole pages, aligned).
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<(), Self::Error>;
     /// Writes `buf` at byte `offset`: a plain (not durable) data write.
     fn write(&self, offset: u64, buf: &[u8]) -> Result<(), Self::Error>;
+    /// Reads into `bufs` in order from `offset` (one carrier call: frames filled in place).
+    fn read_vectored(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<(), Self::Error>;
+    /// Writes `bufs` in order from `offset` (one plain carrier write, from the frames).
+    fn write_vectored(&self, offset: u64, bufs: &[&[u8]]) -> Result<(), Self::Error>;
 }
 
 /// Counters of the cache (monotonic, except `dirty_pages`).
@@ -183,6 +187,8 @@ struct State {
     ghost_order: VecDeque<u64>,
     /// Blocks of dirty pages, in block order (contiguous runs go out as one write).
     dirty: BTreeSet<u64>,
+    /// Pages under writeback now.
+    in_writeback: usize,
 }
 
 /// Which dirty pages a background drain takes: pages dirty for longer than `older_than`,
@@ -210,6 +216,8 @@ pub(crate) struct PageCache {
     state: Mutex<State>,
     /// Signalled when a page leaves `Loading`, is unpinned, or finishes writeback.
     changed: Condvar,
+    /// Threads waiting on `changed`.
+    waiting: AtomicUsize,
     pub(crate) counters: Counters,
     /// Longest run one carrier read brings in (demand plus readahead).
     max_run: u64,
@@ -231,6 +239,11 @@ impl std::fmt::Debug for PageCache {
     }
 }
 
+/// A writeback of at least this many runs is spread over [`WRITEBACK_LANES`] threads.
+const PARALLEL_RUNS: usize = 4;
+/// Threads one large writeback uses (its writes reach the device queued together).
+const WRITEBACK_LANES: usize = 4;
+
 /// Fewest frames a cache has (a smaller budget is rounded up).
 pub(crate) const MIN_FRAMES: usize = 16;
 
@@ -251,12 +264,14 @@ impl PageCache {
             ghost: HashSet::new(),
             ghost_order: VecDeque::new(),
             dirty: BTreeSet::new(),
+            in_writeback: 0,
         };
         PageCache {
             page: page_size,
             frames,
             state: Mutex::new(state),
             changed: Condvar::new(),
+            waiting: AtomicUsize::new(0),
             counters: Counters::default(),
             max_run: (max_run_bytes / page_size).max(1) as u64,
             unit: (page_size / 128).max(512),
@@ -314,8 +329,20 @@ impl PageCache {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Waits for `changed`. The waiter count is raised under the state lock, so a thread that
+    /// changes the state after this one checked it (which needs the lock) sees the count.
     fn wait<'a>(&self, st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
-        self.changed.wait(st).unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        let st = self.changed.wait(st).unwrap_or_else(std::sync::PoisonError::into_inner);
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
+        st
+    }
+
+    /// Wakes the waiters, if any (a hit then costs no futex call).
+    fn notify(&self) {
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.changed.notify_all();
+        }
     }
 
     fn frame(&self, f: usize) -> MutexGuard<'_, PageBuf> {
@@ -450,12 +477,12 @@ impl PageCache {
         assert!(slot.pins > 0, "unpinning frame {f} that is not pinned");
         slot.pins -= 1;
         drop(st);
-        self.changed.notify_all();
+        self.notify();
     }
 
     /// Pins the ready page of `block`, loading it (and the readahead run up to `ra_until`,
     /// blocks `>= want_until` entering cold) when absent. `None`: no frame could be had.
-    fn pin_or_load<B: Backing>(
+    fn pin_or_load<B: Backing + Sync>(
         &self,
         backing: &B,
         block: u64,
@@ -510,7 +537,7 @@ impl PageCache {
                 }
                 drop(st);
                 self.counters.readahead_pages.fetch_add(ahead, Ordering::Relaxed);
-                self.changed.notify_all();
+                self.notify();
                 Ok(Some(run[0]))
             }
             Err(e) => {
@@ -519,7 +546,7 @@ impl PageCache {
                     Self::remove(&mut st, f);
                 }
                 drop(st);
-                self.changed.notify_all();
+                self.notify();
                 if run.len() > 1 {
                     // The readahead may have hit an unreadable block the request does not
                     // need: read the demanded page alone (its caller reads around errors).
@@ -530,27 +557,28 @@ impl PageCache {
         }
     }
 
-    /// Reads the pages of `run` (frames of consecutive blocks from `first`) from the carrier:
-    /// a single page straight into its frame, a longer run with one read and a copy.
-    fn load<B: Backing>(&self, backing: &B, first: u64, run: &[usize]) -> Result<(), B::Error> {
+    /// Reads the pages of `run` (frames of consecutive blocks from `first`) from the carrier
+    /// straight into their frames, with one (vectored) read. Nobody else locks these frames:
+    /// they are pinned and loading.
+    fn load<B: Backing + Sync>(
+        &self,
+        backing: &B,
+        first: u64,
+        run: &[usize],
+    ) -> Result<(), B::Error> {
         let offset = first * self.page as u64;
         if let [f] = run {
             return backing.read(offset, self.frame(*f).bytes_mut());
         }
-        let mut buf = PageBuf::zeroed(run.len() * self.page);
-        backing.read(offset, buf.bytes_mut())?;
-        for (i, &f) in run.iter().enumerate() {
-            self.frame(f)
-                .bytes_mut()
-                .copy_from_slice(&buf.bytes()[i * self.page..(i + 1) * self.page]);
-        }
-        Ok(())
+        let mut guards: Vec<MutexGuard<'_, PageBuf>> = run.iter().map(|&f| self.frame(f)).collect();
+        let mut bufs: Vec<&mut [u8]> = guards.iter_mut().map(|g| g.bytes_mut()).collect();
+        backing.read_vectored(offset, &mut bufs)
     }
 
     /// Reads `dst.len()` bytes at physical byte `offset` through the cache. The range is
     /// physically contiguous; `ra_until` (a block number) bounds the readahead: the end of
     /// the file extent's contiguous run, or less.
-    pub(crate) fn read<B: Backing>(
+    pub(crate) fn read<B: Backing + Sync>(
         &self,
         backing: &B,
         offset: u64,
@@ -562,6 +590,19 @@ impl PageCache {
         let want_until = end.div_ceil(ps);
         let mut pos = offset;
         while pos < end {
+            // The ready pages from here on, pinned under one lock and released under one.
+            let ready = self.pin_ready(pos / ps, want_until);
+            for &f in &ready {
+                let within = (pos % ps) as usize;
+                let n = (ps - pos % ps).min(end - pos) as usize;
+                let out = &mut dst[(pos - offset) as usize..(pos - offset) as usize + n];
+                out.copy_from_slice(&self.frame(f).bytes()[within..within + n]);
+                pos += n as u64;
+            }
+            if !ready.is_empty() {
+                self.unpin_all(&ready);
+                continue;
+            }
             let block = pos / ps;
             let within = (pos % ps) as usize;
             let n = (ps - pos % ps).min(end - pos) as usize;
@@ -578,6 +619,41 @@ impl PageCache {
             pos += n as u64;
         }
         Ok(())
+    }
+
+    /// Pins the ready pages of consecutive blocks `first..until` up to the first one that is
+    /// absent or loading (counted as hits).
+    fn pin_ready(&self, first: u64, until: u64) -> Vec<usize> {
+        let mut st = self.state();
+        let mut out = Vec::new();
+        for b in first..until {
+            let Some(&f) = st.map.get(&b) else { break };
+            let slot = &mut st.slots[f];
+            if slot.phase != Phase::Ready {
+                break;
+            }
+            slot.pins += 1;
+            if slot.prefetched {
+                slot.prefetched = false;
+            } else {
+                slot.credit = (slot.credit + 1).min(3);
+            }
+            out.push(f);
+        }
+        drop(st);
+        self.counters.hits.fetch_add(out.len() as u64, Ordering::Relaxed);
+        out
+    }
+
+    fn unpin_all(&self, frames: &[usize]) {
+        let mut st = self.state();
+        for &f in frames {
+            let slot = &mut st.slots[f];
+            assert!(slot.pins > 0, "unpinning frame {f} that is not pinned");
+            slot.pins -= 1;
+        }
+        drop(st);
+        self.notify();
     }
 
     /// Pins the page of `block` for a write that covers it whole: no carrier read. An absent
@@ -603,7 +679,7 @@ impl PageCache {
     /// Writes `data` at physical byte `offset` into the cache as dirty pages (write-back).
     /// A page the write covers only in part is read first if absent. Returns whether any
     /// bytes went straight to the carrier instead (every frame pinned or dirty).
-    pub(crate) fn write<B: Backing>(
+    pub(crate) fn write<B: Backing + Sync>(
         &self,
         backing: &B,
         offset: u64,
@@ -636,7 +712,7 @@ impl PageCache {
                         st.dirty.insert(block);
                     }
                     drop(st);
-                    self.changed.notify_all();
+                    self.notify();
                 }
             } else {
                 self.counters.bypassed.fetch_add(1, Ordering::Relaxed);
@@ -660,6 +736,7 @@ impl PageCache {
             slot.writeback = true;
             slot.pins += 1;
             st.dirty.remove(&b);
+            st.in_writeback += 1;
             out.push(Taken { block: b, frame: f, units });
         }
         out
@@ -669,7 +746,7 @@ impl PageCache {
     /// one carrier write per run of consecutive written units (across pages: consecutive
     /// whole pages go out as one write). On a failure the remaining pages are released too
     /// (their bytes are lost: the IO layer poisoned the volume).
-    fn write_back<B: Backing>(&self, backing: &B, taken: &[Taken]) -> Result<(), B::Error> {
+    fn write_back<B: Backing + Sync>(&self, backing: &B, taken: &[Taken]) -> Result<(), B::Error> {
         let started = Instant::now();
         let (ps, unit) = (self.page as u64, self.unit as u64);
         // Byte runs on the carrier: (offset, pieces of (taken index, start, end in page)).
@@ -701,31 +778,28 @@ impl PageCache {
             }
         }
         debug_assert!(runs.iter().all(|r| r.0 % unit == 0));
-        let mut result = Ok(());
-        for (offset, pieces) in &runs {
-            result = if let [(i, 0, hi)] = pieces.as_slice()
-                && *hi == self.page
-            {
-                let frame = self.frame(taken[*i].frame);
-                backing.write(*offset, frame.bytes())
-            } else {
-                let len: usize = pieces.iter().map(|p| p.2 - p.1).sum();
-                let mut buf = PageBuf::zeroed(len.div_ceil(4096) * 4096);
-                let mut at = 0;
-                for &(i, lo, hi) in pieces {
-                    buf.bytes_mut()[at..at + hi - lo]
-                        .copy_from_slice(&self.frame(taken[i].frame).bytes()[lo..hi]);
-                    at += hi - lo;
+        // Many runs (random pages) go out from a few threads at once: the device sees them
+        // queued together, as the host's own writeback would issue them.
+        let lanes = if runs.len() >= PARALLEL_RUNS { WRITEBACK_LANES } else { 1 };
+        let result = if lanes == 1 {
+            self.write_runs(backing, taken, &runs)
+        } else {
+            let per = runs.len().div_ceil(lanes);
+            std::thread::scope(|s| {
+                let handles: Vec<_> = runs
+                    .chunks(per)
+                    .map(|chunk| s.spawn(move || self.write_runs(backing, taken, chunk)))
+                    .collect();
+                let mut result = Ok(());
+                for h in handles {
+                    let r = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
+                    if result.is_ok() {
+                        result = r;
+                    }
                 }
-                backing.write(*offset, &buf.bytes()[..len])
-            };
-            self.counters.writeback_writes.fetch_add(1, Ordering::Relaxed);
-            let len: usize = pieces.iter().map(|p| p.2 - p.1).sum();
-            self.counters.writeback_bytes.fetch_add(len as u64, Ordering::Relaxed);
-            if result.is_err() {
-                break;
-            }
-        }
+                result
+            })
+        };
         self.counters.writeback_pages.fetch_add(taken.len() as u64, Ordering::Relaxed);
         let ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         self.counters.writeback_ns.fetch_add(ns, Ordering::Relaxed);
@@ -734,15 +808,45 @@ impl PageCache {
             let slot = &mut st.slots[t.frame];
             slot.writeback = false;
             slot.pins -= 1;
+            st.in_writeback -= 1;
         }
         drop(st);
-        self.changed.notify_all();
+        self.notify();
         result
+    }
+
+    /// Writes `runs` in order, each straight from the frames: each page of a run appears once,
+    /// and its frame is pinned by this writeback (writers copy in under the same lock, in
+    /// turn). Stops at the first failure.
+    fn write_runs<B: Backing + Sync>(
+        &self,
+        backing: &B,
+        taken: &[Taken],
+        runs: &[(u64, Vec<Piece>)],
+    ) -> Result<(), B::Error> {
+        for (offset, pieces) in runs {
+            let result = {
+                let guards: Vec<MutexGuard<'_, PageBuf>> =
+                    pieces.iter().map(|&(i, _, _)| self.frame(taken[i].frame)).collect();
+                let bufs: Vec<&[u8]> =
+                    guards.iter().zip(pieces).map(|(g, &(_, lo, hi))| &g.bytes()[lo..hi]).collect();
+                if let [one] = bufs.as_slice() {
+                    backing.write(*offset, one)
+                } else {
+                    backing.write_vectored(*offset, &bufs)
+                }
+            };
+            self.counters.writeback_writes.fetch_add(1, Ordering::Relaxed);
+            let len: usize = pieces.iter().map(|p| p.2 - p.1).sum();
+            self.counters.writeback_bytes.fetch_add(len as u64, Ordering::Relaxed);
+            result?;
+        }
+        Ok(())
     }
 
     /// One drain: takes at most `budget` dirty pages as `select` says and writes them back.
     /// Returns how many it wrote.
-    pub(crate) fn drain<B: Backing>(
+    pub(crate) fn drain<B: Backing + Sync>(
         &self,
         backing: &B,
         select: Select,
@@ -784,13 +888,13 @@ impl PageCache {
 
     /// Writes back every dirty page and waits for writebacks already in flight: on return,
     /// every write the cache accepted before the call has reached the backing.
-    pub(crate) fn flush_all<B: Backing>(&self, backing: &B) -> Result<(), B::Error> {
+    pub(crate) fn flush_all<B: Backing + Sync>(&self, backing: &B) -> Result<(), B::Error> {
         self.flush_blocks(backing, 0, u64::MAX)
     }
 
     /// Writes back the dirty pages of blocks `[first, end)` and waits for the writebacks in
     /// flight there (a direct read of the range then sees every accepted write).
-    pub(crate) fn flush_blocks<B: Backing>(
+    pub(crate) fn flush_blocks<B: Backing + Sync>(
         &self,
         backing: &B,
         first: u64,
@@ -798,6 +902,10 @@ impl PageCache {
     ) -> Result<(), B::Error> {
         let (taken, in_flight) = {
             let mut st = self.state();
+            if st.in_writeback == 0 && st.dirty.range(first..end).next().is_none() {
+                // The common case of a direct read: nothing to write back, nothing to wait for.
+                return Ok(());
+            }
             let blocks: Vec<u64> = st
                 .dirty
                 .range(first..end)
@@ -837,7 +945,10 @@ impl PageCache {
     pub(crate) fn discard(&self, first: u64, end: u64) {
         let mut st = self.state();
         loop {
-            let found: Vec<usize> = if end - first <= 64 {
+            if st.map.is_empty() {
+                return;
+            }
+            let found: Vec<usize> = if end - first <= (st.map.len() as u64).min(4096) {
                 (first..end).filter_map(|b| st.map.get(&b).copied()).collect()
             } else {
                 st.map.iter().filter(|&(&b, _)| b >= first && b < end).map(|(_, &f)| f).collect()

@@ -341,6 +341,38 @@ impl Session<'_> {
         Ok(())
     }
 
+    /// Reads data blocks into `bufs` in order from `offset` (one vectored carrier call).
+    pub(crate) fn read_vectored(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
+        Io::check(self.io.layout.get(), Area::Data, offset, len);
+        Io::count(&self.io.counters.reads, &self.io.counters.read_bytes, Area::Data, len);
+        self.carrier().read_vectored_at(bufs, offset).map_err(self.io.failed(
+            IoOp::Read,
+            offset,
+            len,
+        ))
+    }
+
+    /// Writes `bufs` in order from `offset` into data blocks: one vectored plain write,
+    /// marking the volume unflushed as [`Session::write`] does.
+    pub(crate) fn write_vectored(&self, offset: u64, bufs: &[&[u8]]) -> Result<()> {
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
+        Io::check(self.io.layout.get(), Area::Data, offset, len);
+        Io::count(&self.io.counters.writes, &self.io.counters.write_bytes, Area::Data, len);
+        if self.io.mark_unflushed_early {
+            self.io.unflushed.store(true, Ordering::Release);
+        }
+        self.carrier().write_vectored_at(bufs, offset).map_err(self.io.failed(
+            IoOp::Write,
+            offset,
+            len,
+        ))?;
+        if !self.io.mark_unflushed_early {
+            self.io.unflushed.store(true, Ordering::Release);
+        }
+        Ok(())
+    }
+
     /// A data write the caller makes durable with its own barrier before anything references
     /// it (preallocation's zeros): it does not mark the volume unflushed.
     pub(crate) fn write_fill(&self, offset: u64, buf: &[u8]) -> Result<()> {
@@ -388,6 +420,12 @@ impl Backing for Session<'_> {
     fn write(&self, offset: u64, buf: &[u8]) -> Result<()> {
         Session::write(self, Area::Data, offset, buf)
     }
+    fn read_vectored(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
+        Session::read_vectored(self, offset, bufs)
+    }
+    fn write_vectored(&self, offset: u64, bufs: &[&[u8]]) -> Result<()> {
+        Session::write_vectored(self, offset, bufs)
+    }
 }
 
 /// The carrier under close's write lock, for the dirty pages a racing write left.
@@ -418,6 +456,20 @@ impl Backing for Late<'_> {
             IoOp::Write,
             offset,
             buf.len(),
+        ))
+    }
+    fn read_vectored(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
+        Io::check(self.io.layout.get(), Area::Data, offset, len);
+        self.carrier.read_vectored_at(bufs, offset).map_err(self.io.failed(IoOp::Read, offset, len))
+    }
+    fn write_vectored(&self, offset: u64, bufs: &[&[u8]]) -> Result<()> {
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
+        Io::check(self.io.layout.get(), Area::Data, offset, len);
+        self.carrier.write_vectored_at(bufs, offset).map_err(self.io.failed(
+            IoOp::Write,
+            offset,
+            len,
         ))
     }
 }

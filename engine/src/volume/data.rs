@@ -27,6 +27,12 @@ pub(crate) struct Readahead {
     window: u64,
 }
 
+/// A buffered write of at least this many contiguous bytes goes around the cache, as a
+/// direct write does (dropping the pages it covers, marking the volume unflushed so that the
+/// next sync takes its barrier): copying it through the cache only to write it back at once
+/// halved sequential throughput (docs/BENCHMARKS.md, "cache").
+const WRITE_AROUND_BYTES: u64 = 256 << 10;
+
 /// The smallest readahead window, in blocks.
 const READAHEAD_MIN_BLOCKS: u64 = 4;
 
@@ -327,7 +333,9 @@ fn execute(inner: &Inner, plan: &Plan, data: &[u8], policy: IoPolicy) -> Result<
                 assembled.as_slice()
             }
         };
-        if let Some(c) = write_back {
+        if let Some(c) = write_back
+            && seg.len < WRITE_AROUND_BYTES
+        {
             c.write(&session, seg.offset, bytes)?;
             continue;
         }
