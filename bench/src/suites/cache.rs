@@ -135,7 +135,7 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
     let scan_len = opts.bytes(256 * MIB, 8 * MIB);
     let vol_path = dir.join("cache.vlm");
     let host_path = dir.join("cache-host.bin");
-    let bar = opts.bar("cache", 6 * opts.reps as u64);
+    let bar = opts.bar("cache", 7 * opts.reps as u64);
 
     // Random reads of a hot set half the budget.
     let hot = budget / 2;
@@ -268,6 +268,37 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
         |x| x >= 0.9,
         "",
     );
+
+    // A follower catching up: the log's older entries read back one by one, in order, from
+    // a cold segment (the log's segments read buffered since this change; before, every
+    // entry was a carrier read).
+    let case = "catch-up: 1 KiB entries read in order from a cold segment";
+    let before = "direct tier (every entry a carrier read)";
+    let mut ms =
+        [ops_m(case, before, None), ops_m(case, "buffered tier (extent readahead)", Some(before))];
+    let seg_len = opts.bytes(64 * MIB, 4 * MIB);
+    {
+        let v = volume(&vol_path, seg_len + 64 * MIB, true, budget)?;
+        fill(&v, "/seg", seg_len)?;
+        v.close().map_err(e("close"))?;
+    }
+    for _ in 0..opts.reps {
+        for (i, read) in [(0, Tier::Direct), (1, Tier::Buffered)] {
+            let v = reopen(&vol_path, true, budget)?;
+            let policy = IoPolicy { read, write: Tier::Direct };
+            let f = v.open_file_with("/seg", policy).map_err(e("open"))?;
+            let mut entry = vec![0u8; 1024];
+            let started = Instant::now();
+            for at in (0..seg_len).step_by(1024) {
+                f.read_exact_at(&mut entry, at).map_err(e("read"))?;
+            }
+            ms[i].add_rep(vec![(seg_len / 1024) as f64 / started.elapsed().as_secs_f64()]);
+            drop(f);
+            v.close().map_err(e("close"))?;
+        }
+        bar.inc(1);
+    }
+    r.measurements.extend(ms);
 
     // Writes: 4 KiB at random then one sync; 1 MiB sequential then one sync.
     let file_len = opts.bytes(64 * MIB, 4 * MIB);
