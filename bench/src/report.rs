@@ -12,7 +12,7 @@ fn fmt_value(x: f64, unit: Unit) -> String {
         return "-".into();
     }
     match unit {
-        Unit::Micros | Unit::MegabytesPerSec | Unit::OpsPerSec => format!("{x:.0}"),
+        Unit::Micros | Unit::MegabytesPerSec | Unit::OpsPerSec | Unit::Percent => format!("{x:.0}"),
         Unit::Millis => format!("{x:.3}"),
         Unit::PerOp => format!("{x:.2}"),
     }

@@ -16,6 +16,8 @@ pub enum Unit {
     Millis,
     /// A count per operation (device writes, flushes): lower is better.
     PerOp,
+    /// A share in percent (a hit rate): higher is better.
+    Percent,
 }
 
 impl Unit {
@@ -30,6 +32,7 @@ impl Unit {
             Unit::OpsPerSec => "ops/s",
             Unit::Millis => "ms",
             Unit::PerOp => "per op",
+            Unit::Percent => "%",
         }
     }
 }

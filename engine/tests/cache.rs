@@ -275,3 +275,26 @@ proptest! {
         prop_assert_eq!(v.open_file("/f").unwrap().read_to_end().unwrap(), model);
     }
 }
+
+#[test]
+fn the_default_read_tier_follows_the_carrier() {
+    use vellum_engine::carrier::{CarrierOptions, Location};
+    let dir = tempfile::tempdir().unwrap();
+    let open = |name: &str, carrier: CarrierOptions| {
+        let at = Location::Path(dir.path().join(name));
+        let (v, created) =
+            Volume::open_or_create(&at, 16 << 20, carrier, VolumeOptions::default()).unwrap();
+        assert!(created);
+        v.info().default_policy
+    };
+    // Direct IO (the default): our frames are the only cache, reads go through them.
+    assert_eq!(open("direct.vlm", CarrierOptions::PRODUCTION), IoPolicy::BUFFERED);
+    // The host caches the carrier: a second copy in our frames only costs.
+    let host = open("host.vlm", CarrierOptions::BUFFERED);
+    assert_eq!(host, IoPolicy { read: Tier::Direct, write: Tier::Buffered });
+    // An explicit policy wins.
+    let options = VolumeOptions { policy: Some(IoPolicy::DIRECT), ..VolumeOptions::default() };
+    let at = Location::Path(dir.path().join("explicit.vlm"));
+    let (v, _) = Volume::open_or_create(&at, 16 << 20, CarrierOptions::BUFFERED, options).unwrap();
+    assert_eq!(v.info().default_policy, IoPolicy::DIRECT);
+}

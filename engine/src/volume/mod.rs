@@ -295,7 +295,10 @@ impl Volume {
             free_blocks: meta.alloc.free_blocks(),
             inodes: meta.ns.inodes.len(),
             cache_bytes: self.inner.cache_bytes,
-            default_policy: self.inner.options.default_policy(self.inner.io.medium),
+            default_policy: self
+                .inner
+                .options
+                .default_policy(self.inner.io.medium, self.inner.io.options),
         }
     }
 
@@ -409,7 +412,7 @@ impl Volume {
 
     /// Creates a new, empty file and opens it on the volume's default tiers.
     pub fn create_file(&self, path: impl AsRef<[u8]>) -> Result<File> {
-        let policy = self.inner.options.default_policy(self.inner.io.medium);
+        let policy = self.inner.options.default_policy(self.inner.io.medium, self.inner.io.options);
         self.create_file_with(path, policy)
     }
 
@@ -445,7 +448,7 @@ impl Volume {
 
     /// Opens an existing file on the volume's default tiers.
     pub fn open_file(&self, path: impl AsRef<[u8]>) -> Result<File> {
-        let policy = self.inner.options.default_policy(self.inner.io.medium);
+        let policy = self.inner.options.default_policy(self.inner.io.medium, self.inner.io.options);
         self.open_file_with(path, policy)
     }
 
