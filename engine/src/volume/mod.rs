@@ -110,6 +110,11 @@ pub(crate) fn now_ns() -> u64 {
 }
 
 impl Inner {
+    /// The tiers a file opens with when it does not ask.
+    pub(crate) fn default_policy(&self) -> IoPolicy {
+        self.options.default_policy(self.io.medium, self.io.options)
+    }
+
     /// Refuses use after close or after a failed write.
     pub(crate) fn usable(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
@@ -295,10 +300,7 @@ impl Volume {
             free_blocks: meta.alloc.free_blocks(),
             inodes: meta.ns.inodes.len(),
             cache_bytes: self.inner.cache_bytes,
-            default_policy: self
-                .inner
-                .options
-                .default_policy(self.inner.io.medium, self.inner.io.options),
+            default_policy: self.inner.default_policy(),
         }
     }
 
@@ -412,7 +414,7 @@ impl Volume {
 
     /// Creates a new, empty file and opens it on the volume's default tiers.
     pub fn create_file(&self, path: impl AsRef<[u8]>) -> Result<File> {
-        let policy = self.inner.options.default_policy(self.inner.io.medium, self.inner.io.options);
+        let policy = self.inner.default_policy();
         self.create_file_with(path, policy)
     }
 
@@ -448,7 +450,7 @@ impl Volume {
 
     /// Opens an existing file on the volume's default tiers.
     pub fn open_file(&self, path: impl AsRef<[u8]>) -> Result<File> {
-        let policy = self.inner.options.default_policy(self.inner.io.medium, self.inner.io.options);
+        let policy = self.inner.default_policy();
         self.open_file_with(path, policy)
     }
 

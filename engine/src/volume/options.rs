@@ -100,6 +100,7 @@ impl VolumeOptions {
     /// where the frames are the only cache (a direct-IO carrier: 126x the direct tier on a
     /// hot set), direct where the host's page cache already holds the carrier (a second
     /// copy in our frames costs: the direct tier read 3.2x as fast there).
+    ///
     /// Only a file carrier opened without direct IO sits on the host's cache (a device
     /// forces direct IO; the test carrier models a bare disk; memory has no cache).
     pub fn default_policy(&self, medium: Medium, carrier: CarrierOptions) -> IoPolicy {
