@@ -114,7 +114,24 @@ impl Cluster {
     }
 }
 
+/// A port for a node to listen on, below Linux's ephemeral range (32768 on). A port the
+/// kernel hands out for `bind(0)` is released before the node binds it, and may meanwhile
+/// become the source port of an outgoing connection (the nodes' own RPCs, this process's
+/// clients): the node then exits with "Address already in use" (seen in CI). Ports are
+/// taken in turn from a window chosen by the process id, each checked free, so two calls
+/// never return the same port. The cluster tests' harness does the same.
 pub(super) fn port() -> u16 {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 10_000;
+    const SPAN: u32 = 22_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let base = std::process::id().wrapping_mul(7919) % SPAN;
+    for _ in 0..SPAN {
+        let port = (LOW + (base + NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_or(0, |a| a.port())
 }
 
@@ -175,6 +192,17 @@ pub(super) fn start_vellum(
         .iter()
         .all(|a| http.get(format!("{a}/readyz")).send().is_ok_and(|r| r.status().is_success()))
     {
+        if let Some(i) =
+            cluster.children.iter_mut().position(|c| matches!(c.try_wait(), Ok(Some(_))))
+        {
+            let log = std::fs::read_to_string(dir.join(format!("n{i}.log"))).unwrap_or_default();
+            let last = log.lines().last().unwrap_or("no output");
+            return Err(format!(
+                "node {} in {} exited before the cluster was ready: {last}",
+                i + 1,
+                dir.display()
+            ));
+        }
         if Instant::now() > deadline {
             return Err(format!("cluster in {} not ready in 60 s", dir.display()));
         }

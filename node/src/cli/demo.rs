@@ -48,7 +48,23 @@ impl Drop for Nodes {
     }
 }
 
+/// A port for a node to listen on, below Linux's ephemeral range (32768 on): a port from
+/// `bind(0)` is released before the node binds it and may meanwhile become the source port
+/// of an outgoing connection (the nodes' own RPCs), and the node would then fail to start.
+/// Ports are taken in turn from a window chosen by the process id, each checked free, so two
+/// calls never return the same port.
 fn free_port() -> Result<u16, CliError> {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 10_000;
+    const SPAN: u32 = 22_000;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let base = std::process::id().wrapping_mul(7919) % SPAN;
+    for _ in 0..SPAN {
+        let port = (LOW + (base + NEXT.fetch_add(1, Ordering::Relaxed)) % SPAN) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return Ok(port);
+        }
+    }
     let l = std::net::TcpListener::bind("127.0.0.1:0")
         .map_err(|e| CliError::Io(e, "finding a free port".into()))?;
     l.local_addr().map(|a| a.port()).map_err(|e| CliError::Io(e, "finding a free port".into()))
