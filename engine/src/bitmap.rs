@@ -303,6 +303,21 @@ impl Allocator {
         Ok(runs)
     }
 
+    /// Holds exactly `run` for a replayed attach (the live path allocated it before the
+    /// crash). False, and nothing held, when the run leaves the allocatable regions or any
+    /// block of it is already owned: a journal record that claims it is inconsistent.
+    pub fn claim(&mut self, run: BlockRange) -> bool {
+        let area = self.layout.allocatable();
+        let inside = run.len > 0
+            && run.start >= area.start
+            && run.start.checked_add(run.len).is_some_and(|end| end <= area.end());
+        if !inside || (run.start..run.end()).any(|b| !self.is_free(b)) {
+            return false;
+        }
+        self.take(run, true);
+        true
+    }
+
     /// Makes held blocks live: the write that filled them attached them to a file.
     pub fn attach(&mut self, run: BlockRange) {
         for b in run.start..run.end() {

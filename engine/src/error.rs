@@ -92,6 +92,12 @@ pub enum Corruption {
     ImageDamaged { generation: u64 },
     /// A clean volume's bitmap marks a block free that its image uses.
     BitmapMissesBlock { block: u64 },
+    /// Journal batch `missing` does not verify, but batch `found`, written only after
+    /// `missing` was durable, does: damage, not a torn tail (nothing after the damage is
+    /// replayed, and open refuses rather than drop acknowledged commits).
+    JournalGap { missing: u64, found: u64 },
+    /// A verified journal record cannot be applied to the namespace it follows.
+    JournalRecord { sequence: u64, what: &'static str },
 }
 
 impl fmt::Display for Corruption {
@@ -117,6 +123,14 @@ impl fmt::Display for Corruption {
             Corruption::BitmapMissesBlock { block } => {
                 write!(f, "the bitmap marks used block {block} free")
             }
+            Corruption::JournalGap { missing, found } => write!(
+                f,
+                "journal batch {missing} is damaged but the later batch {found} is intact \
+                 (acknowledged commits would be lost; restore from a copy)"
+            ),
+            Corruption::JournalRecord { sequence, what } => {
+                write!(f, "journal batch {sequence} does not apply: {what}")
+            }
         }
     }
 }
@@ -133,7 +147,7 @@ pub enum Unsupported {
     UndefinedState(u32),
     /// A reserved field or reserved flag bits are non-zero.
     ReservedNonZero { field: &'static str },
-    /// The journal fields are in use; this build has no journal replay.
+    /// The journal fields are set while the journal feature bit is not.
     JournalInUse,
     /// More than one carrier, or a carrier index other than 0.
     MultiCarrier { index: u32, count: u32 },
@@ -152,7 +166,9 @@ impl fmt::Display for Unsupported {
             Unsupported::IncompatFeatures(bits) => write!(f, "incompatible features {bits:#x}"),
             Unsupported::UndefinedState(s) => write!(f, "undefined volume state {s}"),
             Unsupported::ReservedNonZero { field } => write!(f, "non-zero reserved field {field}"),
-            Unsupported::JournalInUse => f.write_str("a journal (not supported by this build)"),
+            Unsupported::JournalInUse => {
+                f.write_str("journal fields set without the journal feature bit")
+            }
             Unsupported::MultiCarrier { index, count } => {
                 write!(f, "carrier {index} of {count} (this build supports one carrier)")
             }
@@ -208,6 +224,11 @@ pub enum Invalid {
     Rename,
     /// The carrier is smaller than the volume's recorded capacity.
     CarrierTooSmall { carrier_bytes: u64, volume_bytes: u64 },
+    /// A journal needs a reserved region of at least `min` blocks; the volume has `blocks`
+    /// (the region is chosen at format time and cannot grow).
+    JournalRegion { blocks: u64, min: u64 },
+    /// The journal is already on.
+    JournalEnabled,
 }
 
 impl fmt::Display for Invalid {
@@ -229,6 +250,12 @@ impl fmt::Display for Invalid {
                 f,
                 "the carrier holds {carrier_bytes} bytes but the volume needs {volume_bytes}"
             ),
+            Invalid::JournalRegion { blocks, min } => write!(
+                f,
+                "a journal needs a reserved region of at least {min} blocks and this volume \
+                 reserves {blocks} (the region is chosen at format time: `--journal SIZE`)"
+            ),
+            Invalid::JournalEnabled => f.write_str("the journal is already enabled"),
         }
     }
 }

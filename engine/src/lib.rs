@@ -14,8 +14,10 @@
 //!   poisoning), with the volume's own page cache and its writeback thread.
 //! - `superblock`, `layout`, `bitmap`: the fixed regions.
 //! - `chain`, `records`, `image`: metadata as fixed-length records in checksummed block chains.
+//! - `journal`: the metadata journal (a ring of checksummed batches of operation records).
 //! - `namespace`, `file`: directories, files, extents, attributes.
-//! - `volume`: format, open (adopt -> reconcile), the two-barrier commit, the data path.
+//! - `volume`: format, open (adopt -> replay -> reconcile), commits (one journal batch, or a
+//!   checkpoint: the copy-on-write image and two superblock flips), the data path.
 //!
 //! `docs/FORMAT.md` is the normative byte-level specification; the code derives every offset
 //! from it and checks sizes at compile time.
@@ -47,7 +49,7 @@ macro_rules! internal {
     )*};
 }
 
-internal!(bitmap, chain, format, image, namespace, records, superblock);
+internal!(bitmap, chain, format, image, journal, namespace, records, superblock);
 pub mod carrier;
 pub mod error;
 mod io;
@@ -64,6 +66,6 @@ pub use io::cache::names as cache_metric_names;
 pub use volume::CommitMutation;
 pub use volume::{
     CheckReport, DEFAULT_CACHE_BYTES, DirEntry, ExtentInfo, File, FileKind, Finding, FindingKind,
-    FormatOptions, IoPolicy, Metadata, OpenReport, SlotStatus, Tier, Volume, VolumeInfo,
+    FormatOptions, IoPolicy, JournalInfo, Metadata, OpenReport, ReplayReport, SlotStatus, Tier, Volume, VolumeInfo,
     VolumeOptions, WriteConcurrency, check,
 };

@@ -6,6 +6,11 @@
 //! Names are byte strings compared byte for byte: no case folding, no normalization, no host
 //! platform rules; only `/` and NUL are excluded, and `.` and `..` are not names.
 //!
+//! On a journaled volume every mutating method also records what it did as a journal record
+//! (`crate::journal::Op`) when the inode it changes is in the image (orphans are not, and die
+//! with a crash anyway). Replay decodes those records and calls the same methods through
+//! [`Namespace::apply`]: one implementation of each operation, used live and at recovery.
+//!
 //! Invariants (checked by `check_invariants`): every inode but the root has exactly one entry
 //! in a directory; the graph is a tree; extents of a file do not overlap and end within the
 //! file's last block; a block belongs to at most one extent.
@@ -15,7 +20,9 @@ use std::collections::{BTreeMap, HashMap};
 use crate::bitmap::{Allocator, Hold};
 use crate::chain::{Table, TableId};
 use crate::error::{Error, Invalid, Result};
+use crate::error::{Corruption, Region};
 use crate::format::consts::{MAX_ATTR_KEY_LEN, MAX_FILE_SIZE, MAX_NAME_LEN, ROOT_INO};
+use crate::journal::Op;
 use crate::layout::BlockRange;
 use crate::records::{AttrPart, DirentRecord, ExtentRecord, InodeKind, InodeRecord};
 
@@ -141,6 +148,9 @@ pub struct Namespace {
     pub next_attr_id: u64,
     pub tables: [Table; 4],
     pub block_size: u64,
+    /// Journaled volumes: the records of the operations since the last commit (`None`
+    /// without a journal, and while replaying).
+    pub journal: Option<Vec<Op>>,
 }
 
 impl Namespace {
@@ -154,6 +164,7 @@ impl Namespace {
             next_attr_id: 1,
             tables: TableId::ALL.map(|t| Table::new(t, bs)),
             block_size: u64::from(block_size),
+            journal: None,
         };
         let slot = ns.table(TableId::Inodes).alloc_slot();
         let root = Inode {
@@ -250,12 +261,27 @@ impl Namespace {
         now_ns: u64,
         path: &[u8],
     ) -> Result<u64> {
+        let ino = self.next_ino;
+        self.create_as(ino, parent, name, kind, now_ns, path)
+    }
+
+    /// `create` with the inode number given (the live path takes `next_ino`; replay the
+    /// number the record carries).
+    fn create_as(
+        &mut self,
+        ino: u64,
+        parent: u64,
+        name: &[u8],
+        kind: InodeKind,
+        now_ns: u64,
+        path: &[u8],
+    ) -> Result<u64> {
         check_name(name)?;
         if self.inodes[&parent].children.contains_key(name) {
             return Err(Error::AlreadyExists { path: path.to_vec() });
         }
-        let ino = self.next_ino;
-        self.next_ino += 1;
+        assert!(ino > ROOT_INO && !self.inodes.contains_key(&ino), "inode {ino} reused");
+        self.next_ino = self.next_ino.max(ino + 1);
         let slot = self.table(TableId::Inodes).alloc_slot();
         let inode = Inode {
             ino,
@@ -274,7 +300,15 @@ impl Namespace {
         self.store_inode(ino);
         self.link(parent, name, ino);
         self.touch(parent, now_ns);
+        self.record(|| Op::Create { parent, ino, kind, now_ns, name: name.to_vec() });
         Ok(ino)
+    }
+
+    /// Queues a journal record (journaled volumes only).
+    fn record(&mut self, op: impl FnOnce() -> Op) {
+        if let Some(queue) = &mut self.journal {
+            queue.push(op());
+        }
     }
 
     fn touch(&mut self, ino: u64, now_ns: u64) {
@@ -360,6 +394,7 @@ impl Namespace {
         self.unlink(parent, name);
         self.drop_inode(ino, is_open(ino), alloc);
         self.touch(parent, now_ns);
+        self.record(|| Op::Remove { now_ns, path: path.to_vec() });
         Ok(())
     }
 
@@ -413,6 +448,7 @@ impl Namespace {
         self.link(dst_parent, dst_name, src);
         self.touch(src_parent, now_ns);
         self.touch(dst_parent, now_ns);
+        self.record(|| Op::Rename { now_ns, from: from.to_vec(), to: to.to_vec() });
         Ok(())
     }
 
@@ -424,6 +460,7 @@ impl Namespace {
         inode.modified_ns = now_ns;
         if self.inodes.contains_key(&ino) {
             self.store_inode(ino);
+            self.record(|| Op::SetSize { ino, size, now_ns });
         }
     }
 
@@ -438,6 +475,9 @@ impl Namespace {
     ) {
         alloc.attach(run);
         let in_image = self.inodes.contains_key(&ino);
+        if in_image {
+            self.record(|| Op::Attach { ino, logical, start: run.start, len: run.len });
+        }
         let inode = self.get_mut(ino).expect("attaching to a live inode");
         debug_assert!(
             (logical..logical + run.len).all(|lb| inode.physical_of(lb).is_none()),
@@ -473,6 +513,9 @@ impl Namespace {
     /// Unmaps every block at or past logical block `keep` and frees it.
     pub fn truncate_blocks(&mut self, ino: u64, keep: u64, alloc: &mut Allocator) {
         let in_image = self.inodes.contains_key(&ino);
+        if in_image {
+            self.record(|| Op::Truncate { ino, keep });
+        }
         let inode = self.get_mut(ino).expect("truncating a live inode");
         let hold = if in_image { Hold::UntilCommit } else { Hold::Pinned };
         let affected: Vec<(u64, Extent)> = inode
@@ -518,10 +561,21 @@ impl Namespace {
         if u32::try_from(value.len()).is_err() {
             return Err(Error::Invalid(Invalid::FileTooLarge { bytes: value.len() as u64 }));
         }
-        self.remove_attr(ino, key);
         let id = self.next_attr_id;
-        self.next_attr_id += 1;
+        self.set_attr_as(ino, id, key, value);
+        Ok(())
+    }
+
+    /// `set_attr` with the attribute id given (live: `next_attr_id`; replay: the record's).
+    fn set_attr_as(&mut self, ino: u64, id: u64, key: &[u8], value: &[u8]) {
+        let journal = self.journal.take();
+        self.remove_attr(ino, key);
+        self.journal = journal;
+        self.next_attr_id = self.next_attr_id.max(id + 1);
         let in_image = self.inodes.contains_key(&ino);
+        if in_image {
+            self.record(|| Op::SetAttr { ino, id, key: key.to_vec(), value: value.to_vec() });
+        }
         let mut slots = Vec::new();
         if in_image {
             for part in AttrPart::split(ino, id, key, value) {
@@ -532,7 +586,6 @@ impl Namespace {
         }
         let attr = Attr { value: value.to_vec(), id, slots };
         self.get_mut(ino).expect("inode").attrs.insert(key.to_vec(), attr);
-        Ok(())
     }
 
     /// Removes attribute `key` of `ino`; true when it existed.
@@ -541,7 +594,86 @@ impl Namespace {
         for s in old.slots {
             self.table(TableId::Attributes).release(s);
         }
+        if self.inodes.contains_key(&ino) {
+            self.record(|| Op::RemoveAttr { ino, key: key.to_vec() });
+        }
         true
+    }
+
+    /// Replays one journal record of batch `sequence` with the live path's own methods. The
+    /// allocator is the replay's scratch allocator (its live set: the checkpoint's reachable
+    /// blocks); an attached run must be free there. A record that does not apply (which a
+    /// verified batch written by this code never holds) is `Corrupt`, never a panic.
+    pub fn apply(&mut self, op: &Op, alloc: &mut Allocator, sequence: u64) -> Result<()> {
+        let bad = |what: &'static str| {
+            Error::corrupt(Region::Journal, 0, Corruption::JournalRecord { sequence, what })
+        };
+        let file = |ns: &Namespace, ino: u64| {
+            ns.inodes.get(&ino).is_some_and(|i| i.kind == InodeKind::File)
+        };
+        match op {
+            Op::Create { parent, ino, kind, now_ns, name } => {
+                let parent_is_dir =
+                    self.inodes.get(parent).is_some_and(|p| p.kind == InodeKind::Directory);
+                if !parent_is_dir || *ino <= ROOT_INO || self.inodes.contains_key(ino) {
+                    return Err(bad("create"));
+                }
+                self.create_as(*ino, *parent, name, *kind, *now_ns, name)
+                    .map_err(|_| bad("create"))?;
+            }
+            Op::Remove { now_ns, path } => {
+                self.remove(path, |_| false, alloc, *now_ns).map_err(|_| bad("remove"))?;
+            }
+            Op::Rename { now_ns, from, to } => {
+                self.rename(from, to, |_| false, alloc, *now_ns).map_err(|_| bad("rename"))?;
+            }
+            Op::SetSize { ino, size, now_ns } => {
+                let blocks = self.inodes.get(ino).and_then(|i| i.extents.iter().next_back());
+                let mapped_end = blocks.map_or(0, |(s, e)| s + e.len);
+                if !file(self, *ino)
+                    || *size > MAX_FILE_SIZE
+                    || size.div_ceil(self.block_size) < mapped_end
+                {
+                    return Err(bad("set size"));
+                }
+                self.set_size(*ino, *size, *now_ns);
+            }
+            Op::Attach { ino, logical, start, len } => {
+                let run = BlockRange { start: *start, len: *len };
+                let end = logical.checked_add(*len);
+                let unmapped = file(self, *ino)
+                    && end.is_some_and(|end| {
+                        self.inodes[ino].mapped_runs(*logical, end).is_empty()
+                            && end <= MAX_FILE_SIZE / self.block_size
+                    });
+                if *len == 0 || u32::try_from(*len).is_err() || !unmapped || !alloc.claim(run) {
+                    return Err(bad("attach"));
+                }
+                self.attach_extent(*ino, *logical, run, alloc);
+            }
+            Op::Truncate { ino, keep } => {
+                if !file(self, *ino) {
+                    return Err(bad("truncate"));
+                }
+                self.truncate_blocks(*ino, *keep, alloc);
+            }
+            Op::SetAttr { ino, id, key, value } => {
+                let fits = !key.is_empty()
+                    && key.len() <= MAX_ATTR_KEY_LEN
+                    && u32::try_from(value.len()).is_ok();
+                if !self.inodes.contains_key(ino) || !fits {
+                    return Err(bad("set attribute"));
+                }
+                self.set_attr_as(*ino, *id, key, value);
+            }
+            Op::RemoveAttr { ino, key } => {
+                if !self.inodes.contains_key(ino) {
+                    return Err(bad("remove attribute"));
+                }
+                self.remove_attr(*ino, key);
+            }
+        }
+        Ok(())
     }
 
     /// Checks the invariants in the module docs (tests and fuzzers call this).

@@ -58,8 +58,40 @@ const _: () = assert!(
 const _: () = assert!(RESERVED_AT == 592, "FORMAT.md places the reserved area at byte 592");
 const _: () = assert!(RESERVED_AT < CHECKSUM_AT);
 
-/// Incompatible features this build understands (none in v1: any set bit refuses).
-pub const KNOWN_INCOMPAT: u64 = 0;
+/// `incompat_features` bit 0: the journal is in use (FORMAT.md, "Journal"). A build that does
+/// not know it refuses the volume: it would open at the checkpoint and ignore the records
+/// committed after it.
+pub const INCOMPAT_JOURNAL: u64 = 1 << 0;
+/// Incompatible features this build understands.
+pub const KNOWN_INCOMPAT: u64 = INCOMPAT_JOURNAL;
+
+/// `journal_flags` bit 0: open found the journal region destroyed and the volume went on
+/// from its checkpoint; set until acknowledged (`vellum journal ack`).
+pub const JOURNAL_LOSS: u32 = 1 << 0;
+const KNOWN_JOURNAL_FLAGS: u32 = JOURNAL_LOSS;
+
+/// Fewest blocks a journal region in use may have.
+pub const MIN_JOURNAL_BLOCKS: u64 = 2;
+
+// Offsets inside the journal fields.
+pub const JOURNAL_TAIL_AT: usize = JOURNAL_FIELDS_AT;
+pub const JOURNAL_SEQUENCE_AT: usize = JOURNAL_TAIL_AT + 8;
+pub const JOURNAL_LOST_FROM_AT: usize = JOURNAL_SEQUENCE_AT + 8;
+pub const JOURNAL_FLAGS_AT: usize = JOURNAL_LOST_FROM_AT + 8;
+const _: () = assert!(JOURNAL_FLAGS_AT + 8 == JOURNAL_FIELDS_AT + JOURNAL_FIELDS_LEN);
+
+/// Where the journal stands at a checkpoint (all zero without `INCOMPAT_JOURNAL`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct JournalFields {
+    /// Ring block (`0..journal_blocks`) where the first batch after this checkpoint begins.
+    pub tail: u64,
+    /// The sequence number that batch carries (at least 1): every batch below it is in the
+    /// checkpoint's image.
+    pub sequence: u64,
+    /// With `JOURNAL_LOSS`: the sequence from which records may have been lost; else 0.
+    pub lost_from: u64,
+    pub flags: u32,
+}
 /// Read-only-compatible features this build understands (none in v1: any set bit opens
 /// read-only).
 pub const KNOWN_RO_COMPAT: u64 = 0;
@@ -113,6 +145,8 @@ pub struct Superblock {
     pub bitmap_checksum: u32,
     /// Format time, nanoseconds since the Unix epoch (informational).
     pub created_unix_ns: u64,
+    /// The journal's checkpoint position (zero unless `incompat` has `INCOMPAT_JOURNAL`).
+    pub journal: JournalFields,
 }
 
 /// Byte offset of `slot` on the carrier.
@@ -126,6 +160,11 @@ pub fn first_slot(generation: u64) -> u8 {
 }
 
 impl Superblock {
+    /// True when the journal is in use.
+    pub fn journaled(&self) -> bool {
+        self.incompat & INCOMPAT_JOURNAL != 0
+    }
+
     /// True when unknown ro-compat bits require a read-only open.
     pub fn requires_read_only(&self) -> bool {
         self.ro_compat & !KNOWN_RO_COMPAT != 0
@@ -137,6 +176,14 @@ impl Superblock {
         assert_eq!(self.version, FORMAT_VERSION, "this build writes only v{FORMAT_VERSION}");
         assert_eq!(self.members.len(), self.carrier_count as usize);
         assert_eq!(self.layout_flags & !KNOWN_LAYOUT_FLAGS, 0);
+        assert_eq!(self.incompat & !KNOWN_INCOMPAT, 0);
+        if self.journaled() {
+            let j = &self.journal;
+            assert!(j.sequence >= 1 && j.tail < self.layout.journal.len, "journal fields {j:?}");
+            assert_eq!(j.flags & !KNOWN_JOURNAL_FLAGS, 0);
+        } else {
+            assert_eq!(self.journal, JournalFields::default(), "journal fields without a journal");
+        }
         let mut out = [0u8; SUPERBLOCK_LEN];
         let mut w = Writer::new(&mut out);
         w.put(&MAGIC);
@@ -165,7 +212,11 @@ impl Superblock {
         w.u32_le(self.root.checksum);
         w.u32_le(self.bitmap_checksum);
         w.assert_at(JOURNAL_FIELDS_AT);
-        w.zeros(JOURNAL_FIELDS_LEN); // v1 has no journal: head, tail, sequence, flags are zero
+        w.u64_le(self.journal.tail);
+        w.u64_le(self.journal.sequence);
+        w.u64_le(self.journal.lost_from);
+        w.u32_le(self.journal.flags);
+        w.zeros(4);
         w.u64_le(self.created_unix_ns);
         w.assert_at(MEMBERS_AT);
         for i in 0..MAX_MEMBERS {
@@ -273,9 +324,38 @@ impl Superblock {
         let layout = Layout { block_size, total_blocks, bitmap, journal, image, data };
         let root = BlockRef { block: r.u64_le()?, checksum: r.u32_le()? };
         let bitmap_checksum = r.u32_le()?;
-        if r.bytes(JOURNAL_FIELDS_LEN)?.iter().any(|&b| b != 0) {
-            return Err(Error::Unsupported(Unsupported::JournalInUse));
-        }
+        let journal = if incompat & INCOMPAT_JOURNAL == 0 {
+            if r.bytes(JOURNAL_FIELDS_LEN)?.iter().any(|&b| b != 0) {
+                return Err(Error::Unsupported(Unsupported::JournalInUse));
+            }
+            JournalFields::default()
+        } else {
+            let tail = r.u64_le()?;
+            let sequence = r.u64_le()?;
+            let lost_from = r.u64_le()?;
+            let flags = r.u32_le()?;
+            if flags & !KNOWN_JOURNAL_FLAGS != 0 {
+                return Err(Error::Unsupported(Unsupported::ReservedNonZero {
+                    field: "journal_flags",
+                }));
+            }
+            if flags & JOURNAL_LOSS == 0 && lost_from != 0 {
+                return Err(Error::Unsupported(Unsupported::ReservedNonZero {
+                    field: "journal_lost_from",
+                }));
+            }
+            r.expect_zero(4, "journal reserved")?;
+            if journal.len < MIN_JOURNAL_BLOCKS {
+                return Err(r.bad_value("journal_blocks", journal.len));
+            }
+            if tail >= journal.len {
+                return Err(r.bad_value("journal_tail", tail));
+            }
+            if sequence == 0 {
+                return Err(r.bad_value("journal_sequence", 0));
+            }
+            JournalFields { tail, sequence, lost_from, flags }
+        };
         let created_unix_ns = r.u64_le()?;
         let mut members = Vec::new();
         for i in 0..MAX_MEMBERS {
@@ -326,6 +406,7 @@ impl Superblock {
             root,
             bitmap_checksum,
             created_unix_ns,
+            journal,
         })
     }
 }

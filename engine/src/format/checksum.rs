@@ -10,6 +10,7 @@ use crate::format::consts::Uuid;
 /// Domain-separation tags, so a superblock seed can never equal a block seed.
 const SUPERBLOCK_DOMAIN: &[u8; 8] = b"VLM-SB\0\0";
 const BLOCK_DOMAIN: &[u8; 8] = b"VLM-BLK\0";
+const JOURNAL_DOMAIN: &[u8; 8] = b"VLM-JNL\0";
 
 /// crc32c of `bytes` seeded with `(slot, uuid)`; FORMAT.md "Superblock checksum".
 pub fn superblock(slot: u8, uuid: &Uuid, bytes: &[u8]) -> u32 {
@@ -25,6 +26,17 @@ pub fn block(address: u64, uuid: &Uuid, bytes: &[u8]) -> u32 {
     seed = crc32c::crc32c_append(seed, &address.to_le_bytes());
     seed = crc32c::crc32c_append(seed, &uuid.0);
     crc32c::crc32c_append(seed, bytes)
+}
+
+/// crc32c of a journal block's `header` then `body`, seeded with `(block address, uuid)`;
+/// FORMAT.md "Journal blocks". A block written to another ring position, or a stale block of
+/// another volume, does not verify.
+pub fn journal(address: u64, uuid: &Uuid, header: &[u8], body: &[u8]) -> u32 {
+    let mut seed = crc32c::crc32c(JOURNAL_DOMAIN);
+    seed = crc32c::crc32c_append(seed, &address.to_le_bytes());
+    seed = crc32c::crc32c_append(seed, &uuid.0);
+    seed = crc32c::crc32c_append(seed, header);
+    crc32c::crc32c_append(seed, body)
 }
 
 /// Plain crc32c (the bitmap checksum of a clean volume).
@@ -46,5 +58,7 @@ mod tests {
         assert_ne!(block(10, &a, &data), block(11, &a, &data));
         assert_ne!(block(10, &a, &data), block(10, &b, &data));
         assert_ne!(block(0, &a, &data), superblock(0, &a, &data));
+        assert_ne!(journal(10, &a, &data, &[]), block(10, &a, &data));
+        assert_ne!(journal(10, &a, &data, &[]), journal(11, &a, &data, &[]));
     }
 }

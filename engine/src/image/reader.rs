@@ -413,6 +413,7 @@ fn build_namespace(
         next_attr_id,
         tables,
         block_size: u64::from(block_size),
+        journal: None,
     })
 }
 

@@ -61,6 +61,8 @@ pub(crate) enum Area {
     /// One slot (0 = A, 1 = B).
     Superblock(u8),
     Bitmap,
+    /// Blocks of the journal ring.
+    Journal,
     /// Blocks of the checkpoint image (record blocks, spines, root).
     Image,
     /// File data blocks.
@@ -74,26 +76,39 @@ impl Area {
             Area::Bitmap => 1,
             Area::Image => 2,
             Area::Data => 3,
+            Area::Journal => 4,
         }
     }
 }
 
-/// Operation counts of the IO layer, per area (superblocks, bitmap, image, data).
+/// Areas counted apart in [`IoCounts`].
+const AREAS: usize = 5;
+
+/// Operation counts of the IO layer, per area (superblocks, bitmap, image, data, journal).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct IoCounts {
-    pub reads: [u64; 4],
-    pub read_bytes: [u64; 4],
-    pub writes: [u64; 4],
-    pub write_bytes: [u64; 4],
+    pub reads: [u64; AREAS],
+    pub read_bytes: [u64; AREAS],
+    pub writes: [u64; AREAS],
+    pub write_bytes: [u64; AREAS],
     pub barriers: u64,
+}
+
+impl IoCounts {
+    /// Index of the journal's counts in the per-area arrays.
+    pub const JOURNAL: usize = 4;
+    /// Index of the superblocks' counts.
+    pub const SUPERBLOCKS: usize = 0;
+    /// Index of the image's counts.
+    pub const IMAGE: usize = 2;
 }
 
 #[derive(Debug, Default)]
 struct Counters {
-    reads: [AtomicU64; 4],
-    read_bytes: [AtomicU64; 4],
-    writes: [AtomicU64; 4],
-    write_bytes: [AtomicU64; 4],
+    reads: [AtomicU64; AREAS],
+    read_bytes: [AtomicU64; AREAS],
+    writes: [AtomicU64; AREAS],
+    write_bytes: [AtomicU64; AREAS],
     barriers: AtomicU64,
 }
 
@@ -196,7 +211,7 @@ impl Io {
     }
 
     pub(crate) fn counts(&self) -> IoCounts {
-        let get = |a: &[AtomicU64; 4]| a.each_ref().map(|c| c.load(Ordering::Relaxed));
+        let get = |a: &[AtomicU64; AREAS]| a.each_ref().map(|c| c.load(Ordering::Relaxed));
         let c = &self.counters;
         IoCounts {
             reads: get(&c.reads),
@@ -245,17 +260,21 @@ impl Io {
                     && offset == u64::from(slot) * SUPERBLOCK_LEN as u64
                     && len == SUPERBLOCK_LEN
             }
-            Area::Bitmap | Area::Image | Area::Data => {
+            Area::Bitmap | Area::Journal | Area::Image | Area::Data => {
                 let layout = layout.expect("block IO before the layout is known");
                 let bs = u64::from(layout.block_size);
-                let range = if area == Area::Bitmap { layout.bitmap } else { layout.allocatable() };
+                let range = match area {
+                    Area::Bitmap => layout.bitmap,
+                    Area::Journal => layout.journal,
+                    _ => layout.allocatable(),
+                };
                 len > 0 && offset >= range.start * bs && end <= range.end() * bs
             }
         };
         assert!(inside, "{area:?} request [{offset}, {end}) outside its area");
     }
 
-    fn count(counter: &[AtomicU64; 4], bytes: &[AtomicU64; 4], area: Area, len: usize) {
+    fn count(counter: &[AtomicU64; AREAS], bytes: &[AtomicU64; AREAS], area: Area, len: usize) {
         counter[area.index()].fetch_add(1, Ordering::Relaxed);
         bytes[area.index()].fetch_add(len as u64, Ordering::Relaxed);
     }

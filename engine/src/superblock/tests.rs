@@ -19,6 +19,7 @@ fn sample() -> Superblock {
         root: BlockRef { block: layout.image.start, checksum: 0x1234 },
         bitmap_checksum: 0,
         created_unix_ns: 42,
+        journal: JournalFields::default(),
     }
 }
 

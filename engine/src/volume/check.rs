@@ -1,12 +1,14 @@
 //! The read-only checker behind `vellum check` (exit codes like `qemu-img check`).
 //!
-//! It runs the same adoption as open, so "check passes" and "open succeeds" cannot disagree,
-//! and then compares what open would trust: both superblock slots, and for a clean volume the
-//! bitmap against the image's reachable set. It never writes.
+//! It runs the same adoption and journal replay as open, so "check passes" and "open
+//! succeeds" cannot disagree, and then compares what open would trust: both superblock slots,
+//! and for a clean volume the bitmap against the reachable set. A destroyed journal region,
+//! and the mark an open leaves after finding one, are damage until acknowledged. It never
+//! writes.
 
 use std::fmt;
 
-use super::open::adopt;
+use super::open::{adopt, replay};
 use crate::carrier::Carrier;
 use crate::error::Error;
 use crate::format::checksum;
@@ -114,7 +116,7 @@ pub fn check(carrier: &dyn Carrier) -> CheckReport {
             Err(e) => SlotStatus::Damaged(e.to_string()),
         });
     }
-    let adopted = match adopt(&probe) {
+    let mut adopted = match adopt(&probe) {
         Ok(a) => a,
         Err(e @ Error::Corrupt { .. }) => {
             report.add(FindingKind::Corrupt, e.to_string());
@@ -125,9 +127,48 @@ pub fn check(carrier: &dyn Carrier) -> CheckReport {
             return report;
         }
     };
+    let replayed = match replay(&probe, &mut adopted, None) {
+        Ok(r) => r,
+        Err(e @ (Error::Corrupt { .. } | Error::Unsupported(_))) => {
+            report.add(FindingKind::Corrupt, format!("journal: {e}"));
+            return report;
+        }
+        Err(e) => {
+            report.add(FindingKind::Incomplete, e.to_string());
+            return report;
+        }
+    };
     let sb = &adopted.sb;
     let layout = sb.layout;
     report.adopted = Some((adopted.slot, sb.generation));
+    if let Some((j, _)) = &replayed {
+        if j.batches > 0 {
+            report.add(
+                FindingKind::Note,
+                format!(
+                    "the journal holds {} batches ({} records) after the checkpoint; open \
+                     replays them",
+                    j.batches, j.records
+                ),
+            );
+        }
+        if j.destroyed {
+            report.add(
+                FindingKind::Corrupt,
+                "the journal region is destroyed: open goes on from the checkpoint, and \
+                 commits after it are lost",
+            );
+        } else if j.loss_unacknowledged {
+            report.add(
+                FindingKind::Corrupt,
+                format!(
+                    "an open found the journal region destroyed (records from sequence {} \
+                     lost); `vellum journal ack` acknowledges it",
+                    sb.journal.lost_from
+                ),
+            );
+        }
+    }
     report.total_blocks = layout.total_blocks;
     report.metadata_blocks = adopted.image.metadata_blocks;
     report.used_blocks = adopted.image.reachable.count_ones();
@@ -156,7 +197,8 @@ pub fn check(carrier: &dyn Carrier) -> CheckReport {
             );
         }
     }
-    if !clean {
+    let replayed_batches = replayed.is_some_and(|(j, _)| j.batches > 0);
+    if !clean || replayed_batches {
         report.add(
             FindingKind::Note,
             "the volume was not closed cleanly; open rebuilds its bitmap from the image",

@@ -15,13 +15,26 @@
 //! leaves the other slot at G (its image untouched: freed blocks are reused only after the
 //! commit that freed them completed); adoption passes over a first-written slot whose image
 //! did not land. A crash between the barriers leaves one slot at G+1, durable.
+//!
+//! **Journaled volumes** (FORMAT.md, "Journaled commit"): a commit is step 1 then one batch
+//! of the records queued since the last commit, written to the ring with one durable write
+//! (write-through) or one write and one barrier: the batch is the commit point. Steps 2-5
+//! become the *checkpoint*, which also stores where the ring's first batch after it begins;
+//! it runs when a batch does not fit in the ring's free space, when the ring passes
+//! [`CHECKPOINT_FILL_PERCENT`], at open and at close. Ring space is reused only after the
+//! checkpoint's superblock is durable.
 
 use super::{CommitMutation, Inner, Meta};
 use crate::error::{Error, Result};
 use crate::format::checksum;
 use crate::image::writer;
 use crate::io::{Area, Io};
-use crate::superblock::{self, VolumeState};
+use crate::journal::{self, Ring, record};
+use crate::superblock::{self, JOURNAL_LOSS, JournalFields, VolumeState};
+
+/// A journaled commit that leaves the ring fuller than this checkpoints right after it, so
+/// that a commit rarely finds the ring full (and replay stays short).
+pub(crate) const CHECKPOINT_FILL_PERCENT: u64 = 75;
 
 /// A barrier: every write that returned before it is durable.
 pub(crate) fn barrier(inner: &Inner) -> Result<()> {
@@ -93,7 +106,8 @@ fn write_blocks(inner: &Inner, blocks: &[(u64, Vec<u8>)]) -> Result<()> {
     Ok(())
 }
 
-/// Commits the in-memory state as generation G+1 with `state`. Any carrier failure poisons.
+/// Commits the in-memory state as generation G+1 with `state` (on a journaled volume: a
+/// checkpoint). Any carrier failure poisons.
 pub(crate) fn commit(inner: &Inner, meta: &mut Meta, state: VolumeState) -> Result<()> {
     inner.writable()?;
     commit_inner(inner, meta, state).inspect_err(|e| {
@@ -101,6 +115,84 @@ pub(crate) fn commit(inner: &Inner, meta: &mut Meta, state: VolumeState) -> Resu
             inner.poison(e);
         }
     })
+}
+
+/// Makes every change so far durable: one journal batch on a journaled volume (a checkpoint
+/// when the batch does not fit the ring), a full commit otherwise.
+pub(crate) fn commit_changes(inner: &Inner, meta: &mut Meta) -> Result<()> {
+    if meta.ring.is_none() {
+        return commit(inner, meta, VolumeState::Dirty);
+    }
+    inner.writable()?;
+    journal_commit(inner, meta).inspect_err(|e| {
+        if e.is_poisoning() {
+            inner.poison(e);
+        }
+    })
+}
+
+fn journal_commit(inner: &Inner, meta: &mut Meta) -> Result<()> {
+    let ops = meta.ns.journal.as_ref().map_or(0, Vec::len);
+    if ops == 0 {
+        // Nothing to record: data first, and blocks whose freeing records are durable
+        // already (an orphan's, after its last handle closed) become reusable.
+        flush_data(inner, meta)?;
+        release_freed(inner, meta);
+        return Ok(());
+    }
+    let payload = record::encode_batch(meta.ns.journal.as_deref().unwrap_or_default());
+    let blocks = journal::blocks_for(payload.len(), inner.layout.block_size);
+    if blocks > meta.ring.as_ref().expect("journaled").free() {
+        return commit_inner(inner, meta, VolumeState::Dirty);
+    }
+    // Ordered mode: the data the records reference reaches the carrier first.
+    flush_data(inner, meta)?;
+    let ring = meta.ring.as_ref().expect("journaled");
+    let runs = ring.seal(&inner.layout, &meta.sb.uuid, &payload);
+    let session = inner.io.session()?;
+    if inner.io.options.write_through {
+        for (offset, buf) in &runs {
+            session.write_durable(Area::Journal, *offset, buf.as_slice())?;
+        }
+    } else {
+        for (offset, buf) in &runs {
+            session.write(Area::Journal, *offset, buf.as_slice())?;
+        }
+        session.barrier()?;
+    }
+    drop(session);
+    let ring = meta.ring.as_mut().expect("journaled");
+    ring.advance(blocks);
+    let fill = ring.used * 100 / ring.len;
+    meta.ns.journal = Some(Vec::new());
+    release_freed(inner, meta);
+    if fill >= CHECKPOINT_FILL_PERCENT {
+        commit_inner(inner, meta, VolumeState::Dirty)?;
+    }
+    Ok(())
+}
+
+/// Fills the ring with filler blocks and makes them durable: the step that enables a
+/// journal (at format, or offline on an existing volume), before the superblock that claims
+/// the feature.
+pub(crate) fn fill_ring(inner: &Inner, meta: &Meta) -> Result<()> {
+    let ring = meta.ring.as_ref().expect("journaled");
+    let (offset, buf) = ring.fillers(&inner.layout, &meta.sb.uuid);
+    let session = inner.io.session()?;
+    session.write(Area::Journal, offset, buf.as_slice())?;
+    session.barrier()
+}
+
+/// The journal fields a checkpoint of `ring` stores; the sequence moves past the records
+/// still queued, which the checkpoint's image contains.
+fn checkpoint_fields(ring: &Ring, queued: bool) -> JournalFields {
+    let flags = if ring.lost_from.is_some() { JOURNAL_LOSS } else { 0 };
+    JournalFields {
+        tail: ring.head(),
+        sequence: ring.next_sequence + u64::from(queued),
+        lost_from: ring.lost_from.unwrap_or(0),
+        flags,
+    }
 }
 
 fn commit_inner(inner: &Inner, meta: &mut Meta, state: VolumeState) -> Result<()> {
@@ -138,6 +230,13 @@ fn commit_inner(inner: &Inner, meta: &mut Meta, state: VolumeState) -> Result<()
     sb.root = image.root;
     sb.state = state;
     sb.bitmap_checksum = bitmap_checksum;
+    let queued = meta.ns.journal.as_ref().is_some_and(|q| !q.is_empty());
+    if let Some(ring) = &meta.ring {
+        sb.journal = checkpoint_fields(ring, queued);
+    }
+    // The mutant frees the ring without waiting for the flip to be durable: the next batch
+    // may then overwrite records that the superblock still on the medium needs.
+    let hold_ring = !(meta.ring.is_some() && mutation == Some(CommitMutation::CheckpointFreesJournalEarly));
     let first = superblock::first_slot(generation);
     write_blocks(inner, &image.blocks)?;
     for block in dirty_bitmap {
@@ -147,11 +246,18 @@ fn commit_inner(inner: &Inner, meta: &mut Meta, state: VolumeState) -> Result<()
     }
     let slot = Area::Superblock;
     inner.io.write(slot(first), superblock::slot_offset(first), &sb.encode(first))?;
-    if mutation != Some(CommitMutation::SkipFirstBarrier) {
+    if mutation != Some(CommitMutation::SkipFirstBarrier) && hold_ring {
         barrier(inner)?;
     }
     inner.io.write(slot(1 - first), superblock::slot_offset(1 - first), &sb.encode(1 - first))?;
-    barrier(inner)?;
+    if hold_ring {
+        barrier(inner)?;
+    }
+    if let Some(ring) = &mut meta.ring {
+        // Only now, with the new tail durable, may batches overwrite the old ones.
+        *ring = Ring { tail: sb.journal.tail, used: 0, next_sequence: sb.journal.sequence, ..ring.clone() };
+        meta.ns.journal = Some(Vec::new());
+    }
     meta.sb = sb;
     release_freed(inner, meta);
     Ok(())

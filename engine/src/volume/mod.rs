@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 pub use check::{CheckReport, Finding, FindingKind, SlotStatus, check};
 pub use file::File;
-pub use open::OpenReport;
+pub use open::{OpenReport, ReplayReport};
 pub use options::{
     CommitMutation, DEFAULT_CACHE_BYTES, FormatOptions, IoPolicy, Tier, VolumeOptions,
     WriteConcurrency,
@@ -68,12 +68,29 @@ pub(crate) struct Meta {
     pub(crate) open: HashMap<u64, OpenInode>,
     /// Bytes of the carrier that exist (a thin carrier grows toward the capacity).
     pub(crate) carrier_len: u64,
+    /// The journal ring of a journaled volume (`None`: every commit is a checkpoint).
+    pub(crate) ring: Option<crate::journal::Ring>,
 }
 
 impl Meta {
     /// True when the next commit has something to write.
     pub(crate) fn is_dirty(&self) -> bool {
-        self.ns.tables.iter().any(crate::chain::Table::is_dirty) || self.alloc.has_dirty_bitmap()
+        match &self.ns.journal {
+            Some(queue) => !queue.is_empty() || !self.alloc.pending_release().is_empty(),
+            None => {
+                self.ns.tables.iter().any(crate::chain::Table::is_dirty)
+                    || self.alloc.has_dirty_bitmap()
+            }
+        }
+    }
+
+    /// The last durable commit: the generation without a journal, the sequence of the last
+    /// batch (or of the last checkpoint's records) with one.
+    pub(crate) fn commit_id(&self) -> u64 {
+        match &self.ring {
+            Some(ring) => ring.next_sequence - 1,
+            None => self.sb.generation,
+        }
     }
 }
 
@@ -191,6 +208,22 @@ pub struct ExtentInfo {
     pub blocks: u64,
 }
 
+/// Where the journal of a journaled volume stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JournalInfo {
+    /// Blocks of the ring.
+    pub blocks: u64,
+    /// Blocks holding batches since the last checkpoint.
+    pub used_blocks: u64,
+    /// Ring block where the last checkpoint's tail is.
+    pub tail: u64,
+    /// The sequence of the next batch.
+    pub next_sequence: u64,
+    /// Set when open found the journal region destroyed: the sequence from which records
+    /// may be lost, until acknowledged.
+    pub lost_from: Option<u64>,
+}
+
 /// A summary of an open volume.
 #[derive(Debug, Clone)]
 pub struct VolumeInfo {
@@ -210,6 +243,8 @@ pub struct VolumeInfo {
     pub cache_bytes: usize,
     /// The tiers files open with unless they ask otherwise.
     pub default_policy: IoPolicy,
+    /// The journal, on a journaled volume.
+    pub journal: Option<JournalInfo>,
 }
 
 /// An open volume. Cheap to clone; all clones and all [`File`]s share one open volume.
@@ -242,6 +277,13 @@ impl Volume {
         options: VolumeOptions,
     ) -> Result<Volume> {
         open::create_path(path, format, carrier, options)
+    }
+
+    /// Switches the journal on in the reserved region of the volume on `carrier`, offline
+    /// (the carrier's lock refuses a volume that is open elsewhere). Refuses a volume whose
+    /// region is smaller than two blocks, and one whose journal is already on.
+    pub fn enable_journal(carrier: Box<dyn Carrier>, options: VolumeOptions) -> Result<()> {
+        open::enable_journal(carrier, options)
     }
 
     /// Opens the volume on the file or block device at `path`.
@@ -301,6 +343,13 @@ impl Volume {
             inodes: meta.ns.inodes.len(),
             cache_bytes: self.inner.cache_bytes,
             default_policy: self.inner.default_policy(),
+            journal: meta.ring.as_ref().map(|r| JournalInfo {
+                blocks: r.len,
+                used_blocks: r.used,
+                tail: r.tail,
+                next_sequence: r.next_sequence,
+                lost_from: r.lost_from,
+            }),
         }
     }
 
@@ -360,11 +409,19 @@ impl Volume {
         self.inner.io.is_poisoned()
     }
 
-    /// Makes every change so far durable: all metadata (one commit, two barriers) and data.
+    /// An identifier of the last durable commit that only grows: the generation on a volume
+    /// without a journal, the sequence number of the last batch on a journaled one.
+    pub fn commit_id(&self) -> u64 {
+        self.inner.meta().commit_id()
+    }
+
+    /// Makes every change so far durable: all metadata and data. Without a journal one
+    /// commit of two barriers; with one, one journal batch (one durable write, or a write
+    /// and a barrier) unless the ring is full and a checkpoint takes its place.
     pub fn commit(&self) -> Result<()> {
         self.inner.writable()?;
         let mut meta = self.inner.meta();
-        commit::commit(&self.inner, &mut meta, VolumeState::Dirty)
+        commit::commit_changes(&self.inner, &mut meta)
     }
 
     /// Like `commit`, but does nothing when nothing changed, and only a barrier when only
@@ -373,10 +430,32 @@ impl Volume {
         self.inner.writable()?;
         let mut meta = self.inner.meta();
         if meta.is_dirty() {
-            commit::commit(&self.inner, &mut meta, VolumeState::Dirty)
+            commit::commit_changes(&self.inner, &mut meta)
         } else {
             commit::flush_data(&self.inner, &mut meta)
         }
+    }
+
+    /// Writes a checkpoint now (journaled volumes; a plain commit otherwise): the image and
+    /// both superblocks, after which the journal ring is empty.
+    pub fn checkpoint(&self) -> Result<()> {
+        self.inner.writable()?;
+        let mut meta = self.inner.meta();
+        commit::commit(&self.inner, &mut meta, VolumeState::Dirty)
+    }
+
+    /// Clears the "journal lost" mark that open left when it found the journal region
+    /// destroyed (`vellum journal ack`): the operator has seen that the records after the
+    /// checkpoint are gone. Takes effect with a checkpoint.
+    pub fn acknowledge_journal_loss(&self) -> Result<bool> {
+        self.inner.writable()?;
+        let mut meta = self.inner.meta();
+        let Some(ring) = meta.ring.as_mut() else { return Ok(false) };
+        if ring.lost_from.take().is_none() {
+            return Ok(false);
+        }
+        commit::commit(&self.inner, &mut meta, VolumeState::Dirty)?;
+        Ok(true)
     }
 
     /// Commits with the clean state and releases the carrier and its lock, also when `File`s

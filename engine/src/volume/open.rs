@@ -2,8 +2,9 @@
 //!
 //! Open: the carrier is already locked -> read both superblocks -> adopt the newest one whose
 //! image verifies (falling back one generation only when the newer slot is the first write of
-//! an interrupted commit) -> reconcile the bitmap with the reachable set -> one commit that
-//! marks the volume dirty -> writable. There is no repair tool and no heuristic scan: a crashed
+//! an interrupted commit) -> replay the journal's valid prefix into the namespace (journaled
+//! volumes; nothing is written) -> reconcile the bitmap with the reachable set -> one commit
+//! (a checkpoint) that marks the volume dirty -> writable. There is no repair tool and no heuristic scan: a crashed
 //! volume opens exactly at its last durable commit.
 
 use std::path::Path;
@@ -11,6 +12,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use super::{CommitMutation, FormatOptions, Inner, Meta, Volume, VolumeOptions, commit, now_ns};
+use crate::journal::{self, Op, Ring, ScanRules};
 use crate::bitmap::{Allocator, Bitmap};
 use crate::carrier::{Carrier, CarrierOptions, CreateOptions, DeviceCarrier, FileCarrier, Medium};
 use crate::error::{Corruption, Error, Invalid, Region, Result};
@@ -21,7 +23,8 @@ use crate::io::{Area, AreaRead, IO_ALIGN, Io, Mutants};
 use crate::layout::Layout;
 use crate::namespace::Namespace;
 use crate::superblock::{
-    self, BlockRef, LAYOUT_SPARSE, LAYOUT_THIN, Member, Superblock, VolumeState,
+    self, BlockRef, INCOMPAT_JOURNAL, JournalFields, LAYOUT_SPARSE, LAYOUT_THIN,
+    MIN_JOURNAL_BLOCKS, Member, Superblock, VolumeState,
 };
 
 /// What open found and did.
@@ -42,6 +45,28 @@ pub struct OpenReport {
     pub leaked_blocks: u64,
     /// The volume is open read-only because of unknown ro-compat features.
     pub ro_compat_read_only: bool,
+    /// The last durable commit recovered (see [`Volume::commit_id`]).
+    pub commit_id: u64,
+    /// What journal replay did (journaled volumes).
+    pub journal: Option<ReplayReport>,
+}
+
+/// What journal replay found and did at open.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplayReport {
+    /// Batches replayed (committed after the checkpoint).
+    pub batches: u64,
+    /// Records replayed.
+    pub records: u64,
+    /// Ring blocks the replayed batches took.
+    pub blocks: u64,
+    /// The valid prefix ended at a batch torn by a power cut (it was never acknowledged).
+    pub torn_tail: bool,
+    /// The journal region was destroyed: the volume opened at its checkpoint, and records
+    /// after it are lost (reported until acknowledged: `vellum journal ack`).
+    pub destroyed: bool,
+    /// Set by an earlier open that found the region destroyed, not yet acknowledged.
+    pub loss_unacknowledged: bool,
 }
 
 /// A superblock and its verified image.
@@ -80,6 +105,53 @@ pub(crate) fn adopt(io: &dyn AreaRead) -> Result<Adopted> {
     Err(first_error.unwrap_or(Error::NotAVolume))
 }
 
+/// Replays the journal of a journaled volume into `adopted`'s namespace and reachable set:
+/// the valid prefix after the checkpoint, in order, through `Namespace::apply` (the live
+/// path's own operations), on a scratch allocator. Reads the ring; writes nothing.
+pub(crate) fn replay(
+    io: &dyn AreaRead,
+    adopted: &mut Adopted,
+    mutation: Option<CommitMutation>,
+) -> Result<Option<(ReplayReport, Ring)>> {
+    let sb = &adopted.sb;
+    if !sb.journaled() {
+        return Ok(None);
+    }
+    let rules =
+        ScanRules { accept_damage: mutation == Some(CommitMutation::ReplayAcceptsDamage) };
+    let scan = journal::scan(io, sb, rules)?;
+    let mut alloc = Allocator::new(sb.layout, adopted.image.reachable.clone());
+    let ns = &mut adopted.image.namespace;
+    ns.journal = None;
+    let mut report = ReplayReport {
+        batches: scan.batches.len() as u64,
+        blocks: scan.used,
+        torn_tail: scan.torn_tail,
+        destroyed: scan.destroyed,
+        loss_unacknowledged: sb.journal.flags & superblock::JOURNAL_LOSS != 0,
+        ..ReplayReport::default()
+    };
+    for batch in &scan.batches {
+        for op in &batch.ops {
+            if mutation == Some(CommitMutation::ReplayDiffers) && matches!(op, Op::RemoveAttr { .. })
+            {
+                continue;
+            }
+            ns.apply(op, &mut alloc, batch.sequence)?;
+            report.records += 1;
+        }
+    }
+    ns.journal = Some(Vec::new());
+    adopted.image.reachable = alloc.live().clone();
+    let mut ring = Ring::at_checkpoint(sb);
+    ring.used = scan.used;
+    ring.next_sequence = scan.next_sequence;
+    if scan.destroyed && ring.lost_from.is_none() {
+        ring.lost_from = Some(sb.journal.sequence);
+    }
+    Ok(Some((report, ring)))
+}
+
 fn check_alignment(io: &Io, block_size: u32) -> Result<()> {
     let g = io.geometry;
     if !block_size.is_multiple_of(g.offset_align.max(1)) || g.mem_align as usize > IO_ALIGN {
@@ -102,7 +174,8 @@ fn reconcile(io: &Io, adopted: &Adopted, report: &mut OpenReport) -> Result<Allo
     let layout = adopted.sb.layout;
     let reachable = adopted.image.reachable.clone();
     let mut trusted = false;
-    if adopted.sb.state == VolumeState::Clean {
+    let replayed = report.journal.is_some_and(|j| j.batches > 0);
+    if adopted.sb.state == VolumeState::Clean && !replayed {
         let (bytes, on_disk) = read_bitmap(io, &layout)?;
         if checksum::plain(&bytes) == adopted.sb.bitmap_checksum {
             trusted = true;
@@ -125,11 +198,13 @@ fn reconcile(io: &Io, adopted: &Adopted, report: &mut OpenReport) -> Result<Allo
     Ok(alloc)
 }
 
+#[allow(clippy::too_many_arguments)] // one call site per path (format, open)
 fn build(
     io: Io,
     sb: &Superblock,
     ns: Namespace,
     alloc: Allocator,
+    ring: Option<Ring>,
     options: VolumeOptions,
     read_only: bool,
     report: OpenReport,
@@ -137,8 +212,14 @@ fn build(
     let cache_bytes = options.cache_bytes_for(io.medium)?;
     io.init(sb.layout, cache_bytes);
     let carrier_len = io.session()?.carrier().geometry().len_bytes;
-    let meta =
-        Meta { ns, alloc, sb: sb.clone(), open: std::collections::HashMap::new(), carrier_len };
+    let meta = Meta {
+        ns,
+        alloc,
+        sb: sb.clone(),
+        open: std::collections::HashMap::new(),
+        carrier_len,
+        ring,
+    };
     let io = Arc::new(io);
     // Dirty pages exist only when data writes are not write-through and the volume writes.
     if io.cache().is_some() && !read_only && !io.options.write_through {
@@ -170,10 +251,11 @@ fn mutants(options: &VolumeOptions) -> Mutants {
 pub(crate) fn open(carrier: Box<dyn Carrier>, options: VolumeOptions) -> Result<Volume> {
     let io = Io::new(carrier, mutants(&options));
     options.cache_bytes_for(io.medium)?;
-    let adopted = adopt(&io.session()?)?;
+    let mut adopted = adopt(&io.session()?)?;
+    check_alignment(&io, adopted.sb.layout.block_size)?;
+    let replayed = replay(&io.session()?, &mut adopted, options.mutation())?;
     let sb = &adopted.sb;
     let layout = sb.layout;
-    check_alignment(&io, layout.block_size)?;
     let carrier_len = io.geometry.len_bytes;
     if sb.layout_flags & LAYOUT_THIN == 0 && carrier_len < layout.capacity_bytes() {
         return Err(Error::Invalid(Invalid::CarrierTooSmall {
@@ -181,12 +263,15 @@ pub(crate) fn open(carrier: Box<dyn Carrier>, options: VolumeOptions) -> Result<
             volume_bytes: layout.capacity_bytes(),
         }));
     }
+    let (journal_report, ring) = replayed.unzip();
     let mut report = OpenReport {
         adopted_slot: adopted.slot,
         generation: sb.generation,
         fell_back_from: adopted.fell_back_from,
         was_dirty: sb.state == VolumeState::Dirty,
         ro_compat_read_only: sb.requires_read_only(),
+        commit_id: ring.as_ref().map_or(sb.generation, |r| r.next_sequence - 1),
+        journal: journal_report,
         ..OpenReport::default()
     };
     let alloc = reconcile(&io, &adopted, &mut report)?;
@@ -194,11 +279,23 @@ pub(crate) fn open(carrier: Box<dyn Carrier>, options: VolumeOptions) -> Result<
     if report.fell_back_from.is_some() || report.leaked_blocks > 0 {
         tracing::info!(?report, "volume recovered at open");
     }
+    if report.journal.is_some_and(|j| j.destroyed) {
+        tracing::error!(
+            "the journal region is destroyed: the volume opens at its checkpoint (generation \
+             {}), and commits after it are lost; `vellum journal ack` once this is understood",
+            sb.generation
+        );
+    }
     let Adopted { sb, image, .. } = adopted;
-    let volume = build(io, &sb, image.namespace, alloc, options, read_only, report)?;
+    let volume = build(io, &sb, image.namespace, alloc, ring, options, read_only, report)?;
     if !read_only {
         let inner = &volume.inner;
         let mut meta = inner.meta();
+        if inner.report.journal.is_some_and(|j| j.destroyed) {
+            // Replay is over; the ring gets its fillers back before the checkpoint that
+            // records the loss, so the next open tells a torn batch from a lost region.
+            commit::fill_ring(inner, &meta)?;
+        }
         commit::commit(inner, &mut meta, VolumeState::Dirty)?;
     }
     Ok(volume)
@@ -225,6 +322,12 @@ pub(crate) fn format(
     let layout =
         Layout::for_format(capacity, format.block_size, format.journal_bytes, format.image_blocks)?;
     check_alignment(&io, layout.block_size)?;
+    if format.journal && layout.journal.len < MIN_JOURNAL_BLOCKS {
+        return Err(Error::Invalid(Invalid::JournalRegion {
+            blocks: layout.journal.len,
+            min: MIN_JOURNAL_BLOCKS,
+        }));
+    }
     // Thin and sparse describe a file carrier; devices and memory are inherently
     // preallocated and fully backed.
     let thin = medium == Medium::File && !format.preallocate;
@@ -257,10 +360,15 @@ pub(crate) fn format(
     }
     let now = now_ns();
     // Generation 0 is "nothing committed yet"; the first commit below writes generation 1.
+    let (incompat, journal) = if format.journal {
+        (INCOMPAT_JOURNAL, JournalFields { tail: 0, sequence: 1, lost_from: 0, flags: 0 })
+    } else {
+        (0, JournalFields::default())
+    };
     let sb = Superblock {
         version: FORMAT_VERSION,
         state: VolumeState::Dirty,
-        incompat: 0,
+        incompat,
         ro_compat: 0,
         compat: 0,
         generation: 0,
@@ -273,14 +381,22 @@ pub(crate) fn format(
         root: BlockRef::default(),
         bitmap_checksum: 0,
         created_unix_ns: now,
+        journal,
     };
-    let ns = Namespace::new(layout.block_size, now);
+    let mut ns = Namespace::new(layout.block_size, now);
+    let ring = format.journal.then(|| Ring::at_checkpoint(&sb));
+    if ring.is_some() {
+        ns.journal = Some(Vec::new());
+    }
     let mut alloc = Allocator::new(layout, Allocator::fixed_regions(&layout));
     alloc.mark_all_bitmap_dirty();
-    let volume = build(io, &sb, ns, alloc, options, false, OpenReport::default())?;
+    let volume = build(io, &sb, ns, alloc, ring, options, false, OpenReport::default())?;
     {
         let inner = &volume.inner;
         let mut meta = inner.meta();
+        if meta.ring.is_some() {
+            commit::fill_ring(inner, &meta)?;
+        }
         commit::commit(inner, &mut meta, VolumeState::Dirty)?;
     }
     Ok(volume)
@@ -311,7 +427,42 @@ pub(crate) fn create_path(
         progress: fmt.progress,
     };
     // Refuse a bad geometry before creating (and zero-filling) anything.
-    Layout::for_format(capacity_bytes, fmt.block_size, fmt.journal_bytes, fmt.image_blocks)?;
+    let layout =
+        Layout::for_format(capacity_bytes, fmt.block_size, fmt.journal_bytes, fmt.image_blocks)?;
+    if fmt.journal && layout.journal.len < MIN_JOURNAL_BLOCKS {
+        return Err(Error::Invalid(Invalid::JournalRegion {
+            blocks: layout.journal.len,
+            min: MIN_JOURNAL_BLOCKS,
+        }));
+    }
     let carrier = FileCarrier::create(path, &create, options)?;
     format(Box::new(carrier), fmt, vopts)
+}
+
+/// Switches the journal on, offline: opens the volume on `carrier` (its lock keeps every other
+/// opener out), checks that its reserved region can hold a ring, and closes it with a
+/// checkpoint that claims the journal feature bit. Nothing is reformatted; the image, the
+/// files and the generation go on.
+pub(crate) fn enable_journal(carrier: Box<dyn Carrier>, options: VolumeOptions) -> Result<()> {
+    let volume = open(carrier, options)?;
+    {
+        let inner = &volume.inner;
+        inner.writable()?;
+        let mut meta = inner.meta();
+        if meta.ring.is_some() {
+            return Err(Error::Invalid(Invalid::JournalEnabled));
+        }
+        let blocks = inner.layout.journal.len;
+        if blocks < MIN_JOURNAL_BLOCKS {
+            return Err(Error::Invalid(Invalid::JournalRegion { blocks, min: MIN_JOURNAL_BLOCKS }));
+        }
+        meta.sb.incompat |= INCOMPAT_JOURNAL;
+        meta.sb.journal = JournalFields { tail: 0, sequence: 1, lost_from: 0, flags: 0 };
+        let ring = Ring::at_checkpoint(&meta.sb);
+        meta.ring = Some(ring);
+        meta.ns.journal = Some(Vec::new());
+        // The fillers are durable before any superblock claims the journal.
+        commit::fill_ring(inner, &meta)?;
+    }
+    volume.close()
 }

@@ -31,6 +31,14 @@ pub enum CommitMutation {
     /// Write back whole cached pages instead of only the sectors a write touched (a power
     /// cut during the writeback may then tear sectors that were already durable).
     WholePageWriteback,
+    /// Journal replay stops at the first bad batch even when an intact later batch shows
+    /// that the bad one was acknowledged (damage taken for a torn tail).
+    ReplayAcceptsDamage,
+    /// A checkpoint frees the journal ring before its superblock flip is durable (the next
+    /// batch may overwrite records the durable superblock still needs).
+    CheckpointFreesJournalEarly,
+    /// Replay differs from the live path: it skips attribute removals.
+    ReplayDiffers,
 }
 
 /// Which path a file's reads or writes take (design: "Two IO tiers, one switch").
@@ -137,8 +145,10 @@ pub struct FormatOptions<'a> {
     pub capacity_bytes: Option<u64>,
     /// Block size: a power of two from 4096 to 65536.
     pub block_size: u32,
-    /// Bytes reserved for the journal region (may be 0; v1 writes no journal).
+    /// Bytes reserved for the journal region (may be 0).
     pub journal_bytes: u64,
+    /// Use the journal region (at least two blocks): commits become one journal batch.
+    pub journal: bool,
     /// Blocks of the image region; `None` takes 1/64 of the volume (16 to 65,536 blocks).
     pub image_blocks: Option<u64>,
     /// Reserve all space at creation (false: thin, the carrier file grows as used).
@@ -158,6 +168,7 @@ impl Default for FormatOptions<'_> {
             capacity_bytes: None,
             block_size: 4096,
             journal_bytes: 0,
+            journal: false,
             image_blocks: None,
             preallocate: true,
             sparse: false,
@@ -173,6 +184,7 @@ impl std::fmt::Debug for FormatOptions<'_> {
             .field("capacity_bytes", &self.capacity_bytes)
             .field("block_size", &self.block_size)
             .field("journal_bytes", &self.journal_bytes)
+            .field("journal", &self.journal)
             .field("image_blocks", &self.image_blocks)
             .field("preallocate", &self.preallocate)
             .field("sparse", &self.sparse)

@@ -1,0 +1,246 @@
+//! The metadata journal through the public API: one journal write per commit, replay of the
+//! valid prefix at open (torn tail vs damage), checkpoints when the ring fills, offline
+//! enabling on an existing volume, and a destroyed region reported until acknowledged.
+//! Counts decide, never timings.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::sync::Arc;
+
+use vellum_engine::carrier::MemoryCarrier;
+use vellum_engine::error::Corruption;
+use vellum_engine::{Error, FormatOptions, IoCounts, Volume, VolumeOptions, check};
+
+const BS: u64 = 4096;
+
+fn journaled(journal_blocks: u64) -> FormatOptions<'static> {
+    FormatOptions {
+        capacity_bytes: Some(8 << 20),
+        journal_bytes: journal_blocks * BS,
+        journal: true,
+        ..FormatOptions::default()
+    }
+}
+
+fn format(journal_blocks: u64) -> (Volume, Arc<MemoryCarrier>) {
+    let carrier = Arc::new(MemoryCarrier::new(8 << 20));
+    let v = Volume::format(
+        Box::new(Arc::clone(&carrier)),
+        &journaled(journal_blocks),
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    (v, carrier)
+}
+
+/// The bytes of the carrier as a power cut would leave them (memory: everything written).
+fn crash(v: Volume, carrier: &MemoryCarrier) -> Vec<u8> {
+    let bytes = carrier.to_bytes();
+    drop(v);
+    bytes
+}
+
+fn reopen(bytes: &[u8]) -> vellum_engine::Result<Volume> {
+    Volume::open(Box::new(MemoryCarrier::from_bytes(bytes)), VolumeOptions::default())
+}
+
+fn ring_offset(v: &Volume, ring_block: u64) -> usize {
+    let l = v.info().layout;
+    ((l.journal.start + ring_block) * BS) as usize
+}
+
+#[test]
+fn a_commit_is_one_journal_write_and_replays_after_a_crash() {
+    let (v, carrier) = format(64);
+    v.create_dir("/d").unwrap();
+    let f = v.create_file("/d/a").unwrap();
+    f.write_at(b"hello journal", 0).unwrap();
+    f.set_attr(b"k", b"v").unwrap();
+    v.create_file("/d/b").unwrap().write_at(&[7; 10_000], 0).unwrap();
+    v.commit().unwrap();
+    // A metadata-only commit: the batch and its barrier, nothing else.
+    v.create_file("/d/empty").unwrap().set_attr(b"x", b"y").unwrap();
+    v.rename("/d/empty", "/d/renamed").unwrap();
+    let before = v.io_counts();
+    let generation = v.generation();
+    v.commit().unwrap();
+    let after = v.io_counts();
+    let delta = |a: [u64; 5], b: [u64; 5], i: usize| b[i] - a[i];
+    assert_eq!(delta(before.writes, after.writes, IoCounts::JOURNAL), 1, "one journal write");
+    assert_eq!(delta(before.writes, after.writes, IoCounts::SUPERBLOCKS), 0, "no flip");
+    assert_eq!(delta(before.writes, after.writes, IoCounts::IMAGE), 0, "no image");
+    assert_eq!(after.barriers - before.barriers, 1, "one barrier (memory is not write-through)");
+    assert_eq!(v.generation(), generation, "no checkpoint");
+    let id = v.commit_id();
+    v.rename("/d/b", "/d/c").unwrap();
+    v.remove("/d/a").unwrap();
+    v.create_file("/uncommitted").unwrap();
+    let bytes = crash(v, &carrier);
+
+    let v = reopen(&bytes).unwrap();
+    let j = v.open_report().journal.unwrap();
+    assert_eq!((j.batches, j.torn_tail, j.destroyed), (2, false, false));
+    assert!(v.exists("/d/renamed").unwrap());
+    assert_eq!(v.open_report().commit_id, id);
+    assert_eq!(v.open_file("/d/a").unwrap().read_to_end().unwrap(), b"hello journal");
+    assert_eq!(v.open_file("/d/a").unwrap().attr(b"k").unwrap().as_deref(), Some(&b"v"[..]));
+    assert_eq!(v.open_file("/d/b").unwrap().read_to_end().unwrap(), vec![7; 10_000]);
+    assert!(!v.exists("/uncommitted").unwrap());
+    assert!(!v.exists("/d/c").unwrap());
+    v.check_invariants();
+    v.close().unwrap();
+    let report = check(&MemoryCarrier::from_bytes(&carrier.to_bytes()));
+    assert_eq!(report.exit_code(), 0, "{:?}", report.findings);
+}
+
+#[test]
+fn read_only_open_replays_and_writes_nothing() {
+    let (v, carrier) = format(64);
+    v.create_file("/a").unwrap().write_at(b"x", 0).unwrap();
+    v.commit().unwrap();
+    let bytes = crash(v, &carrier);
+    let ro = Arc::new(MemoryCarrier::from_bytes(&bytes));
+    let v = Volume::open(
+        Box::new(Arc::clone(&ro)),
+        VolumeOptions { read_only: true, ..VolumeOptions::default() },
+    )
+    .unwrap();
+    assert_eq!(v.open_file("/a").unwrap().read_to_end().unwrap(), b"x");
+    assert_eq!(v.io_counts().writes, [0; 5]);
+    drop(v);
+    assert_eq!(ro.to_bytes(), bytes, "replay wrote nothing");
+    let report = check(&MemoryCarrier::from_bytes(&bytes));
+    assert!(report.exit_code() == 0, "{:?}", report.findings);
+}
+
+/// Three committed batches; returns the crash image and the ring block of each batch.
+fn three_batches() -> (Vec<u8>, Vec<u64>) {
+    let (v, carrier) = format(64);
+    let mut starts = Vec::new();
+    for name in ["/one", "/two", "/three"] {
+        starts.push(v.info().journal.unwrap().used_blocks);
+        v.create_file(name).unwrap().write_at(name.as_bytes(), 0).unwrap();
+        v.commit().unwrap();
+    }
+    let tail = v.info().journal.unwrap().tail;
+    let bytes = crash(v, &carrier);
+    let reopened = reopen(&bytes).unwrap();
+    let offsets = starts.iter().map(|s| ring_offset(&reopened, tail + s) as u64).collect();
+    (bytes, offsets)
+}
+
+#[test]
+fn a_torn_last_batch_is_the_end_of_the_log() {
+    let (mut bytes, offsets) = three_batches();
+    bytes[offsets[2] as usize + 100] ^= 0xFF;
+    let v = reopen(&bytes).unwrap();
+    let j = v.open_report().journal.unwrap();
+    assert_eq!(j.batches, 2);
+    assert!(j.torn_tail);
+    assert!(v.exists("/two").unwrap() && !v.exists("/three").unwrap());
+}
+
+#[test]
+fn a_damaged_batch_before_an_intact_one_refuses() {
+    let (mut bytes, offsets) = three_batches();
+    bytes[offsets[1] as usize + 100] ^= 0xFF;
+    let e = reopen(&bytes).map(drop).unwrap_err();
+    assert!(
+        matches!(
+            e,
+            Error::Corrupt { reason: Corruption::JournalGap { missing: 2, found: 3 }, .. }
+        ),
+        "{e}"
+    );
+    assert_eq!(check(&MemoryCarrier::from_bytes(&bytes)).exit_code(), 2);
+}
+
+#[test]
+fn a_full_ring_checkpoints_and_never_overwrites_records_it_needs() {
+    let (v, carrier) = format(4);
+    let generation = v.generation();
+    for i in 0..40 {
+        v.create_file(format!("/f{i}")).unwrap().write_at(&[i as u8; 100], 0).unwrap();
+        v.commit().unwrap();
+    }
+    assert!(v.generation() > generation + 5, "the ring of 4 blocks checkpointed");
+    let bytes = crash(v, &carrier);
+    let v = reopen(&bytes).unwrap();
+    for i in 0..40 {
+        let got = v.open_file(format!("/f{i}")).unwrap().read_to_end().unwrap();
+        assert_eq!(got, vec![i as u8; 100]);
+    }
+}
+
+#[test]
+fn a_batch_larger_than_the_ring_commits_as_a_checkpoint() {
+    let (v, carrier) = format(2);
+    let f = v.create_file("/big-attr").unwrap();
+    f.set_attr(b"k", &vec![9; 20_000]).unwrap();
+    let generation = v.generation();
+    v.commit().unwrap();
+    assert_eq!(v.generation(), generation + 1);
+    let bytes = crash(v, &carrier);
+    let v = reopen(&bytes).unwrap();
+    let got = v.open_file("/big-attr").unwrap().attr(b"k").unwrap().unwrap();
+    assert_eq!(got, vec![9; 20_000]);
+}
+
+#[test]
+fn a_destroyed_region_opens_at_the_checkpoint_and_says_so_until_acknowledged() {
+    let (v, carrier) = format(16);
+    v.create_file("/kept").unwrap();
+    v.checkpoint().unwrap();
+    v.create_file("/lost").unwrap();
+    v.commit().unwrap();
+    let (start, len) = (ring_offset(&v, 0), 16 * BS as usize);
+    let mut bytes = crash(v, &carrier);
+    bytes[start..start + len].fill(0);
+    assert_eq!(check(&MemoryCarrier::from_bytes(&bytes)).exit_code(), 2);
+    let c = Arc::new(MemoryCarrier::from_bytes(&bytes));
+    let v = Volume::open(Box::new(Arc::clone(&c)), VolumeOptions::default()).unwrap();
+    assert!(v.open_report().journal.unwrap().destroyed);
+    assert!(v.exists("/kept").unwrap() && !v.exists("/lost").unwrap());
+    assert!(v.info().journal.unwrap().lost_from.is_some());
+    v.close().unwrap();
+    let report = check(&MemoryCarrier::from_bytes(&c.to_bytes()));
+    assert_eq!(report.exit_code(), 2, "still reported after a clean close: {:?}", report.findings);
+    let v = Volume::open(Box::new(Arc::clone(&c)), VolumeOptions::default()).unwrap();
+    assert!(v.acknowledge_journal_loss().unwrap());
+    v.close().unwrap();
+    let report = check(&MemoryCarrier::from_bytes(&c.to_bytes()));
+    assert_eq!(report.exit_code(), 0, "{:?}", report.findings);
+}
+
+#[test]
+fn enabling_needs_a_region_and_happens_once() {
+    let carrier = Arc::new(MemoryCarrier::new(8 << 20));
+    let plain = FormatOptions { capacity_bytes: Some(8 << 20), ..FormatOptions::default() };
+    Volume::format(Box::new(Arc::clone(&carrier)), &plain, VolumeOptions::default())
+        .unwrap()
+        .close()
+        .unwrap();
+    let e = Volume::enable_journal(Box::new(Arc::clone(&carrier)), VolumeOptions::default());
+    assert!(matches!(e, Err(Error::Invalid(vellum_engine::error::Invalid::JournalRegion { .. }))));
+    let opts = FormatOptions { journal: true, ..journaled(0) };
+    let e = Volume::format(Box::new(MemoryCarrier::new(8 << 20)), &opts, VolumeOptions::default());
+    assert!(e.is_err(), "a journal without a region is refused at format");
+
+    let reserved = FormatOptions { journal: false, ..journaled(8) };
+    let carrier = Arc::new(MemoryCarrier::new(8 << 20));
+    let v = Volume::format(Box::new(Arc::clone(&carrier)), &reserved, VolumeOptions::default())
+        .unwrap();
+    v.create_file("/before").unwrap().write_at(b"v1 data", 0).unwrap();
+    v.close().unwrap();
+    Volume::enable_journal(Box::new(Arc::clone(&carrier)), VolumeOptions::default()).unwrap();
+    let e = Volume::enable_journal(Box::new(Arc::clone(&carrier)), VolumeOptions::default());
+    assert!(matches!(e, Err(Error::Invalid(vellum_engine::error::Invalid::JournalEnabled))));
+    let v = Volume::open(Box::new(Arc::clone(&carrier)), VolumeOptions::default()).unwrap();
+    assert!(v.info().journal.is_some());
+    assert_eq!(v.open_file("/before").unwrap().read_to_end().unwrap(), b"v1 data");
+    v.create_file("/after").unwrap();
+    v.commit().unwrap();
+    let bytes = crash(v, &carrier);
+    let v = reopen(&bytes).unwrap();
+    assert!(v.exists("/after").unwrap());
+}
