@@ -110,7 +110,7 @@ fn write_blocks(inner: &Inner, blocks: &[(u64, Vec<u8>)]) -> Result<()> {
 /// checkpoint). Any carrier failure poisons.
 pub(crate) fn commit(inner: &Inner, meta: &mut Meta, state: VolumeState) -> Result<()> {
     inner.writable()?;
-    commit_inner(inner, meta, state).inspect_err(|e| {
+    commit_inner(inner, meta, state, false).inspect_err(|e| {
         if e.is_poisoning() {
             inner.poison(e);
         }
@@ -143,7 +143,7 @@ fn journal_commit(inner: &Inner, meta: &mut Meta) -> Result<()> {
     let payload = record::encode_batch(meta.ns.journal.as_deref().unwrap_or_default());
     let blocks = journal::blocks_for(payload.len(), inner.layout.block_size);
     if blocks > meta.ring.as_ref().expect("journaled").free() {
-        return commit_inner(inner, meta, VolumeState::Dirty);
+        return commit_inner(inner, meta, VolumeState::Dirty, true);
     }
     // Ordered mode: the data the records reference reaches the carrier first.
     flush_data(inner, meta)?;
@@ -167,7 +167,7 @@ fn journal_commit(inner: &Inner, meta: &mut Meta) -> Result<()> {
     meta.ns.journal = Some(Vec::new());
     release_freed(inner, meta);
     if fill >= CHECKPOINT_FILL_PERCENT {
-        commit_inner(inner, meta, VolumeState::Dirty)?;
+        commit_inner(inner, meta, VolumeState::Dirty, true)?;
     }
     Ok(())
 }
@@ -195,7 +195,8 @@ fn checkpoint_fields(ring: &Ring, queued: bool) -> JournalFields {
     }
 }
 
-fn commit_inner(inner: &Inner, meta: &mut Meta, state: VolumeState) -> Result<()> {
+/// `for_ring`: the checkpoint makes room in the journal ring (the next batch will reuse it).
+fn commit_inner(inner: &Inner, meta: &mut Meta, state: VolumeState, for_ring: bool) -> Result<()> {
     // Data before metadata: buffered data writes still in the host's or the device's cache
     // get a barrier of their own first, so no superblock can become durable while the data
     // it references is not. Write-through data is durable already, and then a commit takes
@@ -236,7 +237,7 @@ fn commit_inner(inner: &Inner, meta: &mut Meta, state: VolumeState) -> Result<()
     }
     // The mutant frees the ring without waiting for the flip to be durable: the next batch
     // may then overwrite records that the superblock still on the medium needs.
-    let hold_ring = !(meta.ring.is_some() && mutation == Some(CommitMutation::CheckpointFreesJournalEarly));
+    let hold_ring = !(for_ring && mutation == Some(CommitMutation::CheckpointFreesJournalEarly));
     let first = superblock::first_slot(generation);
     write_blocks(inner, &image.blocks)?;
     for block in dirty_bitmap {

@@ -140,6 +140,8 @@ pub(crate) fn replay(
             ns.apply(op, &mut alloc, batch.sequence)?;
             report.records += 1;
         }
+        // As after the live commit of this batch: blocks it freed may be reused by the next.
+        alloc.commit_completed();
     }
     ns.journal = Some(Vec::new());
     adopted.image.reachable = alloc.live().clone();

@@ -23,6 +23,9 @@ use vellum_engine::{CommitMutation, FileKind, FormatOptions, Volume, VolumeOptio
 
 const VOLUME_BYTES: u64 = 4 << 20;
 const OPS_PER_RUN: usize = 48;
+/// Journal ring of the journaled configurations: small, so that batches wrap around and the
+/// fill threshold checkpoints every few commits.
+const JOURNAL_BLOCKS: u64 = 8;
 
 #[derive(Debug, Clone, Copy)]
 struct Config {
@@ -30,6 +33,8 @@ struct Config {
     /// Run with a page cache of 16 pages (evicting and writing back all the time): buffered
     /// writes become durable at the next completed commit, not at the next barrier.
     cache: bool,
+    /// Format with a journal: commits are journal batches, checkpoints come with the ring.
+    journal: bool,
     mutation: Option<CommitMutation>,
 }
 
@@ -41,9 +46,13 @@ fn options(cfg: Config) -> VolumeOptions {
 /// Formats a volume on a fresh faulty carrier (no faults armed yet).
 fn start(cfg: Config) -> (Volume, Arc<FaultyCarrier>, Model) {
     let carrier = Arc::new(FaultyCarrier::new(VOLUME_BYTES, cfg.write_through));
-    let v = Volume::format(Box::new(Arc::clone(&carrier)), &FormatOptions::default(), options(cfg))
-        .unwrap();
-    let mut model = Model::new(v.generation());
+    let format = FormatOptions {
+        journal: cfg.journal,
+        journal_bytes: if cfg.journal { JOURNAL_BLOCKS * BS } else { 0 },
+        ..FormatOptions::default()
+    };
+    let v = Volume::format(Box::new(Arc::clone(&carrier)), &format, options(cfg)).unwrap();
+    let mut model = Model::new(v.commit_id());
     model.durable_by_commits = cfg.cache;
     (v, carrier, model)
 }
@@ -166,9 +175,9 @@ fn step(
             }
         }
         _ => {
-            m.begin_commit(v.generation() + 1);
+            m.begin_commit(v.commit_id() + 1);
             ok(v.commit())?;
-            m.commit_done();
+            m.commit_done(v.commit_id());
         }
     }
     Ok(())
@@ -281,11 +290,12 @@ fn verify(
     if report.exit_code() == 2 || report.exit_code() == 1 {
         return Err(format!("check before open: {:?}", report.findings));
     }
-    // Which state the image holds: the adopted generation says, learnt read-only.
-    let read_only = VolumeOptions { read_only: true, ..VolumeOptions::default() };
+    // Which state the image holds: the recovered commit id says, learnt read-only.
+    let read_only =
+        VolumeOptions { read_only: true, mutation: cfg.mutation, ..VolumeOptions::default() };
     let probe = Volume::open(Box::new(MemoryCarrier::from_bytes(&image)), read_only)
         .map_err(|e| format!("open refused an undamaged crashed volume: {e}"))?;
-    let adopted = probe.open_report().generation;
+    let adopted = probe.open_report().commit_id;
     drop(probe);
     let last = *m.committed.keys().next_back().expect("format committed");
     let want = match &m.in_flight {
@@ -293,7 +303,7 @@ fn verify(
         _ if adopted == last => &m.committed[&last],
         _ => {
             return Err(format!(
-                "adopted generation {adopted}, but the last commit is {last} (in flight: {:?})",
+                "recovered commit {adopted}, but the last commit is {last} (in flight: {:?})",
                 m.in_flight.as_ref().map(|f| f.0)
             ));
         }
@@ -302,7 +312,8 @@ fn verify(
     let image = if rng.chance(30) {
         let second = Arc::new(FaultyCarrier::from_bytes(image, cfg.write_through));
         second.set_crash_plan(CrashPlan::AtOp(rng.below(6)));
-        match Volume::open(Box::new(Arc::clone(&second)), VolumeOptions::default()) {
+        let reopen = VolumeOptions { mutation: cfg.mutation, ..VolumeOptions::default() };
+        match Volume::open(Box::new(Arc::clone(&second)), reopen) {
             Ok(v) => drop(v),
             Err(e) if second.crashed() => drop(e),
             Err(e) => return Err(format!("recovery open failed: {e}")),
@@ -313,7 +324,8 @@ fn verify(
         image
     };
     let carrier = Arc::new(MemoryCarrier::from_bytes(&image));
-    let v = Volume::open(Box::new(Arc::clone(&carrier)), VolumeOptions::default())
+    let reopen = VolumeOptions { mutation: cfg.mutation, ..VolumeOptions::default() };
+    let v = Volume::open(Box::new(Arc::clone(&carrier)), reopen)
         .map_err(|e| format!("open after a second cut failed: {e}"))?;
     compare(&v, want, m, &m.uncertain(barriers_done, cfg.write_through))?;
     v.check_invariants();
@@ -351,10 +363,15 @@ fn seeds_from_env(default: std::ops::Range<u64>) -> std::ops::Range<u64> {
     }
 }
 
-const GOOD_WT: Config = Config { write_through: true, cache: false, mutation: None };
-const GOOD_BUFFERED: Config = Config { write_through: false, cache: false, mutation: None };
-const CACHED_BUFFERED: Config = Config { write_through: false, cache: true, mutation: None };
-const CACHED_WT: Config = Config { write_through: true, cache: true, mutation: None };
+const GOOD_WT: Config = Config { write_through: true, cache: false, journal: false, mutation: None };
+const GOOD_BUFFERED: Config =
+    Config { write_through: false, cache: false, journal: false, mutation: None };
+const CACHED_BUFFERED: Config =
+    Config { write_through: false, cache: true, journal: false, mutation: None };
+const CACHED_WT: Config = Config { write_through: true, cache: true, journal: false, mutation: None };
+const JOURNAL_WT: Config = Config { journal: true, ..GOOD_WT };
+const JOURNAL_BUFFERED: Config = Config { journal: true, ..GOOD_BUFFERED };
+const JOURNAL_CACHED: Config = Config { journal: true, ..CACHED_BUFFERED };
 
 #[test]
 fn random_crash_points_write_through() {
@@ -377,11 +394,28 @@ fn random_crash_points_with_the_cache() {
     assert!(failures.is_empty(), "{} failures, first: {}", failures.len(), failures[0]);
 }
 
+/// Journaled volumes: cuts land during batches, threshold checkpoints (the ring of 8 blocks
+/// fills every few commits), and the recovery's own replay and checkpoint.
+#[test]
+fn random_crash_points_journaled() {
+    let mut failures = campaign(seeds_from_env(40_000..40_800), JOURNAL_WT);
+    failures.extend(campaign(seeds_from_env(50_000..50_800), JOURNAL_BUFFERED));
+    failures.extend(campaign(seeds_from_env(60_000..60_400), JOURNAL_CACHED));
+    assert!(failures.is_empty(), "{} failures, first: {}", failures.len(), failures[0]);
+}
+
 /// Every barrier (and every operation) of a few scripted scenarios.
 #[test]
 fn every_barrier_and_operation_of_scripted_scenarios() {
     let mut points = 0;
-    for (seed, cfg) in [(7, GOOD_WT), (8, GOOD_BUFFERED), (9, GOOD_WT), (10, CACHED_BUFFERED)] {
+    for (seed, cfg) in [
+        (7, GOOD_WT),
+        (8, GOOD_BUFFERED),
+        (9, GOOD_WT),
+        (10, CACHED_BUFFERED),
+        (11, JOURNAL_WT),
+        (12, JOURNAL_BUFFERED),
+    ] {
         let (dry, _, format_ops) = run(seed, cfg, None);
         let (barriers, ops) = (dry.barriers_done(), dry.ops());
         let plans =
@@ -407,16 +441,70 @@ fn every_barrier_and_operation_of_scripted_scenarios() {
 /// whole pages (rewriting sectors nobody changed, which a power cut may then tear).
 #[test]
 fn broken_protocols_are_caught() {
-    for (mutation, cache) in [
-        (CommitMutation::SkipFirstBarrier, false),
-        (CommitMutation::ReuseFreedBlocksEarly, false),
-        (CommitMutation::WholePageWriteback, true),
+    for (mutation, cache, journal) in [
+        (CommitMutation::SkipFirstBarrier, false, false),
+        (CommitMutation::ReuseFreedBlocksEarly, false, false),
+        (CommitMutation::WholePageWriteback, true, false),
+        (CommitMutation::CheckpointFreesJournalEarly, false, true),
+        (CommitMutation::ReplayDiffers, false, true),
     ] {
-        let cfg = Config { write_through: !cache, cache, mutation: Some(mutation) };
+        let cfg = Config { write_through: !cache, cache, journal, mutation: Some(mutation) };
         let caught = (0..400).find_map(|s| crash_point(s, cfg).err().map(|e| (s, e)));
         let (seed, e) = caught.unwrap_or_else(|| {
             panic!("{mutation:?}: 400 crash points and the checker saw nothing")
         });
         eprintln!("{mutation:?} caught at seed {seed}: {e}");
     }
+}
+
+/// Damage that is not a torn tail: after a run, one sector of the first batch after the
+/// checkpoint is destroyed while later batches are intact. Open must refuse (`JournalGap`),
+/// or recover every acknowledged commit; replaying the prefix before the damage would drop
+/// acknowledged commits silently. Returns whether the damage could be placed.
+fn damage_point(seed: u64, cfg: Config) -> Result<bool, String> {
+    let (carrier, m, _) = run(seed, cfg, None);
+    let mut rng = FaultRng::new(seed ^ 0xDA3A);
+    let mut image = carrier.crash_image(&mut rng);
+    let opts = VolumeOptions { mutation: cfg.mutation, read_only: true, ..VolumeOptions::default() };
+    let probe = Volume::open(Box::new(MemoryCarrier::from_bytes(&image)), opts)
+        .map_err(|e| format!("seed {seed}: open of an undamaged volume failed: {e}"))?;
+    let (Some(j), Some(replayed)) = (probe.info().journal, probe.open_report().journal) else {
+        return Ok(false);
+    };
+    if replayed.batches < 2 {
+        return Ok(false);
+    }
+    let first = (probe.info().layout.journal.start + j.tail) * BS;
+    drop(probe);
+    let sector = first + SECTOR * rng.below(BS / SECTOR);
+    image[sector as usize..(sector + SECTOR) as usize].fill(0xEE);
+    match Volume::open(Box::new(MemoryCarrier::from_bytes(&image)), opts) {
+        Err(vellum_engine::Error::Corrupt {
+            reason: vellum_engine::error::Corruption::JournalGap { .. },
+            ..
+        }) => Ok(true),
+        Err(e) => Err(format!("seed {seed}: damage refused with the wrong error: {e}")),
+        Ok(v) => {
+            let last = m.committed.values().next_back().expect("format committed");
+            compare(&v, last, &m, &m.uncertain(carrier.barriers_done(), cfg.write_through))
+                .map_err(|e| format!("seed {seed}: damage accepted, commits lost: {e}"))?;
+            Ok(true)
+        }
+    }
+}
+
+#[test]
+fn damage_inside_the_journal_is_refused_not_replayed_around() {
+    let mut placed = 0;
+    for seed in seeds_from_env(70_000..70_150) {
+        if damage_point(seed, JOURNAL_BUFFERED).unwrap_or_else(|e| panic!("{e}")) {
+            placed += 1;
+        }
+    }
+    eprintln!("{placed} damaged journals refused");
+    assert!(placed > 20, "only {placed} runs had two batches to damage");
+    let mutant = Config { mutation: Some(CommitMutation::ReplayAcceptsDamage), ..JOURNAL_BUFFERED };
+    let caught = (70_000..70_150).find_map(|s| damage_point(s, mutant).err());
+    let e = caught.expect("ReplayAcceptsDamage: the checker saw nothing");
+    eprintln!("ReplayAcceptsDamage caught: {e}");
 }

@@ -47,9 +47,9 @@ pub struct WriteRecord {
 #[derive(Debug, Default)]
 pub struct Model {
     pub current: State,
-    /// Committed states by generation.
+    /// Committed states by commit id (the generation, or the journal sequence).
     pub committed: BTreeMap<u64, State>,
-    /// The commit in flight when power was cut, if any: (generation, state).
+    /// The commit in flight when power was cut, if any: (commit id, state).
     pub in_flight: Option<(u64, State)>,
     pub phys: HashMap<BlockId, Vec<u8>>,
     pub writes: Vec<WriteRecord>,
@@ -225,9 +225,11 @@ impl Model {
         self.in_flight = Some((generation, self.current.clone()));
     }
 
-    pub fn commit_done(&mut self) {
-        let (g, s) = self.in_flight.take().expect("a commit in flight");
-        self.committed.insert(g, s);
+    /// The commit in flight returned; `id` is the volume's commit id now (a journaled
+    /// commit with nothing to record keeps the id it had).
+    pub fn commit_done(&mut self, id: u64) {
+        let (_, s) = self.in_flight.take().expect("a commit in flight");
+        self.committed.insert(id, s);
         self.commits_done += 1;
     }
 
