@@ -66,6 +66,6 @@ pub use io::cache::names as cache_metric_names;
 pub use volume::CommitMutation;
 pub use volume::{
     CheckReport, DEFAULT_CACHE_BYTES, DirEntry, ExtentInfo, File, FileKind, Finding, FindingKind,
-    FormatOptions, IoPolicy, JournalInfo, Metadata, OpenReport, ReplayReport, SlotStatus, Tier, Volume, VolumeInfo,
-    VolumeOptions, WriteConcurrency, check,
+    FormatOptions, IoPolicy, JournalInfo, Metadata, OpenReport, ReplayReport, SlotStatus, Tier,
+    Volume, VolumeInfo, VolumeOptions, WriteConcurrency, check,
 };

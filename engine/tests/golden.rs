@@ -1,6 +1,8 @@
-//! Golden volumes: a small v1 volume committed under `tests/golden/v1/`, which this and every
-//! later build must open and read identically. Regenerate only for a new format version, into
-//! a new directory: `VELLUM_BLESS_GOLDEN=1 cargo test -p vellum-engine --test golden`.
+//! Golden volumes: small volumes committed under `tests/golden/`, which this and every later
+//! build must open and read identically: `v1/` (copy-on-write, closed cleanly) and
+//! `v1-journal/` (the journal feature, left as a power cut leaves it: batches after the
+//! checkpoint that open must replay). Regenerate only for a new format or feature, into a new
+//! directory: `VELLUM_BLESS_GOLDEN=1 cargo test -p vellum-engine --test golden`.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -11,7 +13,11 @@ use vellum_engine::carrier::MemoryCarrier;
 use vellum_engine::{FileKind, FormatOptions, Volume, VolumeOptions, check};
 
 fn golden_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/v1/volume.vlm")
+    golden_in("v1")
+}
+
+fn golden_in(dir: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden").join(dir).join("volume.vlm")
 }
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
@@ -129,6 +135,50 @@ fn golden_v1_opens_and_reads_identically() {
     verify(&v);
     v.create_file("/new").unwrap().write_at(b"new", 0).unwrap();
     v.close().unwrap();
+    let v = Volume::open(
+        Box::new(MemoryCarrier::from_bytes(&carrier.to_bytes())),
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    verify_with_new(&v);
+}
+
+#[test]
+fn golden_journaled_volume_replays_and_reads_identically() {
+    let path = golden_in("v1-journal");
+    if std::env::var_os("VELLUM_BLESS_GOLDEN").is_some() {
+        let fmt = FormatOptions {
+            capacity_bytes: Some(1 << 20),
+            journal_bytes: 64 << 10,
+            journal: true,
+            image_blocks: Some(16),
+            ..FormatOptions::default()
+        };
+        let carrier = Arc::new(MemoryCarrier::new(1 << 20));
+        let v =
+            Volume::format(Box::new(Arc::clone(&carrier)), &fmt, VolumeOptions::default()).unwrap();
+        build(&v);
+        v.commit().unwrap();
+        // Left as a power cut leaves it: the batches since the checkpoint are unreplayed.
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, carrier.to_bytes()).unwrap();
+    }
+    let bytes = std::fs::read(&path).expect("the golden journaled volume is committed");
+    assert_eq!(bytes.len(), 1 << 20);
+    let report = check(&MemoryCarrier::from_bytes(&bytes));
+    assert_eq!(report.exit_code(), 0, "{:?}", report.findings);
+    let pending = report.journal.expect("journaled").batches;
+    assert!(pending >= 2, "the golden volume keeps batches to replay ({pending})");
+    let ro = VolumeOptions { read_only: true, ..VolumeOptions::default() };
+    let v = Volume::open(Box::new(MemoryCarrier::from_bytes(&bytes)), ro).unwrap();
+    assert_eq!(v.open_report().journal.unwrap().batches, pending);
+    verify(&v);
+    let carrier = Arc::new(MemoryCarrier::from_bytes(&bytes));
+    let v = Volume::open(Box::new(Arc::clone(&carrier)), VolumeOptions::default()).unwrap();
+    verify(&v);
+    v.create_file("/new").unwrap().write_at(b"new", 0).unwrap();
+    v.commit().unwrap();
+    drop(v);
     let v = Volume::open(
         Box::new(MemoryCarrier::from_bytes(&carrier.to_bytes())),
         VolumeOptions::default(),

@@ -146,10 +146,7 @@ fn a_damaged_batch_before_an_intact_one_refuses() {
     bytes[offsets[1] as usize + 100] ^= 0xFF;
     let e = reopen(&bytes).map(drop).unwrap_err();
     assert!(
-        matches!(
-            e,
-            Error::Corrupt { reason: Corruption::JournalGap { missing: 2, found: 3 }, .. }
-        ),
+        matches!(e, Error::Corrupt { reason: Corruption::JournalGap { missing: 2, found: 3 }, .. }),
         "{e}"
     );
     assert_eq!(check(&MemoryCarrier::from_bytes(&bytes)).exit_code(), 2);

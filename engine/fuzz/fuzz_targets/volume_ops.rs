@@ -1,4 +1,5 @@
-//! Random operation sequences with a power cut: the image after the cut must open.
+//! Random operation sequences with a power cut, with and without the journal: the image
+//! after the cut must open.
 #![no_main]
 
 use std::sync::Arc;
@@ -12,7 +13,10 @@ fuzz_target!(|data: &[u8]| {
         return;
     }
     let carrier = Arc::new(FaultyCarrier::new(2 << 20, data[0] & 1 == 1));
-    let Ok(v) = Volume::format(Box::new(Arc::clone(&carrier)), &FormatOptions::default(), VolumeOptions::default()) else { return };
+    // Bit 1 of the first byte: a journaled volume with a ring of 8 blocks (wraps, checkpoints).
+    let journal = data[0] & 2 == 2;
+    let fmt = FormatOptions { journal, journal_bytes: if journal { 8 << 12 } else { 0 }, ..FormatOptions::default() };
+    let Ok(v) = Volume::format(Box::new(Arc::clone(&carrier)), &fmt, VolumeOptions::default()) else { return };
     carrier.set_crash_plan(CrashPlan::AtOp(u64::from(data[1]) + carrier.ops()));
     for (i, op) in data[2..].chunks(3).enumerate() {
         let name = format!("/f{}", op.first().copied().unwrap_or(0) % 8);

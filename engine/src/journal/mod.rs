@@ -30,7 +30,7 @@
 //! Replay (`scan` here, the operations in `Namespace::apply`) reads the ring and writes
 //! nothing.
 
-pub(crate) mod record;
+pub mod record;
 
 pub use record::Op;
 
@@ -284,10 +284,9 @@ pub(crate) fn scan(reader: &dyn AreaRead, sb: &Superblock, rules: ScanRules) -> 
     }
     let mut scan = Scan { next_sequence: ring.next_sequence, ..Scan::default() };
     let mut pos = ring.tail;
-    loop {
-        let Some(first) = views[pos as usize].filter(|v| v.sequence == scan.next_sequence) else {
-            break;
-        };
+    while let Some(first) =
+        views[pos as usize].filter(|v| v.sequence == scan.next_sequence)
+    {
         let count = u64::from(first.count);
         if first.index != 0 || count > ring.len - scan.used {
             break;

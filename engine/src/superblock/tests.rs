@@ -202,4 +202,39 @@ fn offsets_match_format_md() {
         [JOURNAL_FIELDS_AT, CREATED_AT, MEMBERS_AT, RESERVED_AT, CHECKSUM_AT],
         [168, 200, 208, 592, 4092]
     );
+    assert_eq!(
+        [JOURNAL_TAIL_AT, JOURNAL_SEQUENCE_AT, JOURNAL_LOST_FROM_AT, JOURNAL_FLAGS_AT],
+        [168, 176, 184, 192]
+    );
+}
+
+fn journaled() -> Superblock {
+    let mut sb = sample();
+    sb.layout = Layout::for_format(64 << 20, 4096, 1 << 20, None).unwrap();
+    sb.members[0].capacity_blocks = sb.layout.total_blocks;
+    sb.root.block = sb.layout.image.start;
+    sb.incompat = INCOMPAT_JOURNAL;
+    sb.journal = JournalFields { tail: 3, sequence: 9, lost_from: 0, flags: 0 };
+    sb
+}
+
+#[test]
+fn journal_fields_round_trip_and_their_rules_refuse() {
+    let sb = journaled();
+    assert_eq!(Superblock::decode(&sb.encode(0), 0).unwrap(), sb);
+    let lost = Superblock {
+        journal: JournalFields { lost_from: 4, flags: JOURNAL_LOSS, ..sb.journal },
+        ..sb.clone()
+    };
+    assert_eq!(Superblock::decode(&lost.encode(1), 1).unwrap(), lost);
+    let refuse = |at: usize, value: &[u8]| Superblock::decode(&patched(&sb, 0, at, value), 0);
+    assert!(matches!(refuse(JOURNAL_FLAGS_AT, &[2]), Err(Error::Unsupported(_))));
+    assert!(matches!(refuse(JOURNAL_LOST_FROM_AT, &[1]), Err(Error::Unsupported(_))));
+    assert!(matches!(refuse(JOURNAL_FLAGS_AT + 4, &[1]), Err(Error::Unsupported(_))));
+    assert!(matches!(refuse(JOURNAL_SEQUENCE_AT, &[0; 8]), Err(Error::Corrupt { .. })));
+    assert!(matches!(refuse(JOURNAL_TAIL_AT, &256u64.to_le_bytes()), Err(Error::Corrupt { .. })));
+    assert!(matches!(
+        refuse(INCOMPAT_AT, &3u64.to_le_bytes()),
+        Err(Error::Unsupported(Unsupported::IncompatFeatures(2)))
+    ));
 }

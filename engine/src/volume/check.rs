@@ -60,6 +60,8 @@ pub struct CheckReport {
     pub metadata_blocks: u64,
     pub used_blocks: u64,
     pub total_blocks: u64,
+    /// What open's journal replay would do (journaled volumes).
+    pub journal: Option<super::ReplayReport>,
 }
 
 impl CheckReport {
@@ -141,6 +143,7 @@ pub fn check(carrier: &dyn Carrier) -> CheckReport {
     let sb = &adopted.sb;
     let layout = sb.layout;
     report.adopted = Some((adopted.slot, sb.generation));
+    report.journal = replayed.as_ref().map(|(j, _)| *j);
     if let Some((j, _)) = &replayed {
         if j.batches > 0 {
             report.add(

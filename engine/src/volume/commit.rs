@@ -256,7 +256,12 @@ fn commit_inner(inner: &Inner, meta: &mut Meta, state: VolumeState, for_ring: bo
     }
     if let Some(ring) = &mut meta.ring {
         // Only now, with the new tail durable, may batches overwrite the old ones.
-        *ring = Ring { tail: sb.journal.tail, used: 0, next_sequence: sb.journal.sequence, ..ring.clone() };
+        *ring = Ring {
+            tail: sb.journal.tail,
+            used: 0,
+            next_sequence: sb.journal.sequence,
+            ..ring.clone()
+        };
         meta.ns.journal = Some(Vec::new());
     }
     meta.sb = sb;

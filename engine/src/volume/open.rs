@@ -12,7 +12,6 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
 use super::{CommitMutation, FormatOptions, Inner, Meta, Volume, VolumeOptions, commit, now_ns};
-use crate::journal::{self, Op, Ring, ScanRules};
 use crate::bitmap::{Allocator, Bitmap};
 use crate::carrier::{Carrier, CarrierOptions, CreateOptions, DeviceCarrier, FileCarrier, Medium};
 use crate::error::{Corruption, Error, Invalid, Region, Result};
@@ -20,6 +19,7 @@ use crate::format::checksum;
 use crate::format::consts::{FORMAT_VERSION, SUPERBLOCKS_LEN, Uuid};
 use crate::image::reader::{self, LoadedImage};
 use crate::io::{Area, AreaRead, IO_ALIGN, Io, Mutants};
+use crate::journal::{self, Op, Ring, ScanRules};
 use crate::layout::Layout;
 use crate::namespace::Namespace;
 use crate::superblock::{
@@ -117,8 +117,7 @@ pub(crate) fn replay(
     if !sb.journaled() {
         return Ok(None);
     }
-    let rules =
-        ScanRules { accept_damage: mutation == Some(CommitMutation::ReplayAcceptsDamage) };
+    let rules = ScanRules { accept_damage: mutation == Some(CommitMutation::ReplayAcceptsDamage) };
     let scan = journal::scan(io, sb, rules)?;
     let mut alloc = Allocator::new(sb.layout, adopted.image.reachable.clone());
     let ns = &mut adopted.image.namespace;
@@ -133,7 +132,8 @@ pub(crate) fn replay(
     };
     for batch in &scan.batches {
         for op in &batch.ops {
-            if mutation == Some(CommitMutation::ReplayDiffers) && matches!(op, Op::RemoveAttr { .. })
+            if mutation == Some(CommitMutation::ReplayDiffers)
+                && matches!(op, Op::RemoveAttr { .. })
             {
                 continue;
             }

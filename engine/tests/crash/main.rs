@@ -363,12 +363,14 @@ fn seeds_from_env(default: std::ops::Range<u64>) -> std::ops::Range<u64> {
     }
 }
 
-const GOOD_WT: Config = Config { write_through: true, cache: false, journal: false, mutation: None };
+const GOOD_WT: Config =
+    Config { write_through: true, cache: false, journal: false, mutation: None };
 const GOOD_BUFFERED: Config =
     Config { write_through: false, cache: false, journal: false, mutation: None };
 const CACHED_BUFFERED: Config =
     Config { write_through: false, cache: true, journal: false, mutation: None };
-const CACHED_WT: Config = Config { write_through: true, cache: true, journal: false, mutation: None };
+const CACHED_WT: Config =
+    Config { write_through: true, cache: true, journal: false, mutation: None };
 const JOURNAL_WT: Config = Config { journal: true, ..GOOD_WT };
 const JOURNAL_BUFFERED: Config = Config { journal: true, ..GOOD_BUFFERED };
 const JOURNAL_CACHED: Config = Config { journal: true, ..CACHED_BUFFERED };
@@ -465,7 +467,8 @@ fn damage_point(seed: u64, cfg: Config) -> Result<bool, String> {
     let (carrier, m, _) = run(seed, cfg, None);
     let mut rng = FaultRng::new(seed ^ 0xDA3A);
     let mut image = carrier.crash_image(&mut rng);
-    let opts = VolumeOptions { mutation: cfg.mutation, read_only: true, ..VolumeOptions::default() };
+    let opts =
+        VolumeOptions { mutation: cfg.mutation, read_only: true, ..VolumeOptions::default() };
     let probe = Volume::open(Box::new(MemoryCarrier::from_bytes(&image)), opts)
         .map_err(|e| format!("seed {seed}: open of an undamaged volume failed: {e}"))?;
     let (Some(j), Some(replayed)) = (probe.info().journal, probe.open_report().journal) else {

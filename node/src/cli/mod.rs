@@ -55,12 +55,22 @@ pub enum Command {
         /// Leave unwritten ranges as holes instead of writing zeros.
         #[arg(long)]
         sparse: bool,
-        /// Reserve a journal region of this size (v1 writes no journal; the region waits).
-        #[arg(long, default_value = "0", value_parser = size_arg)]
-        journal: u64,
+        /// Reserve a journal region of this size and use it: a commit becomes one journal write
+        /// (docs/FORMAT.md, "Journal").
+        #[arg(long, value_parser = size_arg, conflicts_with = "journal_reserved")]
+        journal: Option<u64>,
+        /// Reserve a journal region of this size without using it (the copy-on-write form;
+        /// `vellum journal enable` switches it on later, offline).
+        #[arg(long, value_parser = size_arg)]
+        journal_reserved: Option<u64>,
         /// Overwrite a carrier that does not look empty.
         #[arg(long)]
         force: bool,
+    },
+    /// The metadata journal of a volume (offline: the volume must not be open elsewhere).
+    Journal {
+        #[command(subcommand)]
+        op: JournalCommand,
     },
     /// Show both superblocks, the geometry and the knobs of a volume.
     Info {
@@ -141,6 +151,16 @@ pub enum Command {
     },
 }
 
+#[derive(Subcommand, Debug)]
+pub enum JournalCommand {
+    /// Switch the journal on in the region the volume reserved at format time (offline: it
+    /// is switching on, not reformatting; files and generation go on).
+    Enable { carrier: PathBuf },
+    /// Acknowledge that open found the journal region destroyed and went on from the last
+    /// checkpoint (`vellum check` reports it until then).
+    Ack { carrier: PathBuf },
+}
+
 fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -151,17 +171,31 @@ fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
 /// Runs a command; returns the process exit code.
 pub fn run(cli: Cli) -> Result<i32, CliError> {
     match cli.command {
-        Command::Format { carrier, size, block_size, thin, sparse, journal, force } => {
+        Command::Format {
+            carrier,
+            size,
+            block_size,
+            thin,
+            sparse,
+            journal,
+            journal_reserved,
+            force,
+        } => {
             volume::format(&volume::FormatArgs {
                 carrier,
                 size,
                 block_size,
                 thin,
                 sparse,
-                journal,
+                journal: journal.or(journal_reserved).unwrap_or(0),
+                use_journal: journal.is_some(),
                 force,
             })?;
         }
+        Command::Journal { op: JournalCommand::Enable { carrier } } => {
+            volume::journal_enable(&carrier)?;
+        }
+        Command::Journal { op: JournalCommand::Ack { carrier } } => volume::journal_ack(&carrier)?,
         Command::Info { carrier, json } => volume::info(&carrier, json)?,
         Command::Check { carrier } => return volume::check(&carrier),
         Command::Ls { carrier, path } => volume::ls(&carrier, &path)?,

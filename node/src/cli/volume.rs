@@ -56,7 +56,10 @@ pub struct FormatArgs {
     pub block_size: u32,
     pub thin: bool,
     pub sparse: bool,
+    /// Bytes of the journal region.
     pub journal: u64,
+    /// Use the region (false: reserve it only).
+    pub use_journal: bool,
     pub force: bool,
 }
 
@@ -82,6 +85,7 @@ pub fn format(a: &FormatArgs) -> Result<(), CliError> {
         capacity_bytes: a.size,
         block_size: a.block_size,
         journal_bytes: a.journal,
+        journal: a.use_journal,
         image_blocks: None,
         preallocate: !a.thin,
         sparse: a.sparse,
@@ -103,8 +107,13 @@ pub fn format(a: &FormatArgs) -> Result<(), CliError> {
     let v = result?;
     let info = v.info();
     v.close()?;
+    let journal = match (info.journal, info.layout.journal.len) {
+        (Some(j), _) => format!("journal of {} blocks", j.blocks),
+        (None, 0) => "no journal".to_string(),
+        (None, n) => format!("journal region of {n} blocks reserved (off)"),
+    };
     println!(
-        "formatted {}: {} in {} blocks of {} bytes, {}, {}, volume {}",
+        "formatted {}: {} in {} blocks of {} bytes, {}, {}, {journal}, volume {}",
         a.carrier.display(),
         human(info.layout.capacity_bytes()),
         info.layout.total_blocks,
@@ -113,6 +122,52 @@ pub fn format(a: &FormatArgs) -> Result<(), CliError> {
         if info.sparse { "sparse" } else { "non-sparse" },
         info.uuid
     );
+    Ok(())
+}
+
+/// Opens `path`'s carrier for writing with production knobs (buffered where the host file
+/// system refuses O_DIRECT).
+fn open_carrier_rw(path: &Path) -> Result<Box<dyn Carrier>, CliError> {
+    if !path.exists() {
+        return Err(CliError::Usage(format!("{}: no such file or device", path.display())));
+    }
+    match carrier::open_path(path, CarrierOptions::PRODUCTION) {
+        Err(Error::Open { source, .. })
+            if source.kind() == std::io::ErrorKind::InvalidInput
+                && !carrier::is_block_device(path) =>
+        {
+            let buffered = CarrierOptions { direct_io: false, ..CarrierOptions::PRODUCTION };
+            Ok(carrier::open_path(path, buffered)?)
+        }
+        other => Ok(other?),
+    }
+}
+
+pub fn journal_enable(path: &Path) -> Result<(), CliError> {
+    let carrier = open_carrier_rw(path).map_err(|e| match e {
+        CliError::Engine(Error::Locked { .. }) => CliError::Usage(format!(
+            "{} is open elsewhere: the journal is switched on offline only (stop the node first)",
+            path.display()
+        )),
+        other => other,
+    })?;
+    Volume::enable_journal(carrier, VolumeOptions::default())?;
+    let v = open(path, true)?;
+    let blocks = v.info().journal.map_or(0, |j| j.blocks);
+    drop(v);
+    println!("journal enabled on {}: a ring of {blocks} blocks", path.display());
+    Ok(())
+}
+
+pub fn journal_ack(path: &Path) -> Result<(), CliError> {
+    let v = open(path, false)?;
+    let acknowledged = v.acknowledge_journal_loss()?;
+    v.close()?;
+    if acknowledged {
+        println!("journal loss acknowledged on {}", path.display());
+    } else {
+        println!("{}: nothing to acknowledge", path.display());
+    }
     Ok(())
 }
 
@@ -192,6 +247,7 @@ pub fn info(path: &Path, json: bool) -> Result<(), CliError> {
             "write_through": "chosen at open",
             "cache": cache_knob(medium),
         },
+        "journal": journal_json(&sb, report.journal),
         "files": report.files,
         "directories": report.directories,
         "used_blocks": report.used_blocks,
@@ -234,11 +290,65 @@ pub fn info(path: &Path, json: bool) -> Result<(), CliError> {
         if sparse { "sparse" } else { "non-sparse" }
     );
     println!("cache:       {}", cache_line(medium));
+    println!("journal:     {}", journal_line(&sb, report.journal));
     println!(
         "contents:    {} files, {} directories, {} of {} blocks used",
         report.files, report.directories, report.used_blocks, l.total_blocks
     );
     Ok(())
+}
+
+fn journal_json(
+    sb: &superblock::Superblock,
+    replay: Option<vellum_engine::ReplayReport>,
+) -> serde_json::Value {
+    let state = match (sb.journaled(), sb.layout.journal.len) {
+        (true, _) => "enabled",
+        (false, 0) => "none",
+        (false, _) => "reserved",
+    };
+    let mut doc = serde_json::json!({
+        "state": state,
+        "enabled": sb.journaled(),
+        "ring_blocks": sb.layout.journal.len,
+    });
+    if sb.journaled() {
+        let j = replay.unwrap_or_default();
+        doc["checkpoint_tail_block"] = sb.journal.tail.into();
+        doc["checkpoint_sequence"] = sb.journal.sequence.into();
+        doc["pending_batches"] = j.batches.into();
+        doc["pending_records"] = j.records.into();
+        doc["torn_tail"] = j.torn_tail.into();
+        doc["destroyed"] = j.destroyed.into();
+        doc["loss_unacknowledged"] = j.loss_unacknowledged.into();
+    }
+    doc
+}
+
+fn journal_line(
+    sb: &superblock::Superblock,
+    replay: Option<vellum_engine::ReplayReport>,
+) -> String {
+    let blocks = sb.layout.journal.len;
+    if !sb.journaled() {
+        return if blocks == 0 {
+            "none (every commit is a copy-on-write checkpoint)".into()
+        } else {
+            format!("{blocks} blocks reserved, off (vellum journal enable switches it on)")
+        };
+    }
+    let j = replay.unwrap_or_default();
+    let mut line = format!(
+        "enabled, a ring of {blocks} blocks; checkpoint at sequence {}, {} batches ({} records) \
+         to replay",
+        sb.journal.sequence, j.batches, j.records
+    );
+    if j.destroyed {
+        line.push_str("; REGION DESTROYED (opens at the checkpoint)");
+    } else if j.loss_unacknowledged {
+        line.push_str("; a loss is unacknowledged (vellum journal ack)");
+    }
+    line
 }
 
 /// The page cache an open of this medium gets: an open-time setting, not stored on disk.
