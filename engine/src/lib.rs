@@ -67,5 +67,5 @@ pub use volume::CommitMutation;
 pub use volume::{
     CheckReport, DEFAULT_CACHE_BYTES, DirEntry, ExtentInfo, File, FileKind, Finding, FindingKind,
     FormatOptions, IoPolicy, JournalInfo, Metadata, OpenReport, ReplayReport, SlotStatus, Tier,
-    Volume, VolumeInfo, VolumeOptions, WriteConcurrency, check,
+    Volume, VolumeInfo, VolumeOptions, WriteConcurrency, check, default_journal_bytes,
 };

@@ -280,10 +280,14 @@ proptest! {
 fn the_default_read_tier_follows_the_carrier() {
     use vellum_engine::carrier::{CarrierOptions, Location};
     let dir = tempfile::tempdir().unwrap();
+    let format16 = vellum_engine::FormatOptions {
+        capacity_bytes: Some(16 << 20),
+        ..vellum_engine::FormatOptions::default()
+    };
     let open = |name: &str, carrier: CarrierOptions| {
         let at = Location::Path(dir.path().join(name));
         let (v, created) =
-            Volume::open_or_create(&at, 16 << 20, carrier, VolumeOptions::default()).unwrap();
+            Volume::open_or_create(&at, &format16, carrier, VolumeOptions::default()).unwrap();
         assert!(created);
         v.info().default_policy
     };
@@ -295,6 +299,6 @@ fn the_default_read_tier_follows_the_carrier() {
     // An explicit policy wins.
     let options = VolumeOptions { policy: Some(IoPolicy::DIRECT), ..VolumeOptions::default() };
     let at = Location::Path(dir.path().join("explicit.vlm"));
-    let (v, _) = Volume::open_or_create(&at, 16 << 20, CarrierOptions::BUFFERED, options).unwrap();
+    let (v, _) = Volume::open_or_create(&at, &format16, CarrierOptions::BUFFERED, options).unwrap();
     assert_eq!(v.info().default_policy, IoPolicy::DIRECT);
 }

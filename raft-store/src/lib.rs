@@ -38,5 +38,5 @@ pub use error::{Error, Result};
 pub use log::{LogConfig, LogCore, LogEntry};
 pub use log_store::LogStore;
 pub use state_machine::{Flavor, KvMachine, KvReader, KvReaderOf, KvStateMachine, V09};
-pub use store::{StoreOptions, open_store, open_volume};
+pub use store::{StoreOptions, open_store, open_volume, open_volume_with};
 pub use types::{KvNode, KvOp, KvRequest, KvResponse, TypeConfig};

@@ -1,7 +1,7 @@
 //! Opening a node's storage: the volume with production knobs, the log, the state machine.
 
 use vellum_engine::carrier::{CarrierOptions, Location};
-use vellum_engine::{Volume, VolumeOptions};
+use vellum_engine::{FormatOptions, Volume, VolumeOptions};
 
 use crate::error::Result;
 use crate::log::{LogConfig, LogCore};
@@ -26,16 +26,28 @@ impl Default for StoreOptions {
 
 /// Opens the volume at `location` (a path, or `memory:`) with production knobs
 /// (preallocated, non-sparse, direct IO, write-through, where the medium gives them meaning),
-/// formatting a new one of `volume_bytes` first if none exists. A block device is used as
-/// is. `options` carries the cache budget and the default IO tiers.
+/// formatting a new one of `volume_bytes` with a journal first if none exists (segment
+/// creation, purge and snapshot publication then commit with one journal write instead of a
+/// checkpoint's two barriers). A block device is used as is. `options` carries the cache
+/// budget and the default IO tiers.
 pub fn open_volume(
     location: impl AsRef<std::ffi::OsStr>,
     volume_bytes: u64,
     options: VolumeOptions,
 ) -> Result<Volume> {
+    open_volume_with(location, &FormatOptions::journaled(volume_bytes), options)
+}
+
+/// [`open_volume`], formatting a missing volume with `format` (for instance without a
+/// journal: `vellum serve --no-journal`). An existing volume keeps its own layout.
+pub fn open_volume_with(
+    location: impl AsRef<std::ffi::OsStr>,
+    format: &FormatOptions<'_>,
+    options: VolumeOptions,
+) -> Result<Volume> {
     let location = Location::parse(location);
     let (volume, _) =
-        Volume::open_or_create(&location, volume_bytes, CarrierOptions::PRODUCTION, options)?;
+        Volume::open_or_create(&location, format, CarrierOptions::PRODUCTION, options)?;
     Ok(volume)
 }
 

@@ -284,12 +284,16 @@ fn run(
     ops: usize,
 ) -> (Run, u64) {
     let carrier = Arc::new(FaultyCarrier::new(VOLUME, true));
-    let volume = Volume::format(
-        Box::new(Arc::clone(&carrier)),
-        &FormatOptions::default(),
-        VolumeOptions::default(),
-    )
-    .unwrap();
+    // Odd seeds run on a journaled volume (a ring of 16 blocks: segment rolls and purges
+    // commit as journal batches, and the ring fills and checkpoints).
+    let journal = seed % 2 == 1;
+    let format = FormatOptions {
+        journal,
+        journal_bytes: if journal { 16 << 12 } else { 0 },
+        ..FormatOptions::default()
+    };
+    let volume =
+        Volume::format(Box::new(Arc::clone(&carrier)), &format, VolumeOptions::default()).unwrap();
     let core = LogCore::open(volume, config(background, pattern)).unwrap();
     let start = carrier.ops();
     if let Some(at) = crash_at {

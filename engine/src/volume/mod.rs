@@ -28,7 +28,7 @@ pub use file::File;
 pub use open::{OpenReport, ReplayReport};
 pub use options::{
     CommitMutation, DEFAULT_CACHE_BYTES, FormatOptions, IoPolicy, Tier, VolumeOptions,
-    WriteConcurrency,
+    WriteConcurrency, default_journal_bytes,
 };
 
 use crate::bitmap::Allocator;
@@ -297,28 +297,30 @@ impl Volume {
         open::open(carrier, VolumeOptions { read_only, ..options })
     }
 
-    /// Opens the volume at `location`, or formats a new one of `capacity_bytes` there when
-    /// there is none (a missing file; memory, always). The carrier knobs that mean nothing on
-    /// the medium are dropped (write-through on memory); the volume options are kept as
-    /// given, so a cache asked for on memory is refused. Returns whether it was created.
+    /// Opens the volume at `location`, or formats a new one with `format` there when there
+    /// is none (a missing file; memory, always: `format.capacity_bytes` is then required).
+    /// The carrier knobs that mean nothing on the medium are dropped (write-through on
+    /// memory); the volume options are kept as given, so a cache asked for on memory is
+    /// refused. An existing volume keeps its own layout. Returns whether it was created.
     pub fn open_or_create(
         location: &crate::carrier::Location,
-        capacity_bytes: u64,
+        format: &FormatOptions<'_>,
         carrier: CarrierOptions,
         options: VolumeOptions,
     ) -> Result<(Volume, bool)> {
         use crate::carrier::{Location, MemoryCarrier};
         let carrier = location.medium().adapt(carrier);
-        let format =
-            FormatOptions { capacity_bytes: Some(capacity_bytes), ..FormatOptions::default() };
         match location {
             Location::Memory => {
+                let Some(capacity_bytes) = format.capacity_bytes else {
+                    return Err(Error::Invalid(crate::error::Invalid::Capacity { bytes: 0 }));
+                };
                 let memory = Box::new(MemoryCarrier::new(capacity_bytes));
-                Ok((open::format(memory, &format, options)?, true))
+                Ok((open::format(memory, format, options)?, true))
             }
             // A block device exists: it is opened, never formatted implicitly.
             Location::Path(p) if p.exists() => Ok((Volume::open_path(p, carrier, options)?, false)),
-            Location::Path(p) => Ok((open::create_path(p, &format, carrier, options)?, true)),
+            Location::Path(p) => Ok((open::create_path(p, format, carrier, options)?, true)),
         }
     }
 

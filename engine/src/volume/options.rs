@@ -178,6 +178,24 @@ impl Default for FormatOptions<'_> {
     }
 }
 
+/// The journal region a volume of `capacity_bytes` gets unless told otherwise: 1/64 of it,
+/// from 256 KiB to 64 MiB, in whole 4096-byte blocks.
+pub fn default_journal_bytes(capacity_bytes: u64) -> u64 {
+    (capacity_bytes / 64).clamp(256 << 10, 64 << 20) / 4096 * 4096
+}
+
+impl FormatOptions<'_> {
+    /// The production layout with a journal of [`default_journal_bytes`] in use.
+    pub fn journaled(capacity_bytes: u64) -> FormatOptions<'static> {
+        FormatOptions {
+            capacity_bytes: Some(capacity_bytes),
+            journal_bytes: default_journal_bytes(capacity_bytes),
+            journal: true,
+            ..FormatOptions::default()
+        }
+    }
+}
+
 impl std::fmt::Debug for FormatOptions<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FormatOptions")

@@ -72,6 +72,12 @@ pub struct ServeArgs {
     /// reads of older log entries and snapshots; log appends stay direct and write-through.
     #[arg(long, env = "VELLUM_CACHE_SIZE", value_parser = size_arg)]
     pub cache_size: Option<u64>,
+    /// Format a new volume without a journal: every metadata commit (segment roll, purge,
+    /// snapshot publication) is then a copy-on-write checkpoint with two barriers instead of
+    /// one journal write. The region is still reserved (`vellum journal enable` switches it
+    /// on later). An existing volume keeps its own form.
+    #[arg(long, env = "VELLUM_NO_JOURNAL")]
+    pub no_journal: bool,
     /// Size of one log segment of a new log (default: 1/16 of the volume, from 1 MiB to
     /// 64 MiB). An existing log keeps the size of its segments.
     #[arg(long, env = "VELLUM_SEGMENT_SIZE", value_parser = size_arg)]
@@ -136,6 +142,15 @@ impl ServeArgs {
     /// Capacity of the volume if it has to be created.
     pub fn create_bytes(&self) -> u64 {
         self.volume_size.unwrap_or(DEFAULT_VOLUME_BYTES)
+    }
+
+    /// How a missing volume is formatted: with a journal unless --no-journal.
+    pub fn format(&self) -> vellum_engine::FormatOptions<'static> {
+        let capacity = self.create_bytes();
+        vellum_engine::FormatOptions {
+            journal: !self.no_journal,
+            ..vellum_engine::FormatOptions::journaled(capacity)
+        }
     }
 
     /// Segment size for a new log on a volume of `capacity` bytes.

@@ -38,7 +38,7 @@ use vellum_raft_store::member::{Identity, PeerBook};
 use vellum_raft_store::v010::openraft::errors::{InitializeError, RaftError};
 use vellum_raft_store::v010::openraft::{Config, Raft, SnapshotPolicy};
 use vellum_raft_store::v010::{KvBatcher, KvStateMachine, LogStore, TypeConfig, open_store};
-use vellum_raft_store::{BatchLimits, KvBatching, LogConfig, open_volume};
+use vellum_raft_store::{BatchLimits, KvBatching, LogConfig, open_volume_with};
 
 use crate::error::CliError;
 use config::ClusterState;
@@ -143,12 +143,12 @@ fn batch_limits(max_entry_bytes: usize) -> BatchLimits {
 
 /// Opens (or formats) the volume the node runs on.
 async fn volume(args: &ServeArgs) -> Result<vellum_engine::Volume, CliError> {
-    let (location, size) = (args.volume.clone(), args.create_bytes());
+    let (location, format) = (args.volume.clone(), args.format());
     let options = vellum_engine::VolumeOptions {
         cache_bytes: args.cache_size.map(|b| usize::try_from(b).unwrap_or(usize::MAX)),
         ..vellum_engine::VolumeOptions::default()
     };
-    let volume = tokio::task::spawn_blocking(move || open_volume(&location, size, options))
+    let volume = tokio::task::spawn_blocking(move || open_volume_with(&location, &format, options))
         .await
         .map_err(|e| fail("opening the volume")(e.to_string()))?
         .map_err(|e| {
@@ -163,7 +163,15 @@ async fn volume(args: &ServeArgs) -> Result<vellum_engine::Volume, CliError> {
             "nothing this node stores survives its exit"
         );
     }
-    tracing::info!(cache_bytes = info.cache_bytes, medium = %info.medium, "volume open");
+    tracing::info!(
+        cache_bytes = info.cache_bytes,
+        medium = %info.medium,
+        journal_blocks = info.journal.map_or(0, |j| j.blocks),
+        "volume open"
+    );
+    if args.no_journal && info.journal.is_some() {
+        tracing::warn!("--no-journal applies to new volumes only; this volume keeps its journal");
+    }
     let capacity = volume.info().layout.capacity_bytes();
     if let Some(asked) = args.volume_size
         && asked != capacity
