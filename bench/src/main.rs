@@ -11,7 +11,7 @@ use vellum_bench::{Options, SUITES, report, run};
 #[command(name = "vellum-bench", version)]
 struct Args {
     /// Suites to run (all when none or `all`): carrier, prealloc, log, devops, recovery,
-    /// metadata, memory, cluster, tls, harness, hdd-model.
+    /// metadata, memory, cache, journal, cluster, tls, harness, hdd-model.
     suites: Vec<String>,
     /// Work directory on a real file system (O_DIRECT must work there: not tmpfs).
     #[arg(long, default_value = "bench-data")]

@@ -285,7 +285,13 @@ pub struct Counts {
 
 pub fn counted(lo: &Loop, trace: Option<&Trace>, ops: u64, f: impl FnOnce()) -> Counts {
     let before: BlockStat = lo.stat();
-    let traced = trace.map(|t| t.count(&lo.dev, f));
+    let traced = match trace {
+        Some(t) => Some(t.count(&lo.dev, f)),
+        None => {
+            f();
+            None
+        }
+    };
     let stat = lo.stat();
     let n = ops.max(1) as f64;
     let raw = (

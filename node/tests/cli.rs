@@ -62,9 +62,30 @@ fn the_volume_commands_work_end_to_end() {
     let doc: serde_json::Value = serde_json::from_str(&json).unwrap();
     assert_eq!(doc["state"], "clean");
     assert_eq!(doc["geometry"]["journal"]["blocks"], 256);
+    assert_eq!(doc["journal"]["state"], "enabled");
     assert_eq!(doc["slots"][0]["checksum_ok"], true);
     assert!(ok(&["info", v]).contains("adopted"));
     assert!(ok(&["check", v]).contains("no errors"));
+}
+
+#[test]
+fn the_journal_switches_on_offline_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let vol = dir.path().join("v.vlm");
+    let v = s(&vol);
+    ok(&["format", v, "--size", "16MiB", "--journal-reserved", "256KiB"]);
+    assert!(ok(&["info", v]).contains("reserved, off"));
+    ok(&["mkdir", v, "/kept"]);
+    assert!(ok(&["journal", "enable", v]).contains("ring of 64 blocks"));
+    let doc: serde_json::Value = serde_json::from_str(&ok(&["info", v, "--json"])).unwrap();
+    assert_eq!(doc["journal"]["enabled"], true);
+    assert!(ok(&["ls", v, "/"]).contains("kept"));
+    assert!(refused(&["journal", "enable", v]).contains("already enabled"));
+    assert!(ok(&["journal", "ack", v]).contains("nothing to acknowledge"));
+    let plain = dir.path().join("plain.vlm");
+    ok(&["format", s(&plain), "--size", "16MiB"]);
+    assert!(refused(&["journal", "enable", s(&plain)]).contains("reserved region"));
+    refused(&["format", s(&dir.path().join("x.vlm")), "--size", "16MiB", "--journal", "4KiB"]);
 }
 
 #[test]

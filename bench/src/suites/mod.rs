@@ -7,6 +7,7 @@ pub mod cluster;
 pub mod devops;
 pub mod harness;
 pub mod hdd;
+pub mod journal;
 pub mod log;
 pub mod memory;
 pub mod metadata;
