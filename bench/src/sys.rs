@@ -285,12 +285,11 @@ pub struct Counts {
 
 pub fn counted(lo: &Loop, trace: Option<&Trace>, ops: u64, f: impl FnOnce()) -> Counts {
     let before: BlockStat = lo.stat();
-    let traced = match trace {
-        Some(t) => Some(t.count(&lo.dev, f)),
-        None => {
-            f();
-            None
-        }
+    let traced = if let Some(t) = trace {
+        Some(t.count(&lo.dev, f))
+    } else {
+        f();
+        None
     };
     let stat = lo.stat();
     let n = ops.max(1) as f64;
