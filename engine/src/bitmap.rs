@@ -58,6 +58,13 @@ impl Bitmap {
         self.words[(i / 64) as usize] &= !(1 << (i % 64));
     }
 
+    /// Extends the set to `len` bits; the new ones are clear.
+    pub fn grow(&mut self, len: u64) {
+        assert!(len >= self.len, "a bitmap only grows");
+        self.words.resize(len.div_ceil(64) as usize, 0);
+        self.len = len;
+    }
+
     pub fn set_range(&mut self, r: BlockRange) {
         (r.start..r.end()).for_each(|i| self.set(i));
     }
@@ -301,6 +308,19 @@ impl Allocator {
         }
         assert_eq!(left, 0, "free count said {} blocks were free", self.free_blocks());
         Ok(runs)
+    }
+
+    /// The member grew to `layout` (auto-grow): the new blocks are free.
+    pub fn grow(&mut self, layout: Layout) {
+        assert!(layout.total_blocks >= self.layout.total_blocks);
+        self.live.grow(layout.total_blocks);
+        self.held.grow(layout.total_blocks);
+        self.layout = layout;
+    }
+
+    /// The geometry the allocator hands blocks out of.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
     }
 
     /// Holds exactly `run` for a replayed attach (the live path allocated it before the

@@ -229,6 +229,8 @@ pub enum Invalid {
     JournalRegion { blocks: u64, min: u64 },
     /// The journal is already on.
     JournalEnabled,
+    /// A growth cap below the initial capacity.
+    MaxSize { max_bytes: u64, capacity_bytes: u64 },
 }
 
 impl fmt::Display for Invalid {
@@ -256,6 +258,11 @@ impl fmt::Display for Invalid {
                  reserves {blocks} (the region is chosen at format time: `--journal SIZE`)"
             ),
             Invalid::JournalEnabled => f.write_str("the journal is already enabled"),
+            Invalid::MaxSize { max_bytes, capacity_bytes } => write!(
+                f,
+                "a maximum size of {max_bytes} bytes is below the initial capacity of \
+                 {capacity_bytes} bytes"
+            ),
         }
     }
 }

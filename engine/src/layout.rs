@@ -34,6 +34,10 @@ pub struct Layout {
     pub block_size: u32,
     /// Blocks in the member: a multiple of 64, so a bitmap word never spans members.
     pub total_blocks: u64,
+    /// The most blocks the member may grow to (auto-grow), a multiple of 64; equal to
+    /// `total_blocks` for a volume that does not grow. The bitmap is sized for it, so growing
+    /// moves nothing: one superblock flip extends `total_blocks` and the data region.
+    pub max_blocks: u64,
     pub bitmap: BlockRange,
     pub journal: BlockRange,
     pub image: BlockRange,
@@ -71,18 +75,40 @@ impl Layout {
         journal_bytes: u64,
         image_blocks: Option<u64>,
     ) -> Result<Layout> {
+        Layout::for_growing_format(capacity_bytes, None, block_size, journal_bytes, image_blocks)
+    }
+
+    /// The layout of a member of `capacity_bytes` now that may grow to `max_bytes` (none:
+    /// it does not grow).
+    pub fn for_growing_format(
+        capacity_bytes: u64,
+        max_bytes: Option<u64>,
+        block_size: u32,
+        journal_bytes: u64,
+        image_blocks: Option<u64>,
+    ) -> Result<Layout> {
         if !check_block_size(block_size) {
             return Err(Error::Invalid(Invalid::BlockSize { bytes: block_size }));
         }
         let bs = u64::from(block_size);
         let total_blocks = capacity_bytes / bs / MEMBER_ALIGN_BLOCKS * MEMBER_ALIGN_BLOCKS;
         let too_small = || Error::Invalid(Invalid::Capacity { bytes: capacity_bytes });
+        let max_blocks = match max_bytes {
+            Some(m) => m / bs / MEMBER_ALIGN_BLOCKS * MEMBER_ALIGN_BLOCKS,
+            None => total_blocks,
+        };
+        if max_blocks < total_blocks {
+            return Err(Error::Invalid(Invalid::MaxSize {
+                max_bytes: max_bytes.unwrap_or(0),
+                capacity_bytes,
+            }));
+        }
         // Block addresses keep their top 16 bits for the member index.
-        if total_blocks >= 1 << 48 {
+        if max_blocks >= 1 << 48 {
             return Err(too_small());
         }
         let sb = superblock_blocks(block_size);
-        let bitmap = BlockRange { start: sb, len: bitmap_blocks(total_blocks, block_size) };
+        let bitmap = BlockRange { start: sb, len: bitmap_blocks(max_blocks, block_size) };
         let journal = BlockRange { start: bitmap.end(), len: journal_bytes.div_ceil(bs) };
         let image_len = image_blocks.unwrap_or_else(|| default_image_blocks(total_blocks));
         let image = BlockRange { start: journal.end(), len: image_len };
@@ -91,9 +117,31 @@ impl Layout {
             return Err(too_small());
         }
         let data = BlockRange { start: fixed, len: total_blocks - fixed };
-        let layout = Layout { block_size, total_blocks, bitmap, journal, image, data };
+        let layout = Layout { block_size, total_blocks, max_blocks, bitmap, journal, image, data };
         layout.validate(0)?;
         Ok(layout)
+    }
+
+    /// True when the member may still grow.
+    pub fn can_grow(&self) -> bool {
+        self.total_blocks < self.max_blocks
+    }
+
+    /// This layout with `total_blocks` blocks (growth: only the data region's end moves).
+    pub fn grown_to(&self, total_blocks: u64) -> Layout {
+        assert!(
+            total_blocks >= self.total_blocks
+                && total_blocks <= self.max_blocks
+                && total_blocks.is_multiple_of(MEMBER_ALIGN_BLOCKS),
+            "growing {} blocks to {total_blocks} (max {})",
+            self.total_blocks,
+            self.max_blocks
+        );
+        Layout {
+            total_blocks,
+            data: BlockRange { start: self.data.start, len: total_blocks - self.data.start },
+            ..*self
+        }
     }
 
     /// Checks the rules FORMAT.md states for a decoded layout: block size, alignment to 64
@@ -112,13 +160,16 @@ impl Layout {
         if self.total_blocks == 0 || !self.total_blocks.is_multiple_of(MEMBER_ALIGN_BLOCKS) {
             return bad("total_blocks", self.total_blocks);
         }
-        if self.total_blocks >= 1 << 48 {
-            return bad("total_blocks", self.total_blocks);
+        if self.max_blocks >= 1 << 48
+            || self.max_blocks < self.total_blocks
+            || !self.max_blocks.is_multiple_of(MEMBER_ALIGN_BLOCKS)
+        {
+            return bad("max_blocks", self.max_blocks);
         }
         if self.bitmap.start != superblock_blocks(self.block_size) {
             return bad("bitmap_start", self.bitmap.start);
         }
-        if self.bitmap.len != bitmap_blocks(self.total_blocks, self.block_size) {
+        if self.bitmap.len != bitmap_blocks(self.max_blocks, self.block_size) {
             return bad("bitmap_blocks", self.bitmap.len);
         }
         if self.journal.start != self.bitmap.end() {

@@ -48,22 +48,27 @@ pub const JOURNAL_FIELDS_LEN: usize = 32;
 pub const CREATED_AT: usize = JOURNAL_FIELDS_AT + JOURNAL_FIELDS_LEN;
 pub const MEMBERS_AT: usize = CREATED_AT + 8;
 pub const MEMBER_LEN: usize = 16 + 8;
-pub const RESERVED_AT: usize = MEMBERS_AT + MAX_MEMBERS * MEMBER_LEN;
+pub const GROW_MAX_AT: usize = MEMBERS_AT + MAX_MEMBERS * MEMBER_LEN;
+pub const RESERVED_AT: usize = GROW_MAX_AT + 8;
 pub const CHECKSUM_AT: usize = SUPERBLOCK_LEN - 4;
 pub const RESERVED_LEN: usize = CHECKSUM_AT - RESERVED_AT;
 
 const _: () = assert!(
     UUID_AT.is_multiple_of(8) && TOTAL_BLOCKS_AT.is_multiple_of(8) && MEMBERS_AT.is_multiple_of(8)
 );
-const _: () = assert!(RESERVED_AT == 592, "FORMAT.md places the reserved area at byte 592");
+const _: () = assert!(GROW_MAX_AT == 592, "FORMAT.md places grow_max_blocks at byte 592");
 const _: () = assert!(RESERVED_AT < CHECKSUM_AT);
 
 /// `incompat_features` bit 0: the journal is in use (FORMAT.md, "Journal"). A build that does
 /// not know it refuses the volume: it would open at the checkpoint and ignore the records
 /// committed after it.
 pub const INCOMPAT_JOURNAL: u64 = 1 << 0;
+/// `incompat_features` bit 1: the volume grows (auto-grow): `grow_max_blocks` is its cap and
+/// the bitmap is sized for it. A build that does not know it would refuse the bitmap's size
+/// as damage; this way it refuses the feature by name.
+pub const INCOMPAT_GROW: u64 = 1 << 1;
 /// Incompatible features this build understands.
-pub const KNOWN_INCOMPAT: u64 = INCOMPAT_JOURNAL;
+pub const KNOWN_INCOMPAT: u64 = INCOMPAT_JOURNAL | INCOMPAT_GROW;
 
 /// `journal_flags` bit 0: open found the journal region destroyed and the volume went on
 /// from its checkpoint; set until acknowledged (`vellum journal ack`).
@@ -228,6 +233,10 @@ impl Superblock {
                 None => w.zeros(MEMBER_LEN),
             }
         }
+        w.assert_at(GROW_MAX_AT);
+        let grows = self.incompat & INCOMPAT_GROW != 0;
+        assert!(grows || self.layout.max_blocks == self.layout.total_blocks, "a cap without the bit");
+        w.u64_le(if grows { self.layout.max_blocks } else { 0 });
         w.assert_at(RESERVED_AT);
         w.zeros(RESERVED_LEN);
         w.assert_at(CHECKSUM_AT);
@@ -321,7 +330,8 @@ impl Superblock {
             *range = BlockRange { start: r.u64_le()?, len: r.u64_le()? };
         }
         let [bitmap, journal, image, data] = ranges;
-        let layout = Layout { block_size, total_blocks, bitmap, journal, image, data };
+        let mut layout =
+            Layout { block_size, total_blocks, max_blocks: total_blocks, bitmap, journal, image, data };
         let root = BlockRef { block: r.u64_le()?, checksum: r.u32_le()? };
         let bitmap_checksum = r.u32_le()?;
         let journal = if incompat & INCOMPAT_JOURNAL == 0 {
@@ -365,6 +375,16 @@ impl Superblock {
             } else {
                 r.expect_zero(MEMBER_LEN, "member_table")?;
             }
+        }
+        let grow_max = r.u64_le()?;
+        if incompat & INCOMPAT_GROW == 0 {
+            if grow_max != 0 {
+                return Err(Error::Unsupported(Unsupported::ReservedNonZero {
+                    field: "grow_max_blocks",
+                }));
+            }
+        } else {
+            layout.max_blocks = grow_max;
         }
         r.expect_zero(RESERVED_LEN, "reserved")?;
         layout.validate(base + TOTAL_BLOCKS_AT as u64)?;

@@ -1,7 +1,7 @@
 //! Golden volumes: small volumes committed under `tests/golden/`, which this and every later
-//! build must open and read identically: `v1/` (copy-on-write, closed cleanly) and
+//! build must open and read identically: `v1/` (copy-on-write, closed cleanly),
 //! `v1-journal/` (the journal feature, left as a power cut leaves it: batches after the
-//! checkpoint that open must replay). Regenerate only for a new format or feature, into a new
+//! checkpoint that open must replay) and `v1-grow/` (auto-grow, grown past its first bound). Regenerate only for a new format or feature, into a new
 //! directory: `VELLUM_BLESS_GOLDEN=1 cargo test -p vellum-engine --test golden`.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
@@ -185,6 +185,48 @@ fn golden_journaled_volume_replays_and_reads_identically() {
     )
     .unwrap();
     verify_with_new(&v);
+}
+
+#[test]
+fn golden_growing_volume_opens_and_reads_identically() {
+    let path = golden_in("v1-grow");
+    if std::env::var_os("VELLUM_BLESS_GOLDEN").is_some() {
+        let fmt = FormatOptions {
+            capacity_bytes: Some(512 << 10),
+            grow_max_bytes: Some(2 << 20),
+            image_blocks: Some(8),
+            ..FormatOptions::default()
+        };
+        let carrier = Arc::new(MemoryCarrier::new(2 << 20));
+        let v =
+            Volume::format(Box::new(Arc::clone(&carrier)), &fmt, VolumeOptions::default()).unwrap();
+        build(&v);
+        v.create_file("/ballast").unwrap().write_at(&vec![9; 700 << 10], 0).unwrap();
+        v.commit().unwrap();
+        v.remove("/ballast").unwrap();
+        assert!(v.info().layout.total_blocks > 128, "the golden volume grew");
+        v.close().unwrap();
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, carrier.to_bytes()).unwrap();
+    }
+    let bytes = std::fs::read(&path).expect("the golden growing volume is committed");
+    let report = check(&MemoryCarrier::from_bytes(&bytes));
+    assert_eq!(report.exit_code(), 0, "{:?}", report.findings);
+    let carrier = Arc::new(MemoryCarrier::from_bytes(&bytes));
+    let v = Volume::open(Box::new(Arc::clone(&carrier)), VolumeOptions::default()).unwrap();
+    let layout = v.info().layout;
+    assert!(layout.total_blocks > 128 && layout.max_blocks == 512, "{layout:?}");
+    verify(&v);
+    v.create_file("/new").unwrap().write_at(&vec![1; 300 << 10], 0).unwrap();
+    v.close().unwrap();
+    let v = Volume::open(
+        Box::new(MemoryCarrier::from_bytes(&carrier.to_bytes())),
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(v.open_file("/new").unwrap().read_to_end().unwrap(), vec![1; 300 << 10]);
+    v.remove("/new").unwrap();
+    verify(&v);
 }
 
 fn verify_with_new(v: &Volume) {

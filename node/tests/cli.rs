@@ -89,6 +89,32 @@ fn the_journal_switches_on_offline_once() {
 }
 
 #[test]
+fn a_growing_volume_grows_to_its_cap_and_no_further() {
+    let dir = tempfile::tempdir().unwrap();
+    let vol = dir.path().join("g.vlm");
+    let v = s(&vol);
+    assert!(
+        ok(&["format", v, "--size", "16MiB", "--grow", "--max-size", "64MiB"])
+            .contains("grows to 64 MiB")
+    );
+    let before = std::fs::metadata(&vol).unwrap().len();
+    let big = dir.path().join("big");
+    std::fs::write(&big, vec![5u8; 20 << 20]).unwrap();
+    ok(&["cp", s(&big), &format!("{v}:/big")]);
+    assert!(std::fs::metadata(&vol).unwrap().len() > before, "the carrier grew");
+    let huge = dir.path().join("huge");
+    std::fs::write(&huge, vec![6u8; 60 << 20]).unwrap();
+    assert!(refused(&["cp", s(&huge), &format!("{v}:/huge")]).contains("full"));
+    assert_eq!(std::fs::metadata(&vol).unwrap().len(), 64 << 20, "grown to the cap, not past");
+    assert!(ok(&["check", v]).contains("no errors"));
+    assert!(!ok(&["ls", v, "/"]).contains("huge"), "no partial copy is left");
+    assert_eq!(std::fs::read(&big).unwrap(), {
+        let out = vellum(&["cat", v, "/big"]);
+        out.stdout
+    });
+}
+
+#[test]
 fn check_exit_codes_follow_qemu_img() {
     let dir = tempfile::tempdir().unwrap();
     let vol = dir.path().join("v.vlm");

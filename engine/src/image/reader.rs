@@ -24,6 +24,9 @@ use super::{ROOT_RESERVED_AT, TABLE_ROOTS_AT};
 /// A loaded image: the namespace and every block it reaches.
 pub struct LoadedImage {
     pub namespace: Namespace,
+    /// The commit that wrote the image (its root block's generation; a superblock flip that
+    /// only grew the volume has a higher one).
+    pub generation: u64,
     pub reachable: Bitmap,
     /// Metadata blocks (root, spines, record blocks) of the image.
     pub metadata_blocks: u64,
@@ -263,6 +266,7 @@ pub(crate) fn load(reader: &dyn AreaRead, sb: &Superblock) -> Result<LoadedImage
     let buf = loader.read(sb.root.block, 1)?;
     let bytes = buf.as_slice();
     let header = loader.metadata_block(sb.root, bytes, BlockKind::Root, 0)?;
+    let image_generation = header.generation;
     let root_offset = layout.offset_of(sb.root.block);
     if header.count != 4 || header.record_len != 0 || header.next != BlockRef::default() {
         return Err(image_error(
@@ -303,6 +307,7 @@ pub(crate) fn load(reader: &dyn AreaRead, sb: &Superblock) -> Result<LoadedImage
         build_namespace(tables, next_ino, next_attr_id, layout.block_size, &mut loader)?;
     Ok(LoadedImage {
         namespace,
+        generation: image_generation,
         reachable: loader.reachable,
         metadata_blocks: loader.metadata_blocks,
     })

@@ -199,8 +199,8 @@ fn offsets_match_format_md() {
     );
     assert_eq!([ROOT_BLOCK_AT, ROOT_CHECKSUM_AT, BITMAP_CHECKSUM_AT], [152, 160, 164]);
     assert_eq!(
-        [JOURNAL_FIELDS_AT, CREATED_AT, MEMBERS_AT, RESERVED_AT, CHECKSUM_AT],
-        [168, 200, 208, 592, 4092]
+        [JOURNAL_FIELDS_AT, CREATED_AT, MEMBERS_AT, GROW_MAX_AT, RESERVED_AT, CHECKSUM_AT],
+        [168, 200, 208, 592, 600, 4092]
     );
     assert_eq!(
         [JOURNAL_TAIL_AT, JOURNAL_SEQUENCE_AT, JOURNAL_LOST_FROM_AT, JOURNAL_FLAGS_AT],
@@ -234,7 +234,26 @@ fn journal_fields_round_trip_and_their_rules_refuse() {
     assert!(matches!(refuse(JOURNAL_SEQUENCE_AT, &[0; 8]), Err(Error::Corrupt { .. })));
     assert!(matches!(refuse(JOURNAL_TAIL_AT, &256u64.to_le_bytes()), Err(Error::Corrupt { .. })));
     assert!(matches!(
-        refuse(INCOMPAT_AT, &3u64.to_le_bytes()),
-        Err(Error::Unsupported(Unsupported::IncompatFeatures(2)))
+        refuse(INCOMPAT_AT, &5u64.to_le_bytes()),
+        Err(Error::Unsupported(Unsupported::IncompatFeatures(4)))
+    ));
+}
+
+#[test]
+fn a_growing_volume_keeps_its_cap_and_refuses_one_without_the_bit() {
+    let mut sb = sample();
+    sb.layout = Layout::for_growing_format(64 << 20, Some(1 << 30), 4096, 0, None).unwrap();
+    sb.members[0].capacity_blocks = sb.layout.total_blocks;
+    sb.root.block = sb.layout.image.start;
+    sb.incompat = INCOMPAT_GROW;
+    let back = Superblock::decode(&sb.encode(0), 0).unwrap();
+    assert_eq!(back.layout.max_blocks, (1 << 30) / 4096);
+    assert_eq!(back, sb);
+    let e = Superblock::decode(&patched(&sb, 0, INCOMPAT_AT, &0u64.to_le_bytes()), 0).unwrap_err();
+    assert!(matches!(e, Error::Unsupported(Unsupported::ReservedNonZero { .. })), "{e:?}");
+    let small = (sb.layout.total_blocks - 64).to_le_bytes();
+    assert!(matches!(
+        Superblock::decode(&patched(&sb, 0, GROW_MAX_AT, &small), 0),
+        Err(Error::Corrupt { .. })
     ));
 }

@@ -203,6 +203,8 @@ fn commit_inner(inner: &Inner, meta: &mut Meta, state: VolumeState, for_ring: bo
     // exactly its two barriers.
     flush_data(inner, meta)?;
     let layout = inner.layout;
+    // Room for the image first (a growth step is a flip of its own, generation G+1).
+    grow(inner, meta, writer::blocks_needed(&meta.ns, layout.block_size as usize))?;
     let generation = meta.sb.generation + 1;
     let old_root = (meta.sb.generation > 0).then_some(meta.sb.root);
     let uuid = meta.sb.uuid;
@@ -265,6 +267,68 @@ fn commit_inner(inner: &Inner, meta: &mut Meta, state: VolumeState, for_ring: bo
         meta.ns.journal = Some(Vec::new());
     }
     meta.sb = sb;
+    meta.image_generation = generation;
     release_freed(inner, meta);
+    Ok(())
+}
+
+/// Auto-grow: when the volume may still grow and its allocator has fewer than `want` free
+/// blocks (beyond the metadata reserve), doubles the bound (until `want` fits, at most to the
+/// cap). Returns whether it grew.
+///
+/// 1. The carrier is extended to the new bound (zeros written unless sparse). **Barrier.**
+/// 2. The last durable superblock, with the new `total_blocks` and nothing else changed (the
+///    same image, the same journal tail), goes to both slots, generation G+1, each behind its
+///    own barrier, as in a commit.
+///
+/// A crash before the first slot's barrier leaves the old bound (the other slot); after it,
+/// the new bound, whose bitmap bits are zero, free, already (the bitmap is sized for the
+/// cap). Nothing moves: journal records and extents keep their block numbers.
+pub(crate) fn grow(inner: &Inner, meta: &mut Meta, want: u64) -> Result<bool> {
+    let layout = meta.sb.layout;
+    let need = want.saturating_add(crate::bitmap::META_RESERVE_BLOCKS);
+    if !layout.can_grow() || meta.alloc.free_blocks() >= need {
+        return Ok(false);
+    }
+    let mut total = layout.total_blocks;
+    while total < layout.max_blocks
+        && meta.alloc.free_blocks() + (total - layout.total_blocks) < need
+    {
+        total = total.saturating_mul(2).min(layout.max_blocks);
+    }
+    grow_to(inner, meta, total).inspect_err(|e| inner.poison(e))?;
+    Ok(true)
+}
+
+fn grow_to(inner: &Inner, meta: &mut Meta, total: u64) -> Result<()> {
+    let grown = meta.sb.layout.grown_to(total);
+    let sparse = meta.sb.layout_flags & superblock::LAYOUT_SPARSE != 0;
+    let session = inner.io.session()?;
+    if meta.carrier_len < grown.capacity_bytes() {
+        session.grow(meta.carrier_len, grown.capacity_bytes(), sparse)?;
+        meta.carrier_len = grown.capacity_bytes();
+    }
+    session.barrier()?;
+    let mut sb = meta.sb.clone();
+    sb.generation += 1;
+    sb.layout = grown;
+    sb.members[0].capacity_blocks = total;
+    sb.state = VolumeState::Dirty;
+    sb.bitmap_checksum = 0;
+    let first = superblock::first_slot(sb.generation);
+    session.write(Area::Superblock(first), superblock::slot_offset(first), &sb.encode(first))?;
+    session.barrier()?;
+    let second = 1 - first;
+    session.write(Area::Superblock(second), superblock::slot_offset(second), &sb.encode(second))?;
+    session.barrier()?;
+    drop(session);
+    tracing::info!(
+        from_blocks = meta.sb.layout.total_blocks,
+        to_blocks = total,
+        max_blocks = grown.max_blocks,
+        "volume grew"
+    );
+    meta.sb = sb;
+    meta.alloc.grow(grown);
     Ok(())
 }

@@ -231,7 +231,13 @@ fn allocate_gaps(
         }
         let after = gap_start.checked_sub(1).and_then(|p| inode.physical_of(p)).map(|p| p + 1);
         let mut logical = gap_start;
-        let runs = meta.alloc.alloc_data(lb - gap_start, after)?;
+        let want = lb - gap_start;
+        let runs = match meta.alloc.alloc_data(want, after) {
+            Err(Error::NoSpace) if commit::grow(inner, meta, want)? => {
+                meta.alloc.alloc_data(want, after)?
+            }
+            other => other?,
+        };
         if let Some(end) = runs.iter().map(BlockRange::end).max() {
             commit::ensure_carrier_len(inner, meta, end)?;
         }

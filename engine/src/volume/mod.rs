@@ -70,6 +70,9 @@ pub(crate) struct Meta {
     pub(crate) carrier_len: u64,
     /// The journal ring of a journaled volume (`None`: every commit is a checkpoint).
     pub(crate) ring: Option<crate::journal::Ring>,
+    /// The generation of the last commit that wrote an image (a flip that only grew the
+    /// volume does not).
+    pub(crate) image_generation: u64,
 }
 
 impl Meta {
@@ -84,12 +87,12 @@ impl Meta {
         }
     }
 
-    /// The last durable commit: the generation without a journal, the sequence of the last
-    /// batch (or of the last checkpoint's records) with one.
+    /// The last durable commit: the image's generation without a journal, the sequence of
+    /// the last batch (or of the last checkpoint's records) with one.
     pub(crate) fn commit_id(&self) -> u64 {
         match &self.ring {
             Some(ring) => ring.next_sequence - 1,
-            None => self.sb.generation,
+            None => self.image_generation,
         }
     }
 }
@@ -334,7 +337,7 @@ impl Volume {
         VolumeInfo {
             uuid: meta.sb.uuid,
             generation: meta.sb.generation,
-            layout: self.inner.layout,
+            layout: meta.sb.layout,
             medium: self.inner.io.medium,
             carrier: self.inner.io.options,
             physical_sector: self.inner.io.geometry.physical_sector,
@@ -411,8 +414,9 @@ impl Volume {
         self.inner.io.is_poisoned()
     }
 
-    /// An identifier of the last durable commit that only grows: the generation on a volume
-    /// without a journal, the sequence number of the last batch on a journaled one.
+    /// An identifier of the last durable commit that only grows: the generation of the last
+    /// image on a volume without a journal, the sequence number of the last batch on a
+    /// journaled one (a superblock flip that only grows the volume changes neither).
     pub fn commit_id(&self) -> u64 {
         self.inner.meta().commit_id()
     }

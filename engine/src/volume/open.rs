@@ -23,7 +23,7 @@ use crate::journal::{self, Op, Ring, ScanRules};
 use crate::layout::Layout;
 use crate::namespace::Namespace;
 use crate::superblock::{
-    self, BlockRef, INCOMPAT_JOURNAL, JournalFields, LAYOUT_SPARSE, LAYOUT_THIN,
+    self, BlockRef, INCOMPAT_GROW, INCOMPAT_JOURNAL, JournalFields, LAYOUT_SPARSE, LAYOUT_THIN,
     MIN_JOURNAL_BLOCKS, Member, Superblock, VolumeState,
 };
 
@@ -200,19 +200,28 @@ fn reconcile(io: &Io, adopted: &Adopted, report: &mut OpenReport) -> Result<Allo
     Ok(alloc)
 }
 
-#[allow(clippy::too_many_arguments)] // one call site per path (format, open)
-fn build(
-    io: Io,
-    sb: &Superblock,
+/// What `build` puts under the metadata mutex besides the superblock.
+struct State {
     ns: Namespace,
     alloc: Allocator,
     ring: Option<Ring>,
+    image_generation: u64,
+}
+
+fn build(
+    io: Io,
+    sb: &Superblock,
+    state: State,
     options: VolumeOptions,
     read_only: bool,
     report: OpenReport,
 ) -> Result<Volume> {
     let cache_bytes = options.cache_bytes_for(io.medium)?;
-    io.init(sb.layout, cache_bytes);
+    // The IO layer checks requests against the geometry at the cap: growth moves only the
+    // end of the data region, and the allocator never hands out a block past the bound.
+    let at_cap = sb.layout.grown_to(sb.layout.max_blocks);
+    io.init(at_cap, cache_bytes);
+    let State { ns, alloc, ring, image_generation } = state;
     let carrier_len = io.session()?.carrier().geometry().len_bytes;
     let meta = Meta {
         ns,
@@ -221,6 +230,7 @@ fn build(
         open: std::collections::HashMap::new(),
         carrier_len,
         ring,
+        image_generation,
     };
     let io = Arc::new(io);
     // Dirty pages exist only when data writes are not write-through and the volume writes.
@@ -229,7 +239,7 @@ fn build(
     }
     let inner = Inner {
         io,
-        layout: sb.layout,
+        layout: at_cap,
         options,
         cache_bytes,
         read_only,
@@ -272,7 +282,7 @@ pub(crate) fn open(carrier: Box<dyn Carrier>, options: VolumeOptions) -> Result<
         fell_back_from: adopted.fell_back_from,
         was_dirty: sb.state == VolumeState::Dirty,
         ro_compat_read_only: sb.requires_read_only(),
-        commit_id: ring.as_ref().map_or(sb.generation, |r| r.next_sequence - 1),
+        commit_id: ring.as_ref().map_or(adopted.image.generation, |r| r.next_sequence - 1),
         journal: journal_report,
         ..OpenReport::default()
     };
@@ -289,7 +299,8 @@ pub(crate) fn open(carrier: Box<dyn Carrier>, options: VolumeOptions) -> Result<
         );
     }
     let Adopted { sb, image, .. } = adopted;
-    let volume = build(io, &sb, image.namespace, alloc, ring, options, read_only, report)?;
+    let state = State { ns: image.namespace, alloc, ring, image_generation: image.generation };
+    let volume = build(io, &sb, state, options, read_only, report)?;
     if !read_only {
         let inner = &volume.inner;
         let mut meta = inner.meta();
@@ -321,8 +332,18 @@ pub(crate) fn format(
         None if carrier_len > 0 => carrier_len,
         None => return Err(Error::Invalid(Invalid::Capacity { bytes: 0 })),
     };
-    let layout =
-        Layout::for_format(capacity, format.block_size, format.journal_bytes, format.image_blocks)?;
+    // Growth stops at the size of a carrier that cannot grow (a device, memory).
+    let grow_max = match format.grow_max_bytes {
+        Some(max) if medium != Medium::File && carrier_len > 0 => Some(max.min(carrier_len)),
+        other => other,
+    };
+    let layout = Layout::for_growing_format(
+        capacity,
+        grow_max,
+        format.block_size,
+        format.journal_bytes,
+        format.image_blocks,
+    )?;
     check_alignment(&io, layout.block_size)?;
     if format.journal && layout.journal.len < MIN_JOURNAL_BLOCKS {
         return Err(Error::Invalid(Invalid::JournalRegion {
@@ -362,11 +383,14 @@ pub(crate) fn format(
     }
     let now = now_ns();
     // Generation 0 is "nothing committed yet"; the first commit below writes generation 1.
-    let (incompat, journal) = if format.journal {
+    let (mut incompat, journal) = if format.journal {
         (INCOMPAT_JOURNAL, JournalFields { tail: 0, sequence: 1, lost_from: 0, flags: 0 })
     } else {
         (0, JournalFields::default())
     };
+    if format.grow_max_bytes.is_some() {
+        incompat |= INCOMPAT_GROW;
+    }
     let sb = Superblock {
         version: FORMAT_VERSION,
         state: VolumeState::Dirty,
@@ -392,7 +416,8 @@ pub(crate) fn format(
     }
     let mut alloc = Allocator::new(layout, Allocator::fixed_regions(&layout));
     alloc.mark_all_bitmap_dirty();
-    let volume = build(io, &sb, ns, alloc, ring, options, false, OpenReport::default())?;
+    let state = State { ns, alloc, ring, image_generation: 0 };
+    let volume = build(io, &sb, state, options, false, OpenReport::default())?;
     {
         let inner = &volume.inner;
         let mut meta = inner.meta();
@@ -429,8 +454,13 @@ pub(crate) fn create_path(
         progress: fmt.progress,
     };
     // Refuse a bad geometry before creating (and zero-filling) anything.
-    let layout =
-        Layout::for_format(capacity_bytes, fmt.block_size, fmt.journal_bytes, fmt.image_blocks)?;
+    let layout = Layout::for_growing_format(
+        capacity_bytes,
+        fmt.grow_max_bytes,
+        fmt.block_size,
+        fmt.journal_bytes,
+        fmt.image_blocks,
+    )?;
     if fmt.journal && layout.journal.len < MIN_JOURNAL_BLOCKS {
         return Err(Error::Invalid(Invalid::JournalRegion {
             blocks: layout.journal.len,

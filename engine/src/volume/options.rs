@@ -149,6 +149,9 @@ pub struct FormatOptions<'a> {
     pub journal_bytes: u64,
     /// Use the journal region (at least two blocks): commits become one journal batch.
     pub journal: bool,
+    /// Auto-grow: the volume starts at `capacity_bytes` and doubles when its allocator runs
+    /// out, up to this many bytes (the bitmap is sized for it). `None`: a fixed capacity.
+    pub grow_max_bytes: Option<u64>,
     /// Blocks of the image region; `None` takes 1/64 of the volume (16 to 65,536 blocks).
     pub image_blocks: Option<u64>,
     /// Reserve all space at creation (false: thin, the carrier file grows as used).
@@ -169,6 +172,7 @@ impl Default for FormatOptions<'_> {
             block_size: 4096,
             journal_bytes: 0,
             journal: false,
+            grow_max_bytes: None,
             image_blocks: None,
             preallocate: true,
             sparse: false,
@@ -203,6 +207,7 @@ impl std::fmt::Debug for FormatOptions<'_> {
             .field("block_size", &self.block_size)
             .field("journal_bytes", &self.journal_bytes)
             .field("journal", &self.journal)
+            .field("grow_max_bytes", &self.grow_max_bytes)
             .field("image_blocks", &self.image_blocks)
             .field("preallocate", &self.preallocate)
             .field("sparse", &self.sparse)

@@ -23,6 +23,9 @@ use vellum_engine::{CommitMutation, FileKind, FormatOptions, Volume, VolumeOptio
 
 const VOLUME_BYTES: u64 = 4 << 20;
 const OPS_PER_RUN: usize = 48;
+/// Blocks a growing volume starts with (512 KiB), most of them taken by a ballast file: the
+/// workload outgrows the bound in most runs.
+const GROW_FROM_BLOCKS: u64 = 128;
 /// Journal ring of the journaled configurations: small, so that batches wrap around and the
 /// fill threshold checkpoints every few commits.
 const JOURNAL_BLOCKS: u64 = 8;
@@ -35,6 +38,9 @@ struct Config {
     cache: bool,
     /// Format with a journal: commits are journal batches, checkpoints come with the ring.
     journal: bool,
+    /// Auto-grow: start at `GROW_FROM_BLOCKS` and grow (doubling) up to the carrier's
+    /// 4 MiB, so the workload's writes and commits cross growth steps.
+    grow: bool,
     mutation: Option<CommitMutation>,
 }
 
@@ -49,11 +55,27 @@ fn start(cfg: Config) -> (Volume, Arc<FaultyCarrier>, Model) {
     let format = FormatOptions {
         journal: cfg.journal,
         journal_bytes: if cfg.journal { JOURNAL_BLOCKS * BS } else { 0 },
+        capacity_bytes: cfg.grow.then_some(GROW_FROM_BLOCKS * BS),
+        grow_max_bytes: cfg.grow.then_some(VOLUME_BYTES),
+        image_blocks: cfg.grow.then_some(4),
         ..FormatOptions::default()
     };
     let v = Volume::format(Box::new(Arc::clone(&carrier)), &format, options(cfg)).unwrap();
     let mut model = Model::new(v.commit_id());
     model.durable_by_commits = cfg.cache;
+    if cfg.grow {
+        // Ballast, committed: most of the initial bound, so the workload crosses growth steps.
+        let path = b"/ballast".to_vec();
+        let len = (GROW_FROM_BLOCKS - 40) * BS;
+        v.create_file(&path).unwrap();
+        model.create_file(&path);
+        let recs = model.preallocate(&path, 0, len);
+        v.open_file(&path).unwrap().preallocate(0, len).unwrap();
+        model.returned(&recs, carrier.barriers_done());
+        model.begin_commit(v.commit_id() + 1);
+        v.commit().unwrap();
+        model.commit_done(v.commit_id());
+    }
     (v, carrier, model)
 }
 
@@ -198,10 +220,16 @@ fn run(seed: u64, cfg: Config, plan: Option<CrashPlan>) -> (Arc<FaultyCarrier>, 
         }
         v.check_invariants();
     }
+    if cfg.grow && v.info().layout.total_blocks > GROW_FROM_BLOCKS {
+        GROWN.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
     carrier.cut_power();
     drop(v);
     (carrier, m, format_ops)
 }
+
+/// Runs of the growing configurations whose volume grew before the power cut.
+static GROWN: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Everything the recovered volume holds, for comparison with a model state.
 fn compare(
@@ -364,16 +392,18 @@ fn seeds_from_env(default: std::ops::Range<u64>) -> std::ops::Range<u64> {
 }
 
 const GOOD_WT: Config =
-    Config { write_through: true, cache: false, journal: false, mutation: None };
+    Config { write_through: true, cache: false, journal: false, grow: false, mutation: None };
 const GOOD_BUFFERED: Config =
-    Config { write_through: false, cache: false, journal: false, mutation: None };
+    Config { write_through: false, cache: false, journal: false, grow: false, mutation: None };
 const CACHED_BUFFERED: Config =
-    Config { write_through: false, cache: true, journal: false, mutation: None };
+    Config { write_through: false, cache: true, journal: false, grow: false, mutation: None };
 const CACHED_WT: Config =
-    Config { write_through: true, cache: true, journal: false, mutation: None };
+    Config { write_through: true, cache: true, journal: false, grow: false, mutation: None };
 const JOURNAL_WT: Config = Config { journal: true, ..GOOD_WT };
 const JOURNAL_BUFFERED: Config = Config { journal: true, ..GOOD_BUFFERED };
 const JOURNAL_CACHED: Config = Config { journal: true, ..CACHED_BUFFERED };
+const GROW_BUFFERED: Config = Config { grow: true, ..GOOD_BUFFERED };
+const GROW_JOURNAL_WT: Config = Config { grow: true, ..JOURNAL_WT };
 
 #[test]
 fn random_crash_points_write_through() {
@@ -406,6 +436,18 @@ fn random_crash_points_journaled() {
     assert!(failures.is_empty(), "{} failures, first: {}", failures.len(), failures[0]);
 }
 
+/// Auto-grow: volumes that start at 512 KiB and double under the workload, so cuts land in
+/// growth steps (the carrier's extension, both flips) too.
+#[test]
+fn random_crash_points_growing() {
+    let mut failures = campaign(seeds_from_env(80_000..80_300), GROW_BUFFERED);
+    failures.extend(campaign(seeds_from_env(90_000..90_300), GROW_JOURNAL_WT));
+    assert!(failures.is_empty(), "{} failures, first: {}", failures.len(), failures[0]);
+    let grown = GROWN.load(std::sync::atomic::Ordering::Relaxed);
+    eprintln!("{grown} runs grew before their power cut");
+    assert!(grown > 100, "only {grown} runs grew: the workload does not reach the bound");
+}
+
 /// Every barrier (and every operation) of a few scripted scenarios.
 #[test]
 fn every_barrier_and_operation_of_scripted_scenarios() {
@@ -417,6 +459,7 @@ fn every_barrier_and_operation_of_scripted_scenarios() {
         (10, CACHED_BUFFERED),
         (11, JOURNAL_WT),
         (12, JOURNAL_BUFFERED),
+        (13, GROW_JOURNAL_WT),
     ] {
         let (dry, _, format_ops) = run(seed, cfg, None);
         let (barriers, ops) = (dry.barriers_done(), dry.ops());
@@ -450,7 +493,8 @@ fn broken_protocols_are_caught() {
         (CommitMutation::CheckpointFreesJournalEarly, false, true),
         (CommitMutation::ReplayDiffers, false, true),
     ] {
-        let cfg = Config { write_through: !cache, cache, journal, mutation: Some(mutation) };
+        let cfg =
+            Config { write_through: !cache, cache, journal, grow: false, mutation: Some(mutation) };
         let caught = (0..400).find_map(|s| crash_point(s, cfg).err().map(|e| (s, e)));
         let (seed, e) = caught.unwrap_or_else(|| {
             panic!("{mutation:?}: 400 crash points and the checker saw nothing")

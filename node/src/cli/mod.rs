@@ -52,6 +52,14 @@ pub enum Command {
         /// Grow the carrier file as blocks are used, instead of reserving it now.
         #[arg(long)]
         thin: bool,
+        /// Auto-grow: start small (--size, default 64MiB or the cap if smaller) and double the
+        /// volume's capacity whenever it fills, up to --max-size (zeros really written unless
+        /// --sparse). On a block device growth stops at the device's size.
+        #[arg(long)]
+        grow: bool,
+        /// The cap of --grow [default: 64 times the initial size].
+        #[arg(long, value_parser = size_arg, requires = "grow")]
+        max_size: Option<u64>,
         /// Leave unwritten ranges as holes instead of writing zeros.
         #[arg(long)]
         sparse: bool,
@@ -176,6 +184,8 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
             size,
             block_size,
             thin,
+            grow,
+            max_size,
             sparse,
             journal,
             journal_reserved,
@@ -186,6 +196,8 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
                 size,
                 block_size,
                 thin,
+                grow,
+                max_size,
                 sparse,
                 journal: journal.or(journal_reserved).unwrap_or(0),
                 use_journal: journal.is_some(),

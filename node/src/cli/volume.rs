@@ -55,6 +55,10 @@ pub struct FormatArgs {
     pub size: Option<u64>,
     pub block_size: u32,
     pub thin: bool,
+    /// Auto-grow.
+    pub grow: bool,
+    /// The cap of auto-grow (default: 64 times the initial size).
+    pub max_size: Option<u64>,
     pub sparse: bool,
     /// Bytes of the journal region.
     pub journal: u64,
@@ -63,14 +67,25 @@ pub struct FormatArgs {
     pub force: bool,
 }
 
+/// Initial size of a growing volume when --size is not given.
+const GROW_DEFAULT_START: u64 = 64 << 20;
+
 pub fn format(a: &FormatArgs) -> Result<(), CliError> {
     let is_device = carrier::is_block_device(&a.carrier);
-    if !is_device && a.size.is_none() {
+    let (size, grow_max) = match a.grow.then_some(a.max_size) {
+        None => (a.size, None),
+        Some(max) => {
+            let start =
+                a.size.unwrap_or(max.map_or(GROW_DEFAULT_START, |m| m.min(GROW_DEFAULT_START)));
+            (Some(start), Some(max.unwrap_or(start.saturating_mul(64))))
+        }
+    };
+    if !is_device && size.is_none() {
         return Err(CliError::Usage(
             "--size is required for a file carrier (e.g. --size 64MiB)".into(),
         ));
     }
-    let bar = indicatif::ProgressBar::new(a.size.unwrap_or(0));
+    let bar = indicatif::ProgressBar::new(size.unwrap_or(0));
     bar.set_style(
         indicatif::ProgressStyle::with_template(
             "zero-filling {bar:40} {bytes}/{total_bytes} ({bytes_per_sec}, {eta})",
@@ -82,7 +97,8 @@ pub fn format(a: &FormatArgs) -> Result<(), CliError> {
         bar.set_position(done);
     };
     let fmt = FormatOptions {
-        capacity_bytes: a.size,
+        capacity_bytes: size,
+        grow_max_bytes: grow_max,
         block_size: a.block_size,
         journal_bytes: a.journal,
         journal: a.use_journal,
@@ -107,13 +123,24 @@ pub fn format(a: &FormatArgs) -> Result<(), CliError> {
     let v = result?;
     let info = v.info();
     v.close()?;
+    let bs = u64::from(info.layout.block_size);
+    let growth = if info.layout.max_blocks > info.layout.total_blocks {
+        let capped = if is_device && grow_max.is_some_and(|m| m > info.layout.max_blocks * bs) {
+            " (the device's size)"
+        } else {
+            ""
+        };
+        format!(", grows to {}{capped}", human(info.layout.max_blocks * bs))
+    } else {
+        String::new()
+    };
     let journal = match (info.journal, info.layout.journal.len) {
         (Some(j), _) => format!("journal of {} blocks", j.blocks),
         (None, 0) => "no journal".to_string(),
         (None, n) => format!("journal region of {n} blocks reserved (off)"),
     };
     println!(
-        "formatted {}: {} in {} blocks of {} bytes, {}, {}, {journal}, volume {}",
+        "formatted {}: {}{growth} in {} blocks of {} bytes, {}, {}, {journal}, volume {}",
         a.carrier.display(),
         human(info.layout.capacity_bytes()),
         info.layout.total_blocks,
@@ -235,6 +262,8 @@ pub fn info(path: &Path, json: bool) -> Result<(), CliError> {
             "block_size": l.block_size,
             "total_blocks": l.total_blocks,
             "capacity_bytes": l.capacity_bytes(),
+            "max_blocks": l.max_blocks,
+            "grows": l.max_blocks > l.total_blocks,
             "bitmap": region(l.bitmap),
             "journal": region(l.journal),
             "image": region(l.image),
@@ -269,10 +298,15 @@ pub fn info(path: &Path, json: bool) -> Result<(), CliError> {
         println!("superblock {}: {status}{mark}", ["A", "B"][s.slot as usize]);
     }
     println!(
-        "geometry:    {} blocks of {} bytes = {}",
+        "geometry:    {} blocks of {} bytes = {}{}",
         l.total_blocks,
         l.block_size,
-        human(l.capacity_bytes())
+        human(l.capacity_bytes()),
+        if l.max_blocks > l.total_blocks {
+            format!(", grows up to {}", human(l.max_blocks * u64::from(l.block_size)))
+        } else {
+            String::new()
+        }
     );
     for (name, r) in
         [("bitmap", l.bitmap), ("journal", l.journal), ("image", l.image), ("data", l.data)]
@@ -515,15 +549,25 @@ fn copy_into(v: &Volume, dst: &[u8], mut source: impl Read) -> Result<u64, CliEr
     let f = v.create_file(&tmp)?;
     let mut buf = vec![0u8; CHUNK];
     let mut at = 0u64;
-    loop {
-        let n = source.read(&mut buf).map_err(|e| CliError::Io(e, "reading the source".into()))?;
+    let copied = loop {
+        let n = match source.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) => break Err(CliError::Io(e, "reading the source".into())),
+        };
         if n == 0 {
-            break;
+            break Ok(());
         }
-        f.write_at(&buf[..n], at)?;
+        if let Err(e) = f.write_at(&buf[..n], at) {
+            break Err(e.into());
+        }
         at += n as u64;
-    }
+    };
     drop(f);
+    if let Err(e) = copied {
+        // A full volume (or a bad source) leaves no partial copy behind.
+        let _ = v.remove(&tmp);
+        return Err(e);
+    }
     v.rename(&tmp, dst)?;
     Ok(at)
 }
@@ -535,8 +579,11 @@ pub fn cp(src: &OsString, dst: &OsString) -> Result<(), CliError> {
         )),
         (None, Some((carrier, path))) => {
             let v = open(&carrier, false)?;
-            copy_into(&v, &path, read_host(src)?)?;
-            Ok(v.close()?)
+            let copied = read_host(src).and_then(|source| copy_into(&v, &path, source));
+            // Closed cleanly also when the copy failed (a full volume stays usable).
+            let closed = v.close();
+            copied?;
+            Ok(closed?)
         }
         (Some((carrier, path)), None) => {
             let v = open(&carrier, true)?;
@@ -555,8 +602,10 @@ pub fn cp(src: &OsString, dst: &OsString) -> Result<(), CliError> {
                 let src_volume = open(&a, true)?;
                 src_volume.open_file(&pa)?.read_to_end()?
             };
-            copy_into(&dst_volume, &pb, content.as_slice())?;
-            Ok(dst_volume.close()?)
+            let copied = copy_into(&dst_volume, &pb, content.as_slice());
+            let closed = dst_volume.close();
+            copied?;
+            Ok(closed?)
         }
     }
 }
