@@ -241,3 +241,33 @@ fn enabling_needs_a_region_and_happens_once() {
     let v = reopen(&bytes).unwrap();
     assert!(v.exists("/after").unwrap());
 }
+
+#[test]
+fn the_background_checkpointer_empties_an_idle_ring() {
+    let carrier = Arc::new(MemoryCarrier::new(8 << 20));
+    let options = VolumeOptions {
+        checkpoint_interval: Some(std::time::Duration::from_millis(20)),
+        ..VolumeOptions::default()
+    };
+    let v = Volume::format(Box::new(Arc::clone(&carrier)), &journaled(64), options).unwrap();
+    v.create_file("/a").unwrap();
+    v.commit().unwrap();
+    let (generation, id) = (v.generation(), v.commit_id());
+    assert!(v.info().journal.unwrap().used_blocks > 0);
+    // A condition, not a timing: wait (at most a minute) for the thread to do its work.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while v.info().journal.unwrap().used_blocks > 0 {
+        assert!(std::time::Instant::now() < deadline, "no background checkpoint");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(v.generation() > generation, "a checkpoint ran");
+    assert_eq!(v.commit_id(), id, "it made nothing durable that was not already");
+    // Queued records are never checkpointed behind the caller's back.
+    v.create_file("/queued").unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    let bytes = carrier.to_bytes();
+    v.close().unwrap();
+    let v = Volume::open(Box::new(MemoryCarrier::from_bytes(&bytes)), VolumeOptions::default())
+        .unwrap();
+    assert!(v.exists("/a").unwrap() && !v.exists("/queued").unwrap());
+}

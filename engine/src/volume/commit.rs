@@ -21,7 +21,8 @@
 //! (write-through) or one write and one barrier: the batch is the commit point. Steps 2-5
 //! become the *checkpoint*, which also stores where the ring's first batch after it begins;
 //! it runs when a batch does not fit in the ring's free space, when the ring passes
-//! [`CHECKPOINT_FILL_PERCENT`], at open and at close. Ring space is reused only after the
+//! [`CHECKPOINT_FILL_PERCENT`], at open and at close, and in the background on a timer
+//! (`checkpointer`). Ring space is reused only after the
 //! checkpoint's superblock is durable.
 
 use super::{CommitMutation, Inner, Meta};
@@ -268,6 +269,7 @@ fn commit_inner(inner: &Inner, meta: &mut Meta, state: VolumeState, for_ring: bo
     }
     meta.sb = sb;
     meta.image_generation = generation;
+    meta.last_checkpoint = std::time::Instant::now();
     release_freed(inner, meta);
     Ok(())
 }

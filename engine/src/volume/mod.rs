@@ -12,6 +12,7 @@
 //! (`crate::io`), which the volume owns.
 
 mod check;
+mod checkpointer;
 mod commit;
 mod data;
 mod file;
@@ -73,6 +74,8 @@ pub(crate) struct Meta {
     /// The generation of the last commit that wrote an image (a flip that only grew the
     /// volume does not).
     pub(crate) image_generation: u64,
+    /// When the last checkpoint completed (or the volume opened).
+    pub(crate) last_checkpoint: std::time::Instant,
 }
 
 impl Meta {
@@ -111,12 +114,15 @@ pub(crate) struct Inner {
     pub(crate) gate: Mutex<()>,
     pub(crate) closed: AtomicBool,
     pub(crate) report: OpenReport,
+    /// The background checkpointer of a writable journaled volume.
+    pub(crate) checkpointer: Mutex<Option<checkpointer::Handle>>,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         // Dropped without close (every handle gone): like a crash, nothing is committed, but
-        // the writeback thread stops and the carrier (and its lock) is released.
+        // the threads stop and the carrier (and its lock) is released.
+        checkpointer::stop(self);
         crate::io::writeback::stop(&self.io);
     }
 }
@@ -471,6 +477,7 @@ impl Volume {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
+        checkpointer::stop(&self.inner);
         let mut meta = self.inner.meta();
         let result = if self.inner.read_only {
             Ok(())

@@ -231,6 +231,7 @@ fn build(
         carrier_len,
         ring,
         image_generation,
+        last_checkpoint: std::time::Instant::now(),
     };
     let io = Arc::new(io);
     // Dirty pages exist only when data writes are not write-through and the volume writes.
@@ -247,8 +248,15 @@ fn build(
         gate: Mutex::new(()),
         closed: AtomicBool::new(false),
         report,
+        checkpointer: Mutex::new(None),
     };
-    Ok(Volume { inner: Arc::new(inner) })
+    let inner = Arc::new(inner);
+    let interval = options.checkpoint_interval.unwrap_or(super::checkpointer::DEFAULT_INTERVAL);
+    let journaled = inner.meta().ring.is_some();
+    if journaled && !read_only && !interval.is_zero() {
+        super::checkpointer::start(&inner, interval);
+    }
+    Ok(Volume { inner })
 }
 
 /// The IO layer's share of the protocol mutant in `options`.

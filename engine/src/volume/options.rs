@@ -86,6 +86,11 @@ pub struct VolumeOptions {
     /// The tiers files open with when they do not ask (`open_file_with`). `None`: the
     /// medium's default, decided by measurement (docs/BENCHMARKS.md, "cache").
     pub policy: Option<IoPolicy>,
+    /// Journaled volumes: how long batches may wait in the ring before a background
+    /// checkpoint writes them into the image (bounding replay). `None`: 30 s;
+    /// `Some(Duration::ZERO)`: no background checkpoints (the ring is still checkpointed when
+    /// it fills and at close).
+    pub checkpoint_interval: Option<std::time::Duration>,
     /// A protocol mutant for the crash checkers (`test-util` only).
     #[cfg(feature = "test-util")]
     pub mutation: Option<CommitMutation>,
