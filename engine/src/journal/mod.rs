@@ -268,6 +268,15 @@ pub(crate) fn scan(reader: &dyn AreaRead, sb: &Superblock, rules: ScanRules) -> 
     let layout = sb.layout;
     let ring = Ring::at_checkpoint(sb);
     let bs = u64::from(layout.block_size);
+    let ring_end = layout.journal.end().saturating_mul(bs);
+    if ring_end > reader.carrier_len() {
+        // Nothing past the carrier is read (or allocated for).
+        return Err(Error::corrupt(
+            Region::Journal,
+            layout.journal.start.saturating_mul(bs),
+            Corruption::Truncated { needed: ring_end, available: reader.carrier_len() },
+        ));
+    }
     let mut bytes = Io::buffer((ring.len * bs) as usize);
     let mut at = 0;
     while at < ring.len {
