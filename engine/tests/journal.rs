@@ -271,3 +271,29 @@ fn the_background_checkpointer_empties_an_idle_ring() {
         .unwrap();
     assert!(v.exists("/a").unwrap() && !v.exists("/queued").unwrap());
 }
+
+#[test]
+fn a_half_full_ring_is_checkpointed_in_the_background() {
+    let carrier = Arc::new(MemoryCarrier::new(8 << 20));
+    let options = VolumeOptions {
+        checkpoint_interval: Some(std::time::Duration::from_secs(3600)),
+        ..VolumeOptions::default()
+    };
+    let v = Volume::format(Box::new(Arc::clone(&carrier)), &journaled(64), options).unwrap();
+    let generation = v.generation();
+    let mut i = 0;
+    // One block per batch: commit until a batch leaves the ring half full (it wakes the
+    // checkpointer) or the thread already emptied it.
+    while v.generation() == generation && v.info().journal.unwrap().used_blocks < 32 {
+        v.create_file(format!("/f{i}")).unwrap();
+        v.commit().unwrap();
+        i += 1;
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while v.generation() == generation {
+        assert!(std::time::Instant::now() < deadline, "no background checkpoint");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(i < 48, "the inline threshold (75 %) was not what checkpointed: {i} commits");
+    v.close().unwrap();
+}

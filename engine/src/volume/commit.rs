@@ -20,9 +20,9 @@
 //! of the records queued since the last commit, written to the ring with one durable write
 //! (write-through) or one write and one barrier: the batch is the commit point. Steps 2-5
 //! become the *checkpoint*, which also stores where the ring's first batch after it begins;
-//! it runs when a batch does not fit in the ring's free space, when the ring passes
-//! [`CHECKPOINT_FILL_PERCENT`], at open and at close, and in the background on a timer
-//! (`checkpointer`). Ring space is reused only after the
+//! it runs in the background when a commit leaves the ring half full or batches have waited
+//! for the checkpoint interval (`checkpointer`), inline when the ring passes
+//! [`CHECKPOINT_FILL_PERCENT`] or a batch does not fit in its free space, at open and at close. Ring space is reused only after the
 //! checkpoint's superblock is durable.
 
 use super::{CommitMutation, Inner, Meta};
@@ -168,7 +168,11 @@ fn journal_commit(inner: &Inner, meta: &mut Meta) -> Result<()> {
     meta.ns.journal = Some(Vec::new());
     release_freed(inner, meta);
     if fill >= CHECKPOINT_FILL_PERCENT {
+        // The background checkpointer did not keep up (records kept coming): this commit
+        // checkpoints itself, so the next one finds room.
         commit_inner(inner, meta, VolumeState::Dirty, true)?;
+    } else if fill >= super::checkpointer::FILL_PERCENT {
+        super::checkpointer::kick(inner);
     }
     Ok(())
 }
