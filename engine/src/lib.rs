@@ -60,12 +60,12 @@ mod volume;
 pub use error::{Error, Result};
 pub use format::consts::Uuid;
 pub use io::IoCounts;
-pub use io::cache::CacheStats;
-pub use io::cache::names as cache_metric_names;
+pub use io::{CacheStats, cache_metric_names};
+pub use journal::ReplayReport;
 #[cfg(feature = "test-util")]
 pub use volume::CommitMutation;
 pub use volume::{
     CheckReport, DEFAULT_CACHE_BYTES, DirEntry, ExtentInfo, File, FileKind, Finding, FindingKind,
-    FormatOptions, IoPolicy, JournalInfo, Metadata, OpenReport, ReplayReport, SlotStatus, Tier,
-    Volume, VolumeInfo, VolumeOptions, WriteConcurrency, check, default_journal_bytes,
+    FormatOptions, IoPolicy, JournalInfo, Metadata, OpenReport, SlotStatus, Tier, Volume,
+    VolumeInfo, VolumeOptions, WriteConcurrency, check, default_journal_bytes,
 };

@@ -600,13 +600,20 @@ impl Namespace {
         true
     }
 
-    /// Replays one journal record of batch `sequence` with the live path's own methods. The
+    /// Replays one journal record of batch `sequence` (whose first block is at carrier byte
+    /// `offset`) with the live path's own methods. The
     /// allocator is the replay's scratch allocator (its live set: the checkpoint's reachable
     /// blocks); an attached run must be free there. A record that does not apply (which a
     /// verified batch written by this code never holds) is `Corrupt`, never a panic.
-    pub fn apply(&mut self, op: &Op, alloc: &mut Allocator, sequence: u64) -> Result<()> {
+    pub fn apply(
+        &mut self,
+        op: &Op,
+        alloc: &mut Allocator,
+        sequence: u64,
+        offset: u64,
+    ) -> Result<()> {
         let bad = |what: &'static str| {
-            Error::corrupt(Region::Journal, 0, Corruption::JournalRecord { sequence, what })
+            Error::corrupt(Region::Journal, offset, Corruption::JournalRecord { sequence, what })
         };
         let file = |ns: &Namespace, ino: u64| {
             ns.inodes.get(&ino).is_some_and(|i| i.kind == InodeKind::File)

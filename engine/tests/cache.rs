@@ -302,3 +302,46 @@ fn the_default_read_tier_follows_the_carrier() {
     let (v, _) = Volume::open_or_create(&at, &format16, CarrierOptions::BUFFERED, options).unwrap();
     assert_eq!(v.info().default_policy, IoPolicy::DIRECT);
 }
+
+/// Bug (the fsyncgate shape): a sync waits for a writeback that the writeback thread issued,
+/// and that writeback fails (the page is marked clean: no dirty page is left to tell). The
+/// sync must fail, and nothing may be committed after it.
+#[test]
+fn a_sync_fails_when_a_writeback_it_waited_for_failed() {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+    use vellum_engine::carrier::InjectedError;
+    let (v, carrier) = volume(16, false);
+    let f = v.create_file("/f").unwrap();
+    f.preallocate(0, 64 << 10).unwrap();
+    v.commit().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx = Mutex::new(tx);
+    let fired = AtomicBool::new(false);
+    let weak = Arc::downgrade(&carrier);
+    // The writeback thread's first write is held inside the carrier while this thread's sync
+    // starts and waits for it, then fails with EIO.
+    carrier.set_write_hook(Some(Arc::new(move |_offset, _len, durable| {
+        let writeback = std::thread::current().name() == Some("vellum-writeback");
+        if durable || !writeback || fired.swap(true, Ordering::SeqCst) {
+            return;
+        }
+        let _ = tx.lock().unwrap().send(());
+        std::thread::sleep(Duration::from_millis(500));
+        if let Some(c) = weak.upgrade() {
+            c.inject_error(InjectedError { at_op: c.ops(), errno: libc::EIO });
+        }
+    })));
+    // Two dirty pages: above the background line (one page of 16), so the thread wakes and
+    // writes back the lowest one.
+    f.write_at(&[7; 4096], 0).unwrap();
+    f.write_at(&[8; 4096], 8192).unwrap();
+    rx.recv_timeout(Duration::from_secs(60)).expect("the writeback thread wrote");
+    let synced = f.sync();
+    assert!(synced.is_err(), "a sync returned Ok although a writeback it waited for failed");
+    assert!(v.is_poisoned());
+    v.create_file("/after").unwrap_err();
+    assert!(v.commit().is_err(), "nothing is committed over a failed write");
+    carrier.set_write_hook(None);
+}

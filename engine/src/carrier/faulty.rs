@@ -2,10 +2,15 @@
 //!
 //! The model: a write that returned under write-through, and every write that returned before
 //! a completed barrier, is durable and survives. Every other write is *pending*: at the power
-//! cut it is dropped, applied, or torn into an arbitrary subset of its 512-byte sectors, and a
-//! torn sector may hold garbage. The operation during which power is cut never completes: it
-//! returns an error (so does everything after it) and, if it was a write, it is pending.
-//! Reads before the cut see every write (the volatile cache view).
+//! cut it is dropped, applied, torn into an arbitrary subset of its 512-byte sectors (a torn
+//! sector may hold garbage), or torn at 4 KiB boundaries (each 4 KiB unit of it lands whole or
+//! not at all, in any combination: a multi-block write that a device completed out of order).
+//! The operation during which power is cut never completes: it returns an error (so does
+//! everything after it) and, if it was a write, it is pending. Reads before the cut see every
+//! write (the volatile cache view).
+//!
+//! An operation log (off by default) records every mutating operation with its number, kind
+//! and range, so a test can aim a cut at the operations that touch one region.
 //!
 //! Mutating operations (writes of either kind, barriers, grows) are numbered from 0, so a
 //! crash point is "at operation N" or "at the K-th barrier", and a seeded [`FaultRng`] decides
@@ -77,6 +82,24 @@ pub struct InjectedError {
 /// Called inside each write before it lands: `(offset, len, durable)`.
 pub type WriteHook = std::sync::Arc<dyn Fn(u64, usize, bool) + Send + Sync>;
 
+/// What a mutating operation was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpKind {
+    Write,
+    DurableWrite,
+    Barrier,
+}
+
+/// One mutating operation in the log: its number (what [`CrashPlan::AtOp`] names), kind and
+/// byte range (empty for a barrier).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OpRecord {
+    pub op: u64,
+    pub kind: OpKind,
+    pub offset: u64,
+    pub len: u64,
+}
+
 #[derive(Debug)]
 struct Pending {
     offset: u64,
@@ -92,7 +115,11 @@ struct State {
     barriers_done: u64,
     plan: CrashPlan,
     inject: Option<InjectedError>,
+    /// Injected errors that fired.
+    injected: u64,
     crashed: bool,
+    /// The operation log, when it is on.
+    log: Option<Vec<OpRecord>>,
     /// Byte ranges whose reads fail with EIO.
     unreadable: Vec<std::ops::Range<u64>>,
 }
@@ -139,7 +166,9 @@ impl FaultyCarrier {
             barriers_done: 0,
             plan: CrashPlan::Never,
             inject: None,
+            injected: 0,
             crashed: false,
+            log: None,
             unreadable: Vec::new(),
         };
         FaultyCarrier {
@@ -182,6 +211,21 @@ impl FaultyCarrier {
         self.lock().inject = Some(error);
     }
 
+    /// Injected errors that fired so far.
+    pub fn injected_errors(&self) -> u64 {
+        self.lock().injected
+    }
+
+    /// Starts (or clears) the operation log.
+    pub fn record_ops(&self) {
+        self.lock().log = Some(Vec::new());
+    }
+
+    /// The operations logged since [`FaultyCarrier::record_ops`].
+    pub fn op_log(&self) -> Vec<OpRecord> {
+        self.lock().log.clone().unwrap_or_default()
+    }
+
     /// True once power has been cut.
     pub fn crashed(&self) -> bool {
         self.lock().crashed
@@ -209,10 +253,39 @@ impl FaultyCarrier {
         let mut image = state.durable.clone();
         for p in &state.pending {
             let at = p.offset as usize;
-            match rng.below(4) {
+            let old = &mut image[at..at + p.bytes.len()];
+            match rng.below(5) {
                 0 => {}
-                1 => image[at..at + p.bytes.len()].copy_from_slice(&p.bytes),
-                _ => tear(&mut image[at..at + p.bytes.len()], &p.bytes, rng),
+                1 => old.copy_from_slice(&p.bytes),
+                2 | 3 => tear(old, &p.bytes, rng),
+                _ => tear_units(old, &p.bytes, at, rng),
+            }
+        }
+        image
+    }
+
+    /// The pending writes' byte ranges, in issue order (what a power cut may drop or tear).
+    pub fn pending(&self) -> Vec<std::ops::Range<u64>> {
+        self.lock().pending.iter().map(|p| p.offset..p.offset + p.bytes.len() as u64).collect()
+    }
+
+    /// What the medium holds after the power cut when each pending write lands unit by unit
+    /// as `lands(pending write index, carrier offset of the 4 KiB unit)` decides: for
+    /// scripted scenarios that need one tear pattern exactly.
+    pub fn crash_image_units(&self, lands: impl Fn(usize, u64) -> bool) -> Vec<u8> {
+        const UNIT: u64 = 4096;
+        let state = self.lock();
+        let mut image = state.durable.clone();
+        for (i, p) in state.pending.iter().enumerate() {
+            let end = p.offset + p.bytes.len() as u64;
+            let mut pos = p.offset;
+            while pos < end {
+                let next = ((pos / UNIT + 1) * UNIT).min(end);
+                if lands(i, pos / UNIT * UNIT) {
+                    let (a, b) = ((pos - p.offset) as usize, (next - p.offset) as usize);
+                    image[pos as usize..next as usize].copy_from_slice(&p.bytes[a..b]);
+                }
+                pos = next;
             }
         }
         image
@@ -224,12 +297,16 @@ impl FaultyCarrier {
     }
 
     /// Starts one mutating operation: decides crash or injected error.
-    fn begin(state: &mut State, is_barrier: bool) -> io::Result<()> {
+    fn begin(state: &mut State, kind: OpKind, offset: u64, len: u64) -> io::Result<()> {
         if state.crashed {
             return Err(power_cut());
         }
         let op = state.ops;
         state.ops += 1;
+        if let Some(log) = state.log.as_mut() {
+            log.push(OpRecord { op, kind, offset, len });
+        }
+        let is_barrier = kind == OpKind::Barrier;
         let crash = match state.plan {
             CrashPlan::Never => false,
             CrashPlan::AtOp(n) => n == op,
@@ -243,6 +320,7 @@ impl FaultyCarrier {
             && inject.at_op == op
         {
             state.inject = None;
+            state.injected += 1;
             return Err(io::Error::from_raw_os_error(inject.errno));
         }
         Ok(())
@@ -264,7 +342,8 @@ impl FaultyCarrier {
         }
         let mut state = self.lock();
         let at = offset as usize;
-        if let Err(e) = Self::begin(&mut state, false) {
+        let kind = if durable { OpKind::DurableWrite } else { OpKind::Write };
+        if let Err(e) = Self::begin(&mut state, kind, offset, buf.len() as u64) {
             if state.crashed {
                 // The write was in flight when power was cut: it may land torn.
                 state.pending.push(Pending { offset, bytes: buf.to_vec() });
@@ -305,6 +384,21 @@ fn supersede(pending: &mut Vec<Pending>, offset: u64, len: u64) {
         }
     }
     *pending = kept;
+}
+
+/// Applies a random subset of `new`'s 4 KiB units onto `old` (`at` is the carrier offset of
+/// `old[0]`: units are aligned on the carrier, as a device's atomic blocks are), each whole.
+fn tear_units(old: &mut [u8], new: &[u8], at: usize, rng: &mut FaultRng) {
+    const UNIT: usize = 4096;
+    let mut pos = 0;
+    while pos < old.len() {
+        let end = ((at + pos) / UNIT + 1) * UNIT - at;
+        let end = end.min(old.len());
+        if rng.chance(50) {
+            old[pos..end].copy_from_slice(&new[pos..end]);
+        }
+        pos = end;
+    }
 }
 
 /// Applies a random subset of `new`'s sectors onto `old`; some torn sectors become garbage.
@@ -357,7 +451,7 @@ impl Carrier for FaultyCarrier {
 
     fn barrier(&self) -> io::Result<()> {
         let mut state = self.lock();
-        Self::begin(&mut state, true)?;
+        Self::begin(&mut state, OpKind::Barrier, 0, 0)?;
         let pending = std::mem::take(&mut state.pending);
         for p in pending {
             let at = p.offset as usize;

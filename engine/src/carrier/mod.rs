@@ -28,7 +28,7 @@ use std::path::Path;
 pub use aligned::AlignedBuf;
 pub use device::DeviceCarrier;
 #[cfg(any(test, feature = "test-util"))]
-pub use faulty::{CrashPlan, FaultRng, FaultyCarrier, InjectedError, WriteHook};
+pub use faulty::{CrashPlan, FaultRng, FaultyCarrier, InjectedError, OpKind, OpRecord, WriteHook};
 pub use file::{CreateOptions, FileCarrier};
 pub use memory::MemoryCarrier;
 pub use stats::names as stats_names;

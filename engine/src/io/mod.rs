@@ -9,25 +9,43 @@
 //! - **Alignment.** Buffers come from [`Io::buffer`]: [`IO_ALIGN`]-aligned, the most any
 //!   carrier is allowed to need (`open` refuses others), so direct IO takes them as they are.
 //! - **Counting.** Reads, writes, durable writes, barriers and bytes per area.
-//! - **Poisoning.** Any failed write, barrier or grow poisons the volume (every later call
-//!   fails with `Poisoned` until it is reopened): after a failed write or barrier the
-//!   kernel's view and the medium may differ (fsyncgate), and nothing here retries. A failed
-//!   read changed nothing and does not poison: its caller decides (the raft log reads around
-//!   an unreadable block at recovery; one bad sector must not stop the volume).
+//! - **Alignment.** Every metadata request (superblocks, bitmap, journal, image) is whole
+//!   [`IO_ALIGN`] units at an [`IO_ALIGN`]-aligned offset from an [`IO_ALIGN`]-aligned
+//!   buffer, and every page-cache request whole sectors (asserted: TigerBeetle's
+//!   `verify_iop`), so direct IO takes them as they are. File data written straight from a
+//!   caller's buffer may be unaligned: the carrier bounces it.
+//! - **Poisoning.** Any failed write, barrier or grow poisons the volume: every later write,
+//!   barrier or grow fails with `Poisoned` here, at the door, whoever issues it, until the
+//!   volume is reopened. After a failed write or barrier the kernel's view and the medium
+//!   may differ (fsyncgate), and nothing here retries. A failed read changed nothing and does
+//!   not poison: its caller decides (the raft log reads around an unreadable block at
+//!   recovery; one bad sector must not stop the volume).
+//! - **The error sequence.** Every failed write, writeback, barrier or grow also advances a
+//!   counter ([`Io::errors`]). A sync samples it when it starts and fails if it moved
+//!   (errseq, as the kernel keeps it per file): a writeback that another thread issued, that
+//!   the sync only waited for, and that marked its page clean when it failed still fails the
+//!   sync.
 //!
-//! The page cache (`cache`) plugs in here, with its writeback thread (`writeback`): the data
-//! path reads and writes through it for files on the buffered tier.
+//! The page cache (`cache`) plugs in here, with its writeback thread (`writeback`), and so do
+//! the two IO tiers of file data (`tiers`): which requests go through the cache and how the
+//! tiers stay coherent with it is decided here, not in the data path.
 //!
 //! Closing takes the carrier's write lock; every carrier call holds its read lock (a
 //! [`Session`]), so close waits for IO in flight and nothing reaches the carrier after it.
 
 pub(crate) mod cache;
+mod tiers;
 pub(crate) mod writeback;
+
+pub use cache::{CacheStats, names as cache_metric_names};
+pub(crate) use tiers::Readahead;
+pub use tiers::Tier;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, RwLock, RwLockReadGuard};
 
-use crate::carrier::{AlignedBuf, Carrier, CarrierOptions, Geometry, Medium, StatsSnapshot};
+pub(crate) use crate::carrier::AlignedBuf;
+use crate::carrier::{Carrier, CarrierOptions, Geometry, Medium, StatsSnapshot};
 use crate::error::{Error, IoOp, Result};
 use crate::format::consts::{SUPERBLOCK_LEN, SUPERBLOCKS_LEN};
 use crate::layout::Layout;
@@ -51,6 +69,8 @@ pub(crate) struct Mutants {
     pub(crate) unflushed_before_write: bool,
     /// Write back whole pages instead of the sectors a write touched.
     pub(crate) whole_page_writeback: bool,
+    /// Let writes and barriers through on a poisoned volume (`SyncIgnoresWritebackError`).
+    pub(crate) ignore_poison: bool,
 }
 
 /// What a request is for; the IO layer checks that it stays inside.
@@ -122,6 +142,10 @@ pub(crate) struct Io {
     layout: OnceLock<Layout>,
     cache: OnceLock<PageCache>,
     poisoned: AtomicBool,
+    /// Failed writes, writebacks, barriers and grows so far (the error sequence).
+    errors: AtomicU64,
+    /// The `SyncIgnoresWritebackError` mutant: the door does not check the poison.
+    ignore_poison: bool,
     /// Plain (not durable) data writes returned since the last barrier.
     unflushed: AtomicBool,
     /// The `UnflushedBeforeWrite` mutant: mark before the write instead of after it.
@@ -149,6 +173,8 @@ impl Io {
             layout: OnceLock::new(),
             cache: OnceLock::new(),
             poisoned: AtomicBool::new(false),
+            errors: AtomicU64::new(0),
+            ignore_poison: mutants.ignore_poison,
             unflushed: AtomicBool::new(false),
             mark_unflushed_early: mutants.unflushed_before_write,
             whole_pages: mutants.whole_page_writeback,
@@ -180,6 +206,22 @@ impl Io {
         self.cache.get()
     }
 
+    /// The page cache's counters, or `None` without a cache.
+    pub(crate) fn cache_stats(&self) -> Option<CacheStats> {
+        self.cache().map(PageCache::stats)
+    }
+
+    /// Starts the writeback thread (a cache, a writable volume, writes that are not
+    /// write-through: dirty pages can exist).
+    pub(crate) fn start_writeback(self: &std::sync::Arc<Self>) {
+        writeback::start(self);
+    }
+
+    /// Stops the writeback thread, if any, and waits for its writes in flight.
+    pub(crate) fn stop_writeback(&self) {
+        writeback::stop(self);
+    }
+
     /// A buffer aligned for any carrier.
     pub(crate) fn buffer(len: usize) -> AlignedBuf {
         AlignedBuf::zeroed(len, IO_ALIGN)
@@ -203,6 +245,20 @@ impl Io {
         if !self.poisoned.swap(true, Ordering::AcqRel) {
             tracing::error!(%error, "volume poisoned by a failed carrier operation");
         }
+    }
+
+    /// The error sequence: failed writes, writebacks, barriers and grows so far.
+    pub(crate) fn errors(&self) -> u64 {
+        self.errors.load(Ordering::Acquire)
+    }
+
+    /// `Poisoned` if any write failed since the error sequence was `since`, or the volume is
+    /// poisoned: what a sync checks after its barrier.
+    pub(crate) fn check_errors_since(&self, since: u64) -> Result<()> {
+        if self.errors() != since || self.is_poisoned() {
+            return Err(Error::Poisoned);
+        }
+        Ok(())
     }
 
     /// Takes the flag "plain data writes returned since the last barrier".
@@ -241,6 +297,7 @@ impl Io {
             && !self.is_poisoned()
         {
             let late = Late { io: self, carrier };
+            // Poison checked above: the door is open for these last writebacks.
             if let Err(e) = cache.flush_all(&late).and_then(|()| late.barrier()) {
                 self.poison(&e);
             }
@@ -248,6 +305,33 @@ impl Io {
         if let Some(c) = guard.take() {
             *lock(&self.final_stats) = c.stats().snapshot();
         }
+    }
+
+    /// Checks that a metadata request is aligned for direct IO (see the module docs).
+    fn check_aligned(area: Area, offset: u64, buf: &[u8]) {
+        if area == Area::Data {
+            return;
+        }
+        let align = IO_ALIGN as u64;
+        assert!(
+            offset.is_multiple_of(align) && (buf.len() as u64).is_multiple_of(align),
+            "{area:?} request at {offset} of {} bytes is not in whole {IO_ALIGN}-byte units",
+            buf.len()
+        );
+        assert!(
+            (buf.as_ptr() as usize).is_multiple_of(IO_ALIGN),
+            "{area:?} request from a buffer that is not {IO_ALIGN}-aligned"
+        );
+    }
+
+    /// Checks that a page-cache request is whole sectors (frames are aligned, runs are whole
+    /// dirty units).
+    fn check_sectors(offset: u64, len: usize) {
+        let sector = crate::format::consts::SECTOR_LEN as u64;
+        assert!(
+            offset.is_multiple_of(sector) && (len as u64).is_multiple_of(sector),
+            "cache request at {offset} of {len} bytes is not whole sectors"
+        );
     }
 
     /// Checks that `[offset, offset + len)` lies inside `area` of `layout`.
@@ -283,25 +367,26 @@ impl Io {
         move |source| {
             let e = Error::Io { op, offset, len: len as u64, source };
             if op != IoOp::Read {
+                self.errors.fetch_add(1, Ordering::AcqRel);
                 self.poison(&e);
             }
             e
         }
-    }
-
-    /// One-call conveniences over a session.
-    pub(crate) fn write(&self, area: Area, offset: u64, buf: &[u8]) -> Result<()> {
-        self.session()?.write(area, offset, buf)
-    }
-
-    pub(crate) fn barrier(&self) -> Result<()> {
-        self.session()?.barrier()
     }
 }
 
 impl Session<'_> {
     pub(crate) fn carrier(&self) -> &dyn Carrier {
         self.carrier.as_deref().expect("a session holds an open carrier")
+    }
+
+    /// The door: no write, barrier or grow reaches the carrier of a poisoned volume (a
+    /// commit must never be written over a failed data write).
+    fn open_door(&self) -> Result<()> {
+        if self.io.is_poisoned() && !self.io.ignore_poison {
+            return Err(Error::Poisoned);
+        }
+        Ok(())
     }
 
     /// Reads inside `area` of the volume's layout.
@@ -319,6 +404,7 @@ impl Session<'_> {
         buf: &mut [u8],
     ) -> Result<()> {
         Io::check(layout, area, offset, buf.len());
+        Io::check_aligned(area, offset, buf);
         Io::count(&self.io.counters.reads, &self.io.counters.read_bytes, area, buf.len());
         self.carrier().read_exact_at(buf, offset).map_err(self.io.failed(
             IoOp::Read,
@@ -330,7 +416,9 @@ impl Session<'_> {
     /// A plain write: durable once a later barrier returns. Data writes mark the volume
     /// unflushed once they returned (a commit or sync then takes a barrier first).
     pub(crate) fn write(&self, area: Area, offset: u64, buf: &[u8]) -> Result<()> {
+        self.open_door()?;
         Io::check(self.io.layout.get(), area, offset, buf.len());
+        Io::check_aligned(area, offset, buf);
         Io::count(&self.io.counters.writes, &self.io.counters.write_bytes, area, buf.len());
         let data = area == Area::Data;
         if data && self.io.mark_unflushed_early {
@@ -375,6 +463,7 @@ impl Session<'_> {
     /// Writes `bufs` in order from `offset` into data blocks: one vectored plain write,
     /// marking the volume unflushed as [`Session::write`] does.
     pub(crate) fn write_vectored(&self, offset: u64, bufs: &[&[u8]]) -> Result<()> {
+        self.open_door()?;
         let len: usize = bufs.iter().map(|b| b.len()).sum();
         Io::check(self.io.layout.get(), Area::Data, offset, len);
         Io::count(&self.io.counters.writes, &self.io.counters.write_bytes, Area::Data, len);
@@ -395,6 +484,7 @@ impl Session<'_> {
     /// A data write the caller makes durable with its own barrier before anything references
     /// it (preallocation's zeros): it does not mark the volume unflushed.
     pub(crate) fn write_fill(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        self.open_door()?;
         Io::check(self.io.layout.get(), Area::Data, offset, buf.len());
         Io::count(&self.io.counters.writes, &self.io.counters.write_bytes, Area::Data, buf.len());
         self.carrier().write_all_at(buf, offset).map_err(self.io.failed(
@@ -406,7 +496,9 @@ impl Session<'_> {
 
     /// A write that is on stable storage when it returns (write-through).
     pub(crate) fn write_durable(&self, area: Area, offset: u64, buf: &[u8]) -> Result<()> {
+        self.open_door()?;
         Io::check(self.io.layout.get(), area, offset, buf.len());
+        Io::check_aligned(area, offset, buf);
         Io::count(&self.io.counters.writes, &self.io.counters.write_bytes, area, buf.len());
         self.carrier().write_durable_at(buf, offset).map_err(self.io.failed(
             IoOp::DurableWrite,
@@ -416,12 +508,14 @@ impl Session<'_> {
     }
 
     pub(crate) fn barrier(&self) -> Result<()> {
+        self.open_door()?;
         self.io.counters.barriers.fetch_add(1, Ordering::Relaxed);
         self.carrier().barrier().map_err(self.io.failed(IoOp::Barrier, 0, 0))
     }
 
     /// Grows the carrier to `len_bytes` (a thin file carrier).
     pub(crate) fn grow(&self, from: u64, len_bytes: u64, sparse: bool) -> Result<()> {
+        self.open_door()?;
         self.carrier().grow(len_bytes, sparse).map_err(self.io.failed(
             IoOp::Grow,
             from,
@@ -434,16 +528,26 @@ impl Session<'_> {
 impl Backing for Session<'_> {
     type Error = Error;
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        Io::check_sectors(offset, buf.len());
         Session::read(self, Area::Data, offset, buf)
     }
     fn write(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        Io::check_sectors(offset, buf.len());
         Session::write(self, Area::Data, offset, buf)
     }
     fn read_vectored(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
+        Io::check_sectors(offset, bufs.iter().map(|b| b.len()).sum());
         Session::read_vectored(self, offset, bufs)
     }
     fn write_vectored(&self, offset: u64, bufs: &[&[u8]]) -> Result<()> {
+        Io::check_sectors(offset, bufs.iter().map(|b| b.len()).sum());
         Session::write_vectored(self, offset, bufs)
+    }
+    fn read_around(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
+        Session::read(self, Area::Data, offset, buf)
+    }
+    fn write_around(&self, offset: u64, buf: &[u8]) -> Result<()> {
+        Session::write(self, Area::Data, offset, buf)
     }
 }
 

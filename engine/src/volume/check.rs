@@ -61,7 +61,7 @@ pub struct CheckReport {
     pub used_blocks: u64,
     pub total_blocks: u64,
     /// What open's journal replay would do (journaled volumes).
-    pub journal: Option<super::ReplayReport>,
+    pub journal: Option<crate::journal::ReplayReport>,
 }
 
 impl CheckReport {
@@ -143,8 +143,8 @@ pub fn check(carrier: &dyn Carrier) -> CheckReport {
     let sb = &adopted.sb;
     let layout = sb.layout;
     report.adopted = Some((adopted.slot, sb.generation));
-    report.journal = replayed.as_ref().map(|(j, _)| *j);
-    if let Some((j, _)) = &replayed {
+    report.journal = replayed.as_ref().map(|r| r.report);
+    if let Some(j) = replayed.as_ref().map(|r| r.report) {
         if j.batches > 0 {
             report.add(
                 FindingKind::Note,
@@ -200,7 +200,7 @@ pub fn check(carrier: &dyn Carrier) -> CheckReport {
             );
         }
     }
-    let replayed_batches = replayed.is_some_and(|(j, _)| j.batches > 0);
+    let replayed_batches = replayed.is_some_and(|r| r.report.batches > 0);
     if !clean || replayed_batches {
         report.add(
             FindingKind::Note,

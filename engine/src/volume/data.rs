@@ -9,32 +9,18 @@
 //!
 //! Bytes past the end of a file are unspecified on the carrier; every extension zeroes the
 //! gap between the old end and the new data, so they never become visible.
+//!
+//! Which tier a request takes is the file handle's policy; how the tiers stay coherent with
+//! the page cache (write-around, flush before a direct read, discard around a direct write,
+//! readahead) is the IO layer's (`io::tiers`): this module only plans extents and bytes.
 
 use std::sync::MutexGuard;
 
-use super::{Inner, InodeIo, IoPolicy, Meta, Tier, WriteConcurrency, commit, lock, now_ns};
+use super::{Inner, InodeIo, IoPolicy, Meta, Tier, WriteConcurrency, grow, lock, now_ns};
 use crate::error::{Error, Invalid, Result};
 use crate::format::consts::MAX_FILE_SIZE;
-use crate::io::cache::PageCache;
-use crate::io::{Area, Io, Session, writeback};
+use crate::io::Io;
 use crate::layout::BlockRange;
-
-/// Readahead state of a file's buffered reads: a read that starts where the last one ended
-/// doubles the window (up to the longest run a miss reads); any other read resets it.
-#[derive(Debug, Default)]
-pub(crate) struct Readahead {
-    next: u64,
-    window: u64,
-}
-
-/// A buffered write of at least this many contiguous bytes goes around the cache, as a
-/// direct write does (dropping the pages it covers, marking the volume unflushed so that the
-/// next sync takes its barrier): copying it through the cache only to write it back at once
-/// halved sequential throughput (docs/BENCHMARKS.md, "cache").
-const WRITE_AROUND_BYTES: u64 = 256 << 10;
-
-/// The smallest readahead window, in blocks.
-const READAHEAD_MIN_BLOCKS: u64 = 4;
 
 /// Zero-fill chunk for preallocation.
 const ZERO_CHUNK: usize = 1 << 20;
@@ -147,7 +133,6 @@ pub(crate) fn read_at(
     inner.usable()?;
     let _rw = read_lock(io);
     let bs = u64::from(inner.layout.block_size);
-    let cache = inner.io.cache().filter(|_| policy.read == Tier::Buffered);
     // Per run: logical block, physical block, blocks, physical end of its extent.
     let (n, runs) = {
         let meta = inner.meta();
@@ -171,19 +156,11 @@ pub(crate) fn read_at(
             .collect();
         (n, runs)
     };
-    let window = match cache {
-        Some(c) => {
-            let max = (writeback::MAX_READ_RUN_BYTES / c.page_size()) as u64;
-            let mut ra = lock(&io.readahead);
-            ra.window = if offset == ra.next && ra.window > 0 {
-                (ra.window * 2).min(max)
-            } else {
-                READAHEAD_MIN_BLOCKS.min(max)
-            };
-            ra.next = offset + n as u64;
-            ra.window
+    let window = match inner.io.cache() {
+        Some(c) if policy.read == Tier::Buffered => {
+            lock(&io.readahead).next_window(offset, n as u64, c.page_size())
         }
-        None => 0,
+        _ => 0,
     };
     let end = offset + n as u64;
     let session = inner.io.session()?;
@@ -194,15 +171,8 @@ pub(crate) fn read_at(
         buf[(filled - offset) as usize..(lo - offset) as usize].fill(0);
         let at = pb * bs + (lo - lb * bs);
         let dst = &mut buf[(lo - offset) as usize..(hi - offset) as usize];
-        if let Some(c) = cache {
-            let ra_until = extent_end.min((at + dst.len() as u64).div_ceil(bs) + window);
-            c.read(&session, at, dst, ra_until)?;
-        } else {
-            if let Some(c) = inner.io.cache() {
-                c.flush_blocks(&session, at / bs, (at + dst.len() as u64).div_ceil(bs))?;
-            }
-            session.read(Area::Data, at, dst)?;
-        }
+        let ra_until = extent_end.min((at + dst.len() as u64).div_ceil(bs) + window);
+        session.read_data(policy.read, at, dst, ra_until)?;
         filled = hi;
     }
     buf[(filled - offset) as usize..n].fill(0);
@@ -233,13 +203,13 @@ fn allocate_gaps(
         let mut logical = gap_start;
         let want = lb - gap_start;
         let runs = match meta.alloc.alloc_data(want, after) {
-            Err(Error::NoSpace) if commit::grow(inner, meta, want)? => {
+            Err(Error::NoSpace) if grow::grow(inner, meta, want)? => {
                 meta.alloc.alloc_data(want, after)?
             }
             other => other?,
         };
         if let Some(end) = runs.iter().map(BlockRange::end).max() {
-            commit::ensure_carrier_len(inner, meta, end)?;
+            grow::ensure_carrier_len(inner, meta, end)?;
         }
         for run in runs {
             out.push((logical, run));
@@ -297,29 +267,10 @@ fn plan_write(inner: &Inner, meta: &mut Meta, ino: u64, offset: u64, len: usize)
     Ok(plan)
 }
 
-/// The cached pages a direct write of `[offset, offset + len)` supersedes: a dirty page it
-/// covers only in part is written back first (its other bytes must survive), then every
-/// page of the range is dropped (waiting for writebacks in flight, so none lands after).
-fn before_direct_write(cache: &PageCache, s: &Session<'_>, offset: u64, len: u64) -> Result<()> {
-    let ps = cache.page_size() as u64;
-    let (first, end) = (offset / ps, (offset + len).div_ceil(ps));
-    if !offset.is_multiple_of(ps) {
-        cache.flush_blocks(s, first, first + 1)?;
-    }
-    if !(offset + len).is_multiple_of(ps) {
-        cache.flush_blocks(s, end - 1, end)?;
-    }
-    cache.discard(first, end);
-    Ok(())
-}
-
 fn execute(inner: &Inner, plan: &Plan, data: &[u8], policy: IoPolicy) -> Result<()> {
     let session = inner.io.session()?;
     let durable = inner.io.options.write_through;
-    let cache = inner.io.cache();
-    // Write-back only where a write may sit in a cache: under write-through a write is
-    // durable when it returns, so it goes straight to the carrier (the raft log's appends).
-    let write_back = cache.filter(|_| policy.write == Tier::Buffered && !durable);
+    let mut cached = false;
     for seg in &plan.segments {
         let total = seg.len as usize;
         debug_assert_eq!(total, seg.pieces.iter().map(Piece::len).sum::<usize>());
@@ -339,29 +290,10 @@ fn execute(inner: &Inner, plan: &Plan, data: &[u8], policy: IoPolicy) -> Result<
                 assembled.as_slice()
             }
         };
-        if let Some(c) = write_back
-            && seg.len < WRITE_AROUND_BYTES
-        {
-            c.write(&session, seg.offset, bytes)?;
-            continue;
-        }
-        if let Some(c) = cache {
-            before_direct_write(c, &session, seg.offset, seg.len)?;
-        }
-        if durable {
-            session.write_durable(Area::Data, seg.offset, bytes)?;
-        } else {
-            session.write(Area::Data, seg.offset, bytes)?;
-        }
-        if let Some(c) = cache {
-            // A buffered read that missed while the write was in flight may have loaded the
-            // old bytes: drop them too.
-            let ps = c.page_size() as u64;
-            c.discard(seg.offset / ps, (seg.offset + seg.len).div_ceil(ps));
-        }
+        cached |= session.write_data(policy.write, seg.offset, bytes, durable)?;
     }
-    if write_back.is_some() {
-        writeback::after_write(&inner.io, &session)?;
+    if cached {
+        session.after_buffered_writes()?;
     }
     Ok(())
 }
@@ -489,24 +421,8 @@ pub(crate) fn preallocate(
     let zero = Io::buffer(ZERO_CHUNK);
     let session = inner.io.session()?;
     for seg in &plan.segments {
-        if let Some(c) = inner.io.cache() {
-            before_direct_write(c, &session, seg.offset, seg.len)?;
-        }
-        let mut at = seg.offset;
         // Only zeros here; adjacent pieces have merged, so a piece may exceed one chunk.
-        let mut left = seg.len;
-        while left > 0 {
-            let n = left.min(ZERO_CHUNK as u64) as usize;
-            session.write_fill(at, &zero.as_slice()[..n])?;
-            at += n as u64;
-            left -= n as u64;
-        }
-        if let Some(c) = inner.io.cache() {
-            // A reader of the old last block may have loaded it while the zeros were on
-            // their way: drop that copy too.
-            let ps = c.page_size() as u64;
-            c.discard(seg.offset / ps, (seg.offset + seg.len).div_ceil(ps));
-        }
+        session.write_zeros(seg.offset, seg.len, zero.as_slice())?;
     }
     if !plan.segments.is_empty() {
         session.barrier()?;

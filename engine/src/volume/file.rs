@@ -9,6 +9,7 @@
 //! coherent with each other (see `data`).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::data::{self as io, At};
 use super::{ExtentInfo, InodeIo, IoPolicy, Metadata, OpenInode, Volume, stat_of};
@@ -21,6 +22,10 @@ pub struct File {
     ino: u64,
     io: Arc<InodeIo>,
     policy: IoPolicy,
+    /// The IO layer's error sequence when this handle was opened: its syncs fail if any
+    /// write failed since, also one it never heard of (errseq, as the kernel keeps it per
+    /// open file).
+    errors_seen: AtomicU64,
 }
 
 impl File {
@@ -34,7 +39,8 @@ impl File {
             entry.handles += 1;
             Arc::clone(&entry.io)
         };
-        File { volume, ino, io, policy }
+        let errors_seen = AtomicU64::new(volume.inner.io.errors());
+        File { volume, ino, io, policy, errors_seen }
     }
 
     /// The tiers this handle's reads and writes take.
@@ -156,9 +162,11 @@ impl File {
         Ok(inode.attrs.iter().map(|(k, a)| (k.clone(), a.value.clone())).collect())
     }
 
-    /// Makes this file's data and the volume's metadata durable (`Volume::sync`).
+    /// Makes this file's data and the volume's metadata durable (`Volume::sync`). Fails
+    /// (`Poisoned`) if any write of the volume failed since this handle last synced.
     pub fn sync(&self) -> Result<()> {
-        self.volume.sync()
+        // A sync that returns Ok saw no failure since `since`: the sample stays valid.
+        self.volume.sync_since(self.errors_seen.load(Ordering::Acquire))
     }
 }
 

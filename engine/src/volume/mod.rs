@@ -6,16 +6,19 @@
 //! reads and write-through appends of one file do not wait for metadata work on another; it
 //! is held across a commit, so metadata changes are serialized with the commit protocol.
 //!
-//! Submodules: `open` (format; lock -> adopt -> reconcile -> writable), `commit` (the
-//! two-barrier protocol), `data` (the data path: tiers, cache, extents), `file` (the `File`
-//! handle), `check` (the read-only checker). Every carrier call goes through the IO layer
-//! (`crate::io`), which the volume owns.
+//! Submodules: `open` (format; lock -> adopt -> replay -> reconcile -> recover -> writable),
+//! `commit` (data before metadata, then a journal batch or a checkpoint), `checkpoint` (the
+//! image and the two-barrier flip), `grow` (a thin carrier's extension and auto-grow), `data`
+//! (the data path: extents, allocation, the write plan), `file` (the `File` handle), `check`
+//! (the read-only checker). Every carrier call goes through the IO layer (`crate::io`), which
+//! the volume owns; the journal (`crate::journal`) knows nothing of the volume.
 
 mod check;
-mod checkpointer;
+mod checkpoint;
 mod commit;
 mod data;
 mod file;
+mod grow;
 mod open;
 mod options;
 
@@ -26,7 +29,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 pub use check::{CheckReport, Finding, FindingKind, SlotStatus, check};
 pub use file::File;
-pub use open::{OpenReport, ReplayReport};
+pub use open::OpenReport;
 pub use options::{
     CommitMutation, DEFAULT_CACHE_BYTES, FormatOptions, IoPolicy, Tier, VolumeOptions,
     WriteConcurrency, default_journal_bytes,
@@ -35,8 +38,9 @@ pub use options::{
 use crate::bitmap::Allocator;
 use crate::carrier::{Carrier, CarrierOptions, Medium, StatsSnapshot};
 use crate::error::{Error, Result};
+use crate::io::CacheStats;
 use crate::io::Io;
-use crate::io::cache::CacheStats;
+use crate::journal::{Journal, checkpointer};
 use crate::layout::Layout;
 use crate::namespace::Namespace;
 use crate::records::InodeKind;
@@ -50,7 +54,7 @@ pub(crate) struct InodeIo {
     /// Serializes the data writes of this file (parallel mode).
     pub(crate) write: Mutex<()>,
     /// Readahead state of buffered reads: where the last read ended, and the window.
-    pub(crate) readahead: Mutex<data::Readahead>,
+    pub(crate) readahead: Mutex<crate::io::Readahead>,
 }
 
 #[derive(Debug)]
@@ -69,8 +73,8 @@ pub(crate) struct Meta {
     pub(crate) open: HashMap<u64, OpenInode>,
     /// Bytes of the carrier that exist (a thin carrier grows toward the capacity).
     pub(crate) carrier_len: u64,
-    /// The journal ring of a journaled volume (`None`: every commit is a checkpoint).
-    pub(crate) ring: Option<crate::journal::Ring>,
+    /// Whether commits are journal batches, and where the ring stands.
+    pub(crate) journal: Journal,
     /// The generation of the last commit that wrote an image (a flip that only grew the
     /// volume does not).
     pub(crate) image_generation: u64,
@@ -93,9 +97,9 @@ impl Meta {
     /// The last durable commit: the image's generation without a journal, the sequence of
     /// the last batch (or of the last checkpoint's records) with one.
     pub(crate) fn commit_id(&self) -> u64 {
-        match &self.ring {
-            Some(ring) => ring.next_sequence - 1,
-            None => self.image_generation,
+        match &self.journal {
+            Journal::On(ring) => ring.next_sequence - 1,
+            Journal::Off => self.image_generation,
         }
     }
 }
@@ -122,8 +126,29 @@ impl Drop for Inner {
     fn drop(&mut self) {
         // Dropped without close (every handle gone): like a crash, nothing is committed, but
         // the threads stop and the carrier (and its lock) is released.
-        checkpointer::stop(self);
-        crate::io::writeback::stop(&self.io);
+        self.stop_checkpointer();
+        self.io.stop_writeback();
+    }
+}
+
+/// The background checkpointer's view of the volume: checkpoint when the ring says so and
+/// no record is queued (so nothing becomes durable earlier than its commit asked).
+impl checkpointer::Target for Inner {
+    fn checkpoint_if_due(&self, interval: std::time::Duration) -> bool {
+        if self.usable().is_err() {
+            return false;
+        }
+        let mut meta = self.meta();
+        let queued = meta.ns.journal.as_ref().is_some_and(|q| !q.is_empty());
+        let waited = meta.last_checkpoint.elapsed();
+        let due =
+            !queued && meta.journal.ring().is_some_and(|r| r.background_due(waited, interval));
+        if due && let Err(error) = checkpoint::checkpoint(self, &mut meta, VolumeState::Dirty) {
+            // A carrier failure poisoned the volume (the next caller hears of it); a full
+            // volume waits for the next commit to make room.
+            tracing::warn!(%error, "background checkpoint failed");
+        }
+        true
     }
 }
 
@@ -166,6 +191,21 @@ impl Inner {
 
     pub(crate) fn meta(&self) -> MutexGuard<'_, Meta> {
         lock(&self.meta)
+    }
+
+    /// Wakes the background checkpointer (a batch left the ring past its background line).
+    pub(crate) fn kick_checkpointer(&self) {
+        if let Some(h) = lock(&self.checkpointer).as_ref() {
+            h.kick();
+        }
+    }
+
+    /// Stops the background checkpointer and waits for a checkpoint in progress.
+    pub(crate) fn stop_checkpointer(&self) {
+        let handle = lock(&self.checkpointer).take();
+        if let Some(h) = handle {
+            h.stop();
+        }
     }
 }
 
@@ -354,7 +394,7 @@ impl Volume {
             inodes: meta.ns.inodes.len(),
             cache_bytes: self.inner.cache_bytes,
             default_policy: self.inner.default_policy(),
-            journal: meta.ring.as_ref().map(|r| JournalInfo {
+            journal: meta.journal.ring().map(|r| JournalInfo {
                 blocks: r.len,
                 used_blocks: r.used,
                 tail: r.tail,
@@ -376,13 +416,13 @@ impl Volume {
 
     /// The page cache's counters, or `None` without a cache.
     pub fn cache_stats(&self) -> Option<CacheStats> {
-        self.inner.io.cache().map(crate::io::cache::PageCache::stats)
+        self.inner.io.cache_stats()
     }
 
     /// Sets the cache's metrics (names in [`crate::cache_metric_names`]) to its counters now:
     /// call it periodically (the node does, every second). Nothing without a cache.
     pub fn publish_metrics(&self) {
-        use crate::io::cache::names as n;
+        use crate::io::cache_metric_names as n;
         let Some(s) = self.cache_stats() else { return };
         let secs = s.writeback_ns as f64 / 1e9;
         for (name, value) in [
@@ -431,21 +471,35 @@ impl Volume {
     /// commit of two barriers; with one, one journal batch (one durable write, or a write
     /// and a barrier) unless the ring is full and a checkpoint takes its place.
     pub fn commit(&self) -> Result<()> {
+        let since = self.inner.io.errors();
         self.inner.writable()?;
         let mut meta = self.inner.meta();
-        commit::commit_changes(&self.inner, &mut meta)
+        commit::commit_changes(&self.inner, &mut meta, since)
     }
 
     /// Like `commit`, but does nothing when nothing changed, and only a barrier when only
     /// buffered data changed.
+    ///
+    /// Fails (`Poisoned`) if any write of the volume failed since the sync started, also a
+    /// writeback of another thread that it only waited for: a sync never returns Ok over a
+    /// failed write.
     pub fn sync(&self) -> Result<()> {
-        self.inner.writable()?;
-        let mut meta = self.inner.meta();
-        if meta.is_dirty() {
-            commit::commit_changes(&self.inner, &mut meta)
+        self.sync_since(self.inner.io.errors())
+    }
+
+    /// [`Volume::sync`], failing if any write failed since the IO layer's error sequence was
+    /// `since` (a file handle's last sync).
+    pub(crate) fn sync_since(&self, since: u64) -> Result<()> {
+        if self.inner.options.mutation() == Some(CommitMutation::SyncIgnoresWritebackError) {
+            // The mutant looks at nothing but closing: a poisoned volume "syncs".
+            if self.inner.closed.load(Ordering::Acquire) {
+                return Err(Error::Closed);
+            }
         } else {
-            commit::flush_data(&self.inner, &mut meta)
+            self.inner.writable()?;
         }
+        let mut meta = self.inner.meta();
+        commit::sync(&self.inner, &mut meta, since)
     }
 
     /// Writes a checkpoint now (journaled volumes; a plain commit otherwise): the image and
@@ -453,7 +507,7 @@ impl Volume {
     pub fn checkpoint(&self) -> Result<()> {
         self.inner.writable()?;
         let mut meta = self.inner.meta();
-        commit::commit(&self.inner, &mut meta, VolumeState::Dirty)
+        checkpoint::checkpoint(&self.inner, &mut meta, VolumeState::Dirty)
     }
 
     /// Clears the "journal lost" mark that open left when it found the journal region
@@ -462,11 +516,11 @@ impl Volume {
     pub fn acknowledge_journal_loss(&self) -> Result<bool> {
         self.inner.writable()?;
         let mut meta = self.inner.meta();
-        let Some(ring) = meta.ring.as_mut() else { return Ok(false) };
+        let Some(ring) = meta.journal.ring_mut() else { return Ok(false) };
         if ring.lost_from.take().is_none() {
             return Ok(false);
         }
-        commit::commit(&self.inner, &mut meta, VolumeState::Dirty)?;
+        checkpoint::checkpoint(&self.inner, &mut meta, VolumeState::Dirty)?;
         Ok(true)
     }
 
@@ -477,7 +531,7 @@ impl Volume {
         if self.inner.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        checkpointer::stop(&self.inner);
+        self.inner.stop_checkpointer();
         let mut meta = self.inner.meta();
         let result = if self.inner.read_only {
             Ok(())
@@ -488,7 +542,7 @@ impl Volume {
                     let m = &mut *meta;
                     m.ns.release_orphan(ino, &mut m.alloc);
                 }
-                commit::commit(&self.inner, &mut meta, VolumeState::Clean)
+                checkpoint::checkpoint(&self.inner, &mut meta, VolumeState::Clean)
             })
         };
         self.inner.closed.store(true, Ordering::Release);

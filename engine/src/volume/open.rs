@@ -3,15 +3,23 @@
 //! Open: the carrier is already locked -> read both superblocks -> adopt the newest one whose
 //! image verifies (falling back one generation only when the newer slot is the first write of
 //! an interrupted commit) -> replay the journal's valid prefix into the namespace (journaled
-//! volumes; nothing is written) -> reconcile the bitmap with the reachable set -> one commit
-//! (a checkpoint) that marks the volume dirty -> writable. There is no repair tool and no heuristic scan: a crashed
-//! volume opens exactly at its last durable commit.
+//! volumes; nothing is written) -> reconcile the bitmap with the reachable set -> the
+//! recovery writes ([`recover`]: a destroyed ring's loss made durable, the ring filled again,
+//! then the checkpoint that marks the volume dirty) -> writable. There is no repair tool and
+//! no heuristic scan: a crashed volume opens exactly at its last durable commit.
+//!
+//! Invariants: nothing is written before adoption and replay succeeded; a read-only open
+//! writes nothing; every recovery write is idempotent under a power cut (a cut anywhere in
+//! [`recover`] reopens to the same decisions, and the loss of a destroyed ring is durable
+//! before anything erases the evidence of it).
 
 use std::path::Path;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
-use super::{CommitMutation, FormatOptions, Inner, Meta, Volume, VolumeOptions, commit, now_ns};
+use super::{
+    CommitMutation, FormatOptions, Inner, Meta, Volume, VolumeOptions, checkpoint, now_ns,
+};
 use crate::bitmap::{Allocator, Bitmap};
 use crate::carrier::{Carrier, CarrierOptions, CreateOptions, DeviceCarrier, FileCarrier, Medium};
 use crate::error::{Corruption, Error, Invalid, Region, Result};
@@ -19,7 +27,9 @@ use crate::format::checksum;
 use crate::format::consts::{FORMAT_VERSION, SUPERBLOCKS_LEN, Uuid};
 use crate::image::reader::{self, LoadedImage};
 use crate::io::{Area, AreaRead, IO_ALIGN, Io, Mutants};
-use crate::journal::{self, Op, Ring, ScanRules};
+use crate::journal::replay::{Apply, ReplayRules, Replayed};
+use crate::journal::scan::ScanRules;
+use crate::journal::{self, Journal, Op, ReplayReport, Ring};
 use crate::layout::Layout;
 use crate::namespace::Namespace;
 use crate::superblock::{
@@ -51,22 +61,13 @@ pub struct OpenReport {
     pub journal: Option<ReplayReport>,
 }
 
-/// What journal replay found and did at open.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct ReplayReport {
-    /// Batches replayed (committed after the checkpoint).
-    pub batches: u64,
-    /// Records replayed.
-    pub records: u64,
-    /// Ring blocks the replayed batches took.
-    pub blocks: u64,
-    /// The valid prefix ended at a batch torn by a power cut (it was never acknowledged).
-    pub torn_tail: bool,
-    /// The journal region was destroyed: the volume opened at its checkpoint, and records
-    /// after it are lost (reported until acknowledged: `vellum journal ack`).
-    pub destroyed: bool,
-    /// Set by an earlier open that found the region destroyed, not yet acknowledged.
-    pub loss_unacknowledged: bool,
+impl OpenReport {
+    /// True when the journal region was found destroyed at this open, or an earlier open
+    /// found it and the loss is not acknowledged: the volume went on from an older
+    /// checkpoint, and commits after it may be lost.
+    pub fn journal_lost(&self) -> bool {
+        self.journal.is_some_and(|j| j.destroyed || j.loss_unacknowledged)
+    }
 }
 
 /// A superblock and its verified image.
@@ -105,53 +106,58 @@ pub(crate) fn adopt(io: &dyn AreaRead) -> Result<Adopted> {
     Err(first_error.unwrap_or(Error::NotAVolume))
 }
 
-/// Replays the journal of a journaled volume into `adopted`'s namespace and reachable set:
-/// the valid prefix after the checkpoint, in order, through `Namespace::apply` (the live
-/// path's own operations), on a scratch allocator. Reads the ring; writes nothing.
+/// Where replay applies records: the checkpoint's namespace through the live path's own
+/// operations, on a scratch allocator (blocks a batch frees are free for the next batch, as
+/// after a live commit).
+struct ReplayTarget<'a> {
+    ns: &'a mut Namespace,
+    alloc: Allocator,
+    /// The `ReplayDiffers` mutant: skip attribute removals.
+    skip_attr_removals: bool,
+}
+
+impl Apply for ReplayTarget<'_> {
+    fn apply(&mut self, op: &Op, sequence: u64, offset: u64) -> Result<()> {
+        if self.skip_attr_removals && matches!(op, Op::RemoveAttr { .. }) {
+            return Ok(());
+        }
+        self.ns.apply(op, &mut self.alloc, sequence, offset)
+    }
+
+    fn batch_done(&mut self) {
+        self.alloc.commit_completed();
+    }
+}
+
+/// Replays the journal of a journaled volume into `adopted`'s namespace and reachable set
+/// (`journal::replay`). Reads the ring; writes nothing.
 pub(crate) fn replay(
     io: &dyn AreaRead,
     adopted: &mut Adopted,
     mutation: Option<CommitMutation>,
-) -> Result<Option<(ReplayReport, Ring)>> {
+) -> Result<Option<Replayed>> {
     let sb = &adopted.sb;
     if !sb.journaled() {
         return Ok(None);
     }
-    let rules = ScanRules { accept_damage: mutation == Some(CommitMutation::ReplayAcceptsDamage) };
-    let scan = journal::scan(io, sb, rules)?;
-    let mut alloc = Allocator::new(sb.layout, adopted.image.reachable.clone());
-    let ns = &mut adopted.image.namespace;
-    ns.journal = None;
-    let mut report = ReplayReport {
-        batches: scan.batches.len() as u64,
-        blocks: scan.used,
-        torn_tail: scan.torn_tail,
-        destroyed: scan.destroyed,
-        loss_unacknowledged: sb.journal.flags & superblock::JOURNAL_LOSS != 0,
-        ..ReplayReport::default()
+    let rules = ReplayRules {
+        scan: ScanRules { accept_damage: mutation == Some(CommitMutation::ReplayAcceptsDamage) },
+        reuse_sequence: mutation == Some(CommitMutation::JournalSequenceReuse),
     };
-    for batch in &scan.batches {
-        for op in &batch.ops {
-            if mutation == Some(CommitMutation::ReplayDiffers)
-                && matches!(op, Op::RemoveAttr { .. })
-            {
-                continue;
-            }
-            ns.apply(op, &mut alloc, batch.sequence)?;
-            report.records += 1;
-        }
-        // As after the live commit of this batch: blocks it freed may be reused by the next.
-        alloc.commit_completed();
-    }
-    ns.journal = Some(Vec::new());
-    adopted.image.reachable = alloc.live().clone();
-    let mut ring = Ring::at_checkpoint(sb);
-    ring.used = scan.used;
-    ring.next_sequence = scan.next_sequence;
-    if scan.destroyed && ring.lost_from.is_none() {
-        ring.lost_from = Some(sb.journal.sequence);
-    }
-    Ok(Some((report, ring)))
+    let ns = &mut adopted.image.namespace;
+    // Replay records nothing: the operations it applies are already in the ring.
+    ns.journal = None;
+    let mut target = ReplayTarget {
+        alloc: Allocator::new(sb.layout, adopted.image.reachable.clone()),
+        ns,
+        skip_attr_removals: mutation == Some(CommitMutation::ReplayDiffers),
+    };
+    let replayed = journal::replay::replay(io, sb, rules, &mut target)?;
+    let reachable = target.alloc.live().clone();
+    assert!(adopted.image.namespace.journal.is_none(), "replay queued records");
+    adopted.image.namespace.journal = Some(Vec::new());
+    adopted.image.reachable = reachable;
+    Ok(Some(replayed))
 }
 
 fn check_alignment(io: &Io, block_size: u32) -> Result<()> {
@@ -204,7 +210,7 @@ fn reconcile(io: &Io, adopted: &Adopted, report: &mut OpenReport) -> Result<Allo
 struct State {
     ns: Namespace,
     alloc: Allocator,
-    ring: Option<Ring>,
+    journal: Journal,
     image_generation: u64,
 }
 
@@ -221,7 +227,7 @@ fn build(
     // end of the data region, and the allocator never hands out a block past the bound.
     let at_cap = sb.layout.grown_to(sb.layout.max_blocks);
     io.init(at_cap, cache_bytes);
-    let State { ns, alloc, ring, image_generation } = state;
+    let State { ns, alloc, journal, image_generation } = state;
     let carrier_len = io.session()?.carrier().geometry().len_bytes;
     let meta = Meta {
         ns,
@@ -229,14 +235,14 @@ fn build(
         sb: sb.clone(),
         open: std::collections::HashMap::new(),
         carrier_len,
-        ring,
+        journal,
         image_generation,
         last_checkpoint: std::time::Instant::now(),
     };
     let io = Arc::new(io);
     // Dirty pages exist only when data writes are not write-through and the volume writes.
     if io.cache().is_some() && !read_only && !io.options.write_through {
-        crate::io::writeback::start(&io);
+        io.start_writeback();
     }
     let inner = Inner {
         io,
@@ -251,10 +257,11 @@ fn build(
         checkpointer: Mutex::new(None),
     };
     let inner = Arc::new(inner);
-    let interval = options.checkpoint_interval.unwrap_or(super::checkpointer::DEFAULT_INTERVAL);
-    let journaled = inner.meta().ring.is_some();
+    let interval = options.checkpoint_interval.unwrap_or(journal::checkpointer::DEFAULT_INTERVAL);
+    let journaled = inner.meta().journal.is_on();
     if journaled && !read_only && !interval.is_zero() {
-        super::checkpointer::start(&inner, interval);
+        let weak: std::sync::Weak<Inner> = Arc::downgrade(&inner);
+        *super::lock(&inner.checkpointer) = journal::checkpointer::start(weak, interval);
     }
     Ok(Volume { inner })
 }
@@ -264,6 +271,7 @@ fn mutants(options: &VolumeOptions) -> Mutants {
     Mutants {
         unflushed_before_write: options.mutation() == Some(CommitMutation::UnflushedBeforeWrite),
         whole_page_writeback: options.mutation() == Some(CommitMutation::WholePageWriteback),
+        ignore_poison: options.mutation() == Some(CommitMutation::SyncIgnoresWritebackError),
     }
 }
 
@@ -283,15 +291,15 @@ pub(crate) fn open(carrier: Box<dyn Carrier>, options: VolumeOptions) -> Result<
             volume_bytes: layout.capacity_bytes(),
         }));
     }
-    let (journal_report, ring) = replayed.unzip();
+    let refill = replayed.as_ref().is_some_and(|r| r.refill);
     let mut report = OpenReport {
         adopted_slot: adopted.slot,
         generation: sb.generation,
         fell_back_from: adopted.fell_back_from,
         was_dirty: sb.state == VolumeState::Dirty,
         ro_compat_read_only: sb.requires_read_only(),
-        commit_id: ring.as_ref().map_or(adopted.image.generation, |r| r.next_sequence - 1),
-        journal: journal_report,
+        commit_id: replayed.as_ref().map_or(adopted.image.generation, |r| r.commit_id),
+        journal: replayed.as_ref().map(|r| r.report),
         ..OpenReport::default()
     };
     let alloc = reconcile(&io, &adopted, &mut report)?;
@@ -307,19 +315,37 @@ pub(crate) fn open(carrier: Box<dyn Carrier>, options: VolumeOptions) -> Result<
         );
     }
     let Adopted { sb, image, .. } = adopted;
-    let state = State { ns: image.namespace, alloc, ring, image_generation: image.generation };
+    let journal = replayed.map_or(Journal::Off, |r| Journal::On(r.ring));
+    let state = State { ns: image.namespace, alloc, journal, image_generation: image.generation };
     let volume = build(io, &sb, state, options, read_only, report)?;
     if !read_only {
-        let inner = &volume.inner;
-        let mut meta = inner.meta();
-        if inner.report.journal.is_some_and(|j| j.destroyed) {
-            // Replay is over; the ring gets its fillers back before the checkpoint that
-            // records the loss, so the next open tells a torn batch from a lost region.
-            commit::fill_ring(inner, &meta)?;
-        }
-        commit::commit(inner, &mut meta, VolumeState::Dirty)?;
+        recover(&volume.inner, &sb, refill)?;
     }
     Ok(volume)
+}
+
+/// The writes of a writable open, after replay decided what they are (`journal::replay`),
+/// in the order that makes a power cut between any two of them reopen to the same decision:
+/// 1. a newly found loss of the journal region becomes durable (a checkpoint with the loss
+///    flag; the ring is left as it is, still failing to verify);
+/// 2. the ring is filled again (when a loss is recorded and no batch was replayed, but some
+///    block does not verify: the region was destroyed, or an earlier fill was cut short);
+/// 3. the checkpoint that moves the tail past the replayed batches and makes the next
+///    sequence durable (past a torn batch's), with the volume marked dirty.
+fn recover(inner: &Inner, adopted: &superblock::Superblock, refill: bool) -> Result<()> {
+    let mut meta = inner.meta();
+    let mutation = inner.options.mutation();
+    let lost = meta.journal.ring().is_some_and(|r| r.lost_from.is_some());
+    let recorded = adopted.journal.flags & superblock::JOURNAL_LOSS != 0;
+    if refill {
+        if lost && !recorded && mutation != Some(CommitMutation::FillBeforeLossFlag) {
+            checkpoint::checkpoint(inner, &mut meta, VolumeState::Dirty)?;
+        }
+        let ring = meta.journal.ring().expect("a refill has a ring").clone();
+        let session = inner.io.session()?;
+        journal::writer::write_fillers(&session, &ring, &inner.layout, &meta.sb.uuid)?;
+    }
+    checkpoint::checkpoint(inner, &mut meta, VolumeState::Dirty)
 }
 
 /// Formats `carrier` with `format`.
@@ -418,21 +444,24 @@ pub(crate) fn format(
         journal,
     };
     let mut ns = Namespace::new(layout.block_size, now);
-    let ring = format.journal.then(|| Ring::at_checkpoint(&sb));
-    if ring.is_some() {
+    let journal = if format.journal {
         ns.journal = Some(Vec::new());
-    }
+        Journal::On(Ring::at_checkpoint(&sb))
+    } else {
+        Journal::Off
+    };
     let mut alloc = Allocator::new(layout, Allocator::fixed_regions(&layout));
     alloc.mark_all_bitmap_dirty();
-    let state = State { ns, alloc, ring, image_generation: 0 };
+    let state = State { ns, alloc, journal, image_generation: 0 };
     let volume = build(io, &sb, state, options, false, OpenReport::default())?;
     {
         let inner = &volume.inner;
         let mut meta = inner.meta();
-        if meta.ring.is_some() {
-            commit::fill_ring(inner, &meta)?;
+        if let Some(ring) = meta.journal.ring() {
+            let session = inner.io.session()?;
+            journal::writer::write_fillers(&session, ring, &inner.layout, &meta.sb.uuid)?;
         }
-        commit::commit(inner, &mut meta, VolumeState::Dirty)?;
+        checkpoint::checkpoint(inner, &mut meta, VolumeState::Dirty)?;
     }
     Ok(volume)
 }
@@ -489,7 +518,7 @@ pub(crate) fn enable_journal(carrier: Box<dyn Carrier>, options: VolumeOptions) 
         let inner = &volume.inner;
         inner.writable()?;
         let mut meta = inner.meta();
-        if meta.ring.is_some() {
+        if meta.journal.is_on() {
             return Err(Error::Invalid(Invalid::JournalEnabled));
         }
         let blocks = inner.layout.journal.len;
@@ -499,10 +528,12 @@ pub(crate) fn enable_journal(carrier: Box<dyn Carrier>, options: VolumeOptions) 
         meta.sb.incompat |= INCOMPAT_JOURNAL;
         meta.sb.journal = JournalFields { tail: 0, sequence: 1, lost_from: 0, flags: 0 };
         let ring = Ring::at_checkpoint(&meta.sb);
-        meta.ring = Some(ring);
-        meta.ns.journal = Some(Vec::new());
         // The fillers are durable before any superblock claims the journal.
-        commit::fill_ring(inner, &meta)?;
+        let session = inner.io.session()?;
+        journal::writer::write_fillers(&session, &ring, &inner.layout, &meta.sb.uuid)?;
+        drop(session);
+        meta.journal = Journal::On(ring);
+        meta.ns.journal = Some(Vec::new());
     }
     volume.close()
 }

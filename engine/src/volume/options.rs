@@ -39,22 +39,19 @@ pub enum CommitMutation {
     CheckpointFreesJournalEarly,
     /// Replay differs from the live path: it skips attribute removals.
     ReplayDiffers,
+    /// After a torn batch, the next batch reuses the torn one's sequence number (a second
+    /// torn batch at the same ring position may then be stitched to the first one's stale
+    /// blocks).
+    JournalSequenceReuse,
+    /// A destroyed ring is filled again before the checkpoint that records its loss (a power
+    /// cut between the two erases every trace of the loss).
+    FillBeforeLossFlag,
+    /// A sync ignores a failed write it did not issue itself (another thread's writeback):
+    /// it returns Ok over lost data, and the volume's poison is not checked by syncs.
+    SyncIgnoresWritebackError,
 }
 
-/// Which path a file's reads or writes take (design: "Two IO tiers, one switch").
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Tier {
-    /// Through the volume's page cache: a read hit is a copy, a miss reads the run of the
-    /// file's extent around it; a write lands in the cache and the writeback thread or the
-    /// next sync takes it to the carrier (straight through, updating nothing, under
-    /// write-through). Without a cache it is the direct tier.
-    #[default]
-    Buffered,
-    /// Bypasses the cache (the "unbuffered" hint): for scans, backups, log appends. A direct
-    /// write drops the cached pages it covers; a direct read first writes back the dirty pages
-    /// it overlaps. Unaligned requests still work (the carrier bounces them).
-    Direct,
-}
+pub use crate::io::Tier;
 
 /// The tiers of a file's reads and writes, chosen separately.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
