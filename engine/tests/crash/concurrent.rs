@@ -11,6 +11,11 @@
 //! After the cut: every sector whose writes were all acknowledged (a `sync` returned after
 //! them) holds exactly those bytes; the committer's directory holds the state of its last
 //! returned commit or of the one in flight; `check` finds no damage and open never fails.
+//!
+//! Half the races also inject one EIO at a random carrier operation (a writeback by the
+//! writeback thread or by a writer over the hard line, a data write, a journal batch, a
+//! barrier) while syncs and commits race it: no sync or commit may report success over the
+//! failed write, which the same check of acknowledged sectors catches.
 
 use std::cell::RefCell;
 use std::collections::BTreeSet;
@@ -18,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use vellum_engine::carrier::{FaultRng, FaultyCarrier, MemoryCarrier, WriteHook};
+use vellum_engine::carrier::{FaultRng, FaultyCarrier, InjectedError, MemoryCarrier, WriteHook};
 use vellum_engine::{CommitMutation, FormatOptions, Volume, VolumeOptions, check};
 
 const VOLUME_BYTES: u64 = 4 << 20;
@@ -190,11 +195,15 @@ fn sectors_agree(seed: u64, i: u64, got: &[u8], log: &WriterLog) -> Result<(), S
     Ok(())
 }
 
-/// One seeded race, cut, and check.
+/// Injected errors that fired in the races.
+static INJECTED: AtomicU64 = AtomicU64::new(0);
+
+/// One seeded race, cut, and check; `inject`: one EIO at a random operation of the race.
 fn race_point(
     seed: u64,
     write_through: bool,
     cache: bool,
+    inject: bool,
     mutation: Option<CommitMutation>,
 ) -> Result<(), String> {
     // One writer or two: with two, the second one's writes often set the flag again before
@@ -215,6 +224,10 @@ fn race_point(
     let turns = Arc::new(Handshake::default());
     carrier.set_write_hook(Some(hook(Arc::clone(&turns))));
     let mut rng = FaultRng::new(seed);
+    if inject {
+        let at_op = carrier.ops() + rng.below(120);
+        carrier.inject_error(InjectedError { at_op, errno: libc::EIO });
+    }
     let race = Race {
         volume: volume.clone(),
         carrier: Arc::clone(&carrier),
@@ -243,6 +256,7 @@ fn race_point(
         (logs, committer.join().unwrap())
     });
     carrier.set_write_hook(None);
+    INJECTED.fetch_add(carrier.injected_errors(), Ordering::Relaxed);
     drop(volume);
     let image = carrier.crash_image(&mut rng);
     let report = check(&MemoryCarrier::from_bytes(&image));
@@ -280,11 +294,13 @@ fn race_point(
 
 fn campaign(seeds: std::ops::Range<u64>, write_through: bool, cache: bool) -> Vec<String> {
     let n = seeds.end - seeds.start;
+    let injected = INJECTED.load(Ordering::Relaxed);
     let failures: Vec<String> =
-        seeds.filter_map(|s| race_point(s, write_through, cache, None).err()).collect();
+        seeds.filter_map(|s| race_point(s, write_through, cache, s % 2 == 1, None).err()).collect();
     eprintln!(
         "{n} races of writers and commits cut after an acknowledgement (write-through \
-         {write_through}, cache {cache}): {} failures",
+         {write_through}, cache {cache}), {} injected EIOs fired: {} failures",
+        INJECTED.load(Ordering::Relaxed) - injected,
         failures.len()
     );
     failures
@@ -312,8 +328,18 @@ fn racing_commits_and_writeback_never_uncover_an_acknowledged_cached_write() {
 #[test]
 fn a_flag_set_before_the_write_is_caught() {
     let caught = (0..300).find_map(|s| {
-        race_point(s, false, false, Some(CommitMutation::UnflushedBeforeWrite)).err()
+        race_point(s, false, false, false, Some(CommitMutation::UnflushedBeforeWrite)).err()
     });
     let e = caught.expect("300 races and the checker saw nothing of the mutant");
     eprintln!("UnflushedBeforeWrite caught: {e}");
+}
+
+/// A sync that ignores a writeback it did not issue (it returns Ok over lost data) must be
+/// caught by the races with an injected EIO.
+#[test]
+fn a_sync_that_ignores_a_failed_writeback_is_caught() {
+    let mutant = Some(CommitMutation::SyncIgnoresWritebackError);
+    let caught = (0..300).find_map(|s| race_point(s, false, true, true, mutant).err());
+    let e = caught.expect("300 races with an injected EIO and the checker saw nothing");
+    eprintln!("SyncIgnoresWritebackError caught: {e}");
 }

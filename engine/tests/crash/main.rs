@@ -5,21 +5,48 @@
 //! flight, if its first barrier made it durable) byte for byte, except sectors that a write
 //! in flight may have torn; `check` must find no damage before open and nothing at all after
 //! a clean close (bitmap = reachable set, no leaks, no double use); open must never fail.
-//! A second power cut during recovery must not change what is recovered.
+//! A second power cut during recovery, at any of its operations, must not change what is
+//! recovered; neither must up to five cuts in a row (`loops`: each during the previous
+//! recovery or the first commits after it, also at the same journal ring position).
+//!
+//! On journaled volumes the campaign also destroys the whole ring now and then (the volume
+//! must open at its last checkpoint and report the loss at every later open, through cuts
+//! of its recovery) and damages parts of it (open must refuse, or lose at most the last
+//! batch: a checksum cannot tell rot at the tail from a torn write).
 //!
 //! The campaign prints the failing seed; rerun one with `VELLUM_CRASH_SEED=<seed>`. The
-//! mutant tests break the protocol on purpose and require the checker to notice.
+//! mutant tests break the protocol on purpose and require the checker to notice. Counts of
+//! cuts, loops and damage are printed (`--nocapture`).
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 mod concurrent;
+mod loops;
 mod model;
 
 use std::sync::Arc;
 
 use model::{BS, Model, Node, SECTOR, State};
 use vellum_engine::carrier::{CrashPlan, FaultRng, FaultyCarrier, MemoryCarrier};
-use vellum_engine::{CommitMutation, FileKind, FormatOptions, Volume, VolumeOptions, check};
+use vellum_engine::{
+    CommitMutation, FileKind, FormatOptions, OpenReport, Volume, VolumeOptions, check,
+};
+
+thread_local! {
+    /// Power cuts landed during a recovery's own writes (per test thread: a campaign counts
+    /// its own).
+    static RECOVERY_CUTS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// Runs whose journal ring was destroyed after the cut.
+    static RINGS_DESTROYED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+fn bump(counter: &'static std::thread::LocalKey<std::cell::Cell<u64>>) {
+    counter.with(|c| c.set(c.get() + 1));
+}
+
+fn count(counter: &'static std::thread::LocalKey<std::cell::Cell<u64>>) -> u64 {
+    counter.with(std::cell::Cell::get)
+}
 
 const VOLUME_BYTES: u64 = 4 << 20;
 const OPS_PER_RUN: usize = 48;
@@ -104,10 +131,10 @@ fn step(
     m: &mut Model,
     rng: &mut FaultRng,
     n: usize,
-) -> Result<(), ()> {
+) -> Result<(), String> {
     let files = m.files();
     let dirs = m.dirs();
-    let ok = |r: vellum_engine::Result<()>| r.map_err(|_| ());
+    let ok = |r: vellum_engine::Result<()>| r.map_err(|e| e.to_string());
     match rng.below(100) {
         0..=11 => {
             let dir = pick(rng, &dirs).expect("root exists").clone();
@@ -183,14 +210,17 @@ fn step(
         73..=81 if !files.is_empty() => {
             let path = pick(rng, &files).expect("a file").clone();
             let key = format!("k{}", rng.below(4)).into_bytes();
-            let f = v.open_file(&path).map_err(|_| ())?;
+            let f = v.open_file(&path).map_err(|e| e.to_string())?;
             let ino = m.ino(&path);
             let attrs = &mut m.current.files.get_mut(&ino).expect("file").attrs;
             if rng.chance(25) {
                 ok(f.remove_attr(&key).map(drop))?;
                 attrs.remove(&key);
             } else {
-                let len = rng.below(300) as usize;
+                // Now and then a value larger than a journal block: batches of two blocks
+                // or more, and batches larger than a small ring's free space.
+                let len =
+                    if rng.chance(15) { 4000 + rng.below(5000) } else { rng.below(300) } as usize;
                 let value = data(rng, len);
                 ok(f.set_attr(&key, &value))?;
                 attrs.insert(key, value);
@@ -214,8 +244,8 @@ fn run(seed: u64, cfg: Config, plan: Option<CrashPlan>) -> (Arc<FaultyCarrier>, 
     }
     let mut rng = FaultRng::new(seed);
     for n in 0..OPS_PER_RUN {
-        if step(&v, &carrier, &mut m, &mut rng, n).is_err() {
-            assert!(carrier.crashed(), "seed {seed}: an operation failed without a power cut");
+        if let Err(e) = step(&v, &carrier, &mut m, &mut rng, n) {
+            assert!(carrier.crashed(), "seed {seed}: an operation failed without a power cut: {e}");
             break;
         }
         v.check_invariants();
@@ -277,7 +307,11 @@ fn compare(
         if attrs != mf.attrs {
             return Err(format!("{}: attributes differ", lossy(&[path])[0]));
         }
-        for lb in 0..mf.size.div_ceil(BS) {
+        // After a destroyed ring the volume is back at a checkpoint: its metadata exactly, but
+        // blocks that batches after it freed may have been reused and written since (the
+        // loss open reports), so file bytes are not compared any more.
+        let blocks = if m.ring_destroyed { 0 } else { mf.size.div_ceil(BS) };
+        for lb in 0..blocks {
             let (lo, hi) = (lb * BS, ((lb + 1) * BS).min(mf.size));
             let expect = mf.blocks.get(&lb).map(|id| &m.phys[id]);
             let holes = uncertain.get(&mf.blocks.get(&lb).copied().unwrap_or(u64::MAX));
@@ -306,7 +340,142 @@ fn lossy(paths: &[Vec<u8>]) -> Vec<String> {
     paths.iter().map(|p| String::from_utf8_lossy(p).into_owned()).collect()
 }
 
-/// Reopens a crash image and checks it against the model.
+/// The states a recovered volume may hold, by what its open reports, newest first: the
+/// commit in flight (if the recovered commit id reaches it) and the last returned commit;
+/// after a destroyed ring, the newest state committed at or before the recovered
+/// checkpoint. A recovery may move the commit id one past a torn batch without changing
+/// the state (sequences only grow).
+fn candidates<'a>(m: &'a Model, report: &OpenReport) -> Result<Vec<&'a State>, String> {
+    let r = report.commit_id;
+    if report.journal_lost() != m.ring_destroyed {
+        return Err(format!(
+            "open reports a journal loss: {}, but the ring was destroyed: {}",
+            report.journal_lost(),
+            m.ring_destroyed
+        ));
+    }
+    let in_flight = m.in_flight.as_ref();
+    let mut c = Vec::new();
+    if m.ring_destroyed {
+        if let Some((g, s)) = in_flight
+            && *g == r
+        {
+            c.push(s);
+        }
+        if let Some((_, s)) = m.committed.range(..=r).next_back() {
+            c.push(s);
+        }
+        if c.is_empty() {
+            return Err(format!("recovered checkpoint {r} is older than every commit known"));
+        }
+        return Ok(c);
+    }
+    let last = *m.committed.keys().next_back().expect("format committed");
+    if r < last {
+        return Err(format!("recovered commit {r}, but commit {last} returned"));
+    }
+    let ceiling = in_flight.map_or(last, |(g, _)| (*g).max(last)) + 1;
+    if r > ceiling {
+        return Err(format!("recovered commit {r}, past anything committed ({ceiling})"));
+    }
+    if let Some((g, s)) = in_flight
+        && r >= *g
+    {
+        c.push(s);
+    }
+    c.push(&m.committed[&last]);
+    Ok(c)
+}
+
+/// Checks an open volume against the model; returns the state it holds.
+fn check_recovered(
+    v: &Volume,
+    m: &Model,
+    cfg: Config,
+    barriers_done: u64,
+) -> Result<State, String> {
+    let want = candidates(m, v.open_report())?;
+    let uncertain = m.uncertain(barriers_done, cfg.write_through);
+    let mut first = None;
+    for s in want {
+        match compare(v, s, m, &uncertain) {
+            Ok(()) => return Ok(s.clone()),
+            Err(e) => {
+                first.get_or_insert(e);
+            }
+        }
+    }
+    Err(first.unwrap_or_default())
+}
+
+fn reopen_options(cfg: Config) -> VolumeOptions {
+    VolumeOptions { mutation: cfg.mutation, ..VolumeOptions::default() }
+}
+
+/// Opens `image` for writing on a fault-injecting carrier and cuts power at one of the
+/// recovery's operations, any of them (a dry run counts them). Returns what the medium holds
+/// after the cut, or `None` when the open refuses before writing anything.
+fn cut_during_recovery(
+    image: &[u8],
+    cfg: Config,
+    rng: &mut FaultRng,
+) -> Result<Option<Vec<u8>>, String> {
+    let dry = Arc::new(FaultyCarrier::from_bytes(image.to_vec(), cfg.write_through));
+    let Ok(v) = Volume::open(Box::new(Arc::clone(&dry)), reopen_options(cfg)) else {
+        return Ok(None);
+    };
+    let ops = dry.ops();
+    drop(v);
+    let second = Arc::new(FaultyCarrier::from_bytes(image.to_vec(), cfg.write_through));
+    second.set_crash_plan(CrashPlan::AtOp(rng.below(ops.max(1))));
+    match Volume::open(Box::new(Arc::clone(&second)), reopen_options(cfg)) {
+        Ok(v) => drop(v),
+        Err(_) if second.crashed() => {}
+        Err(e) => return Err(format!("recovery open failed: {e}")),
+    }
+    bump(&RECOVERY_CUTS);
+    second.cut_power();
+    Ok(Some(second.crash_image(rng)))
+}
+
+/// Checks `check`'s verdict on a crash image: damage never, except the loss of a destroyed
+/// ring (reported as damage until acknowledged).
+fn check_before_open(image: &[u8], m: &Model) -> Result<(), String> {
+    let report = check(&MemoryCarrier::from_bytes(image));
+    let damaged = matches!(report.exit_code(), 1 | 2);
+    if damaged != m.ring_destroyed {
+        return Err(format!("check before open: {:?}", report.findings));
+    }
+    Ok(())
+}
+
+/// Opens a recovered volume, checks it against the model, closes it cleanly and checks the
+/// closed volume: `check` finds nothing (a destroyed ring's loss until it is acknowledged).
+fn verify_open(image: &[u8], m: &Model, cfg: Config, barriers_done: u64) -> Result<(), String> {
+    let carrier = Arc::new(MemoryCarrier::from_bytes(image));
+    let v = Volume::open(Box::new(Arc::clone(&carrier)), reopen_options(cfg))
+        .map_err(|e| format!("open refused a crashed volume: {e}"))?;
+    check_recovered(&v, m, cfg, barriers_done)?;
+    v.check_invariants();
+    v.close().map_err(|e| format!("close: {e}"))?;
+    if m.ring_destroyed {
+        let v = Volume::open(Box::new(Arc::clone(&carrier)), reopen_options(cfg))
+            .map_err(|e| format!("reopen: {e}"))?;
+        if !v.open_report().journal_lost() {
+            return Err("the loss was forgotten at a clean close".into());
+        }
+        v.acknowledge_journal_loss().map_err(|e| format!("ack: {e}"))?;
+        v.close().map_err(|e| format!("close: {e}"))?;
+    }
+    let report = check(carrier.as_ref());
+    if report.exit_code() != 0 {
+        return Err(format!("check after clean close: {:?}", report.findings));
+    }
+    Ok(())
+}
+
+/// Reopens a crash image and checks it against the model, now and then after one more cut
+/// during its recovery.
 fn verify(
     image: Vec<u8>,
     m: &Model,
@@ -314,54 +483,29 @@ fn verify(
     barriers_done: u64,
     rng: &mut FaultRng,
 ) -> Result<(), String> {
-    let report = check(&MemoryCarrier::from_bytes(&image));
-    if report.exit_code() == 2 || report.exit_code() == 1 {
-        return Err(format!("check before open: {:?}", report.findings));
-    }
-    // Which state the image holds: the recovered commit id says, learnt read-only.
-    let read_only =
-        VolumeOptions { read_only: true, mutation: cfg.mutation, ..VolumeOptions::default() };
-    let probe = Volume::open(Box::new(MemoryCarrier::from_bytes(&image)), read_only)
-        .map_err(|e| format!("open refused an undamaged crashed volume: {e}"))?;
-    let adopted = probe.open_report().commit_id;
-    drop(probe);
-    let last = *m.committed.keys().next_back().expect("format committed");
-    let want = match &m.in_flight {
-        Some((g, s)) if *g == adopted => s,
-        _ if adopted == last => &m.committed[&last],
-        _ => {
-            return Err(format!(
-                "recovered commit {adopted}, but the last commit is {last} (in flight: {:?})",
-                m.in_flight.as_ref().map(|f| f.0)
-            ));
-        }
-    };
-    // Sometimes cut power again during recovery's own commit: it must not change the outcome.
+    check_before_open(&image, m)?;
     let image = if rng.chance(30) {
-        let second = Arc::new(FaultyCarrier::from_bytes(image, cfg.write_through));
-        second.set_crash_plan(CrashPlan::AtOp(rng.below(6)));
-        let reopen = VolumeOptions { mutation: cfg.mutation, ..VolumeOptions::default() };
-        match Volume::open(Box::new(Arc::clone(&second)), reopen) {
-            Ok(v) => drop(v),
-            Err(e) if second.crashed() => drop(e),
-            Err(e) => return Err(format!("recovery open failed: {e}")),
-        }
-        second.cut_power();
-        second.crash_image(rng)
+        cut_during_recovery(&image, cfg, rng)?.ok_or("open refused a crashed volume")?
     } else {
         image
     };
-    let carrier = Arc::new(MemoryCarrier::from_bytes(&image));
-    let reopen = VolumeOptions { mutation: cfg.mutation, ..VolumeOptions::default() };
-    let v = Volume::open(Box::new(Arc::clone(&carrier)), reopen)
-        .map_err(|e| format!("open after a second cut failed: {e}"))?;
-    compare(&v, want, m, &m.uncertain(barriers_done, cfg.write_through))?;
-    v.check_invariants();
-    v.close().map_err(|e| format!("close: {e}"))?;
-    let report = check(carrier.as_ref());
-    if report.exit_code() != 0 {
-        return Err(format!("check after clean close: {:?}", report.findings));
+    verify_open(&image, m, cfg, barriers_done)
+}
+
+/// Destroys every block of the journal ring of `image` (the region's bytes overwritten).
+fn destroy_ring(image: &mut [u8], cfg: Config, rng: &mut FaultRng) -> Result<(), String> {
+    let opts = VolumeOptions { read_only: true, ..reopen_options(cfg) };
+    let probe = Volume::open(Box::new(MemoryCarrier::from_bytes(image)), opts)
+        .map_err(|e| format!("open of an undamaged crashed volume failed: {e}"))?;
+    let l = probe.info().layout;
+    drop(probe);
+    let (start, end) = ((l.journal.start * BS) as usize, (l.journal.end() * BS) as usize);
+    if rng.chance(50) {
+        image[start..end].fill(0);
+    } else {
+        rng.fill(&mut image[start..end]);
     }
+    bump(&RINGS_DESTROYED);
     Ok(())
 }
 
@@ -371,16 +515,27 @@ fn crash_point(seed: u64, cfg: Config) -> Result<(), String> {
     let total = dry.ops();
     let mut rng = FaultRng::new(seed ^ 0x00C0_FFEE);
     let at = format_ops + rng.below((total - format_ops).max(1));
-    let (carrier, m, _) = run(seed, cfg, Some(CrashPlan::AtOp(at)));
-    let image = carrier.crash_image(&mut rng);
-    verify(image, &m, cfg, carrier.barriers_done(), &mut rng)
-        .map_err(|e| format!("seed {seed}, crash at op {at}: {e}"))
+    let (carrier, mut m, _) = run(seed, cfg, Some(CrashPlan::AtOp(at)));
+    let mut image = carrier.crash_image(&mut rng);
+    let fail = |e: String| format!("seed {seed}, crash at op {at}: {e}");
+    if cfg.journal && rng.chance(10) {
+        destroy_ring(&mut image, cfg, &mut rng).map_err(fail)?;
+        m.ring_destroyed = true;
+    }
+    verify(image, &m, cfg, carrier.barriers_done(), &mut rng).map_err(fail)
 }
 
 fn campaign(seeds: std::ops::Range<u64>, cfg: Config) -> Vec<String> {
     let n = seeds.end - seeds.start;
+    let (cuts, rings) = (count(&RECOVERY_CUTS), count(&RINGS_DESTROYED));
     let failures: Vec<String> = seeds.filter_map(|s| crash_point(s, cfg).err()).collect();
-    eprintln!("{n} random crash points ({cfg:?}): {} failures", failures.len());
+    eprintln!(
+        "{n} random crash points ({cfg:?}): {} cut again during recovery, {} rings destroyed; \
+         {} failures",
+        count(&RECOVERY_CUTS) - cuts,
+        count(&RINGS_DESTROYED) - rings,
+        failures.len()
+    );
     failures
 }
 
@@ -481,6 +636,52 @@ fn every_barrier_and_operation_of_scripted_scenarios() {
     assert!(points > 200, "only {points} crash points");
 }
 
+/// Every operation of a recovery cut in turn: crash images of each configuration (a third
+/// of the journaled ones with their ring destroyed, so the loss checkpoint and the refill
+/// are cut too), each recovery cut at each of its operations, each result checked.
+#[test]
+fn every_operation_of_recovery() {
+    let mut points = 0;
+    for cfg in [JOURNAL_WT, JOURNAL_BUFFERED, JOURNAL_CACHED, GOOD_BUFFERED, GROW_JOURNAL_WT] {
+        for seed in seeds_from_env(140_000..140_006) {
+            let (dry, _, format_ops) = run(seed, cfg, None);
+            let mut rng = FaultRng::new(seed ^ 0x0E7E);
+            let at = format_ops + rng.below((dry.ops() - format_ops).max(1));
+            let (carrier, mut m, _) = run(seed, cfg, Some(CrashPlan::AtOp(at)));
+            let mut image = carrier.crash_image(&mut rng);
+            let fail = |e: String| format!("seed {seed} ({cfg:?}), crash at op {at}: {e}");
+            if cfg.journal && seed % 3 == 0 {
+                destroy_ring(&mut image, cfg, &mut rng).unwrap_or_else(|e| panic!("{}", fail(e)));
+                m.ring_destroyed = true;
+            }
+            let counter = Arc::new(FaultyCarrier::from_bytes(image.clone(), cfg.write_through));
+            let v = Volume::open(Box::new(Arc::clone(&counter)), reopen_options(cfg))
+                .unwrap_or_else(|e| panic!("{}", fail(format!("open refused: {e}"))));
+            let ops = counter.ops();
+            drop(v);
+            for op in 0..ops {
+                let c = Arc::new(FaultyCarrier::from_bytes(image.clone(), cfg.write_through));
+                c.set_crash_plan(CrashPlan::AtOp(op));
+                if let Ok(v) = Volume::open(Box::new(Arc::clone(&c)), reopen_options(cfg)) {
+                    drop(v);
+                }
+                c.cut_power();
+                for tear in 0..2 {
+                    let cut = c.crash_image(&mut FaultRng::new(seed * 100 + op * 2 + tear));
+                    check_before_open(&cut, &m)
+                        .and_then(|()| verify_open(&cut, &m, cfg, carrier.barriers_done()))
+                        .unwrap_or_else(|e| {
+                            panic!("{}", fail(format!("recovery cut at op {op}: {e}")))
+                        });
+                    points += 1;
+                }
+            }
+        }
+    }
+    eprintln!("{points} recovery cuts (every operation of 30 recoveries)");
+    assert!(points > 300, "only {points} recovery cuts");
+}
+
 /// The checker must catch a protocol that is broken on purpose: a skipped barrier, blocks
 /// reused before the commit that freed them is durable, and a page cache that writes back
 /// whole pages (rewriting sectors nobody changed, which a power cut may then tear).
@@ -492,6 +693,7 @@ fn broken_protocols_are_caught() {
         (CommitMutation::WholePageWriteback, true, false),
         (CommitMutation::CheckpointFreesJournalEarly, false, true),
         (CommitMutation::ReplayDiffers, false, true),
+        (CommitMutation::FillBeforeLossFlag, false, true),
     ] {
         let cfg =
             Config { write_through: !cache, cache, journal, grow: false, mutation: Some(mutation) };
@@ -503,55 +705,133 @@ fn broken_protocols_are_caught() {
     }
 }
 
+/// What damage placed in the ring led to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Damage {
+    /// The run left no batch after the checkpoint to damage.
+    NotPlaced,
+    /// Damage outside the valid prefix: nothing committed was lost.
+    Harmless,
+    /// Open refused with a named journal corruption.
+    Refused,
+    /// Damage on every batch from some point on read as a torn tail: those batches were
+    /// lost (the documented limit of a checksum).
+    TailLost,
+}
+
+/// The sequence of the batch each block of the valid prefix belongs to: block `k` (counted
+/// from the tail) belongs to the first batch not whole within the blocks before it, which a
+/// read-only open of the image with every other ring block zeroed tells.
+fn prefix_batches(
+    image: &[u8],
+    cfg: Config,
+    start: u64,
+    ring: u64,
+    prefix: &[u64],
+) -> Result<Vec<u64>, String> {
+    let opts = VolumeOptions { read_only: true, ..reopen_options(cfg) };
+    let mut out = Vec::with_capacity(prefix.len());
+    for k in 0..prefix.len() {
+        let mut cut = image.to_vec();
+        for b in (0..ring).filter(|b| !prefix[..k].contains(b)) {
+            let at = ((start + b) * BS) as usize;
+            cut[at..at + BS as usize].fill(0);
+        }
+        let probe = Volume::open(Box::new(MemoryCarrier::from_bytes(&cut)), opts)
+            .map_err(|e| format!("a truncated ring refused: {e}"))?;
+        out.push(probe.open_report().commit_id + 1);
+    }
+    Ok(out)
+}
+
 /// Damage that is not a torn tail: after a run, one sector of the first batch after the
-/// checkpoint is destroyed while later batches are intact. Open must refuse (`JournalGap`),
-/// or recover every acknowledged commit; replaying the prefix before the damage would drop
-/// acknowledged commits silently. Returns whether the damage could be placed.
-fn damage_point(seed: u64, cfg: Config) -> Result<bool, String> {
+/// checkpoint, or of a few random ring blocks, is destroyed. Open must refuse (a named
+/// journal corruption), or recover every acknowledged commit, except when the damage covers
+/// every batch from some point on (nothing intact after it: indistinguishable from a torn
+/// tail, the documented limit of a checksum); then it must recover every commit before the
+/// first damaged batch. A replay that silently drops a commit before an intact later batch
+/// is the failure. Now and then the recovery is cut too.
+fn damage_point(seed: u64, cfg: Config) -> Result<Damage, String> {
     let (carrier, m, _) = run(seed, cfg, None);
     let mut rng = FaultRng::new(seed ^ 0xDA3A);
     let mut image = carrier.crash_image(&mut rng);
-    let opts =
-        VolumeOptions { mutation: cfg.mutation, read_only: true, ..VolumeOptions::default() };
+    let opts = VolumeOptions { read_only: true, ..reopen_options(cfg) };
     let probe = Volume::open(Box::new(MemoryCarrier::from_bytes(&image)), opts)
         .map_err(|e| format!("seed {seed}: open of an undamaged volume failed: {e}"))?;
     let (Some(j), Some(replayed)) = (probe.info().journal, probe.open_report().journal) else {
-        return Ok(false);
+        return Ok(Damage::NotPlaced);
     };
     if replayed.batches < 2 {
-        return Ok(false);
+        return Ok(Damage::NotPlaced);
     }
-    let first = (probe.info().layout.journal.start + j.tail) * BS;
+    let start = probe.info().layout.journal.start;
+    let last_id = probe.open_report().commit_id;
     drop(probe);
-    let sector = first + SECTOR * rng.below(BS / SECTOR);
-    image[sector as usize..(sector + SECTOR) as usize].fill(0xEE);
-    match Volume::open(Box::new(MemoryCarrier::from_bytes(&image)), opts) {
-        Err(vellum_engine::Error::Corrupt {
-            reason: vellum_engine::error::Corruption::JournalGap { .. },
-            ..
-        }) => Ok(true),
-        Err(e) => Err(format!("seed {seed}: damage refused with the wrong error: {e}")),
-        Ok(v) => {
-            let last = m.committed.values().next_back().expect("format committed");
-            compare(&v, last, &m, &m.uncertain(carrier.barriers_done(), cfg.write_through))
-                .map_err(|e| format!("seed {seed}: damage accepted, commits lost: {e}"))?;
-            Ok(true)
-        }
+    let ring = j.blocks;
+    let prefix: Vec<u64> = (0..replayed.blocks).map(|k| (j.tail + k) % ring).collect();
+    let batch_of = prefix_batches(&image, cfg, start, ring, &prefix)?;
+    let damaged: Vec<u64> = if rng.chance(50) {
+        vec![j.tail]
+    } else {
+        (0..=rng.below(3)).map(|_| rng.below(ring)).collect()
+    };
+    for &b in &damaged {
+        let sector = (start + b) * BS + SECTOR * rng.below(BS / SECTOR);
+        image[sector as usize..(sector + SECTOR) as usize].fill(0xEE);
     }
+    let hit: std::collections::BTreeSet<u64> = prefix
+        .iter()
+        .zip(&batch_of)
+        .filter(|(b, _)| damaged.contains(b))
+        .map(|(_, s)| *s)
+        .collect();
+    if rng.chance(30)
+        && let Some(cut) = cut_during_recovery(&image, cfg, &mut rng)?
+    {
+        image = cut;
+    }
+    let fail = |e: String| format!("seed {seed}, damaged ring blocks {damaged:?}: {e}");
+    let v = match Volume::open(Box::new(MemoryCarrier::from_bytes(&image)), reopen_options(cfg)) {
+        Err(vellum_engine::Error::Corrupt {
+            region: vellum_engine::error::Region::Journal,
+            ..
+        }) if !hit.is_empty() => {
+            return Ok(Damage::Refused);
+        }
+        Err(e) => return Err(fail(format!("refused: {e}"))),
+        Ok(v) => v,
+    };
+    let uncertain = m.uncertain(carrier.barriers_done(), cfg.write_through);
+    let Some(&first) = hit.first() else {
+        let want = &m.committed[&last_id];
+        compare(&v, want, &m, &uncertain).map_err(fail)?;
+        return Ok(Damage::Harmless);
+    };
+    // Opened although the prefix is damaged: only when every batch from the first damaged
+    // one on is damaged (else an intact later batch proves the damaged one was acknowledged).
+    if let Some(intact) = (first..=last_id).find(|s| !hit.contains(s)) {
+        return Err(fail(format!(
+            "batch {first} is damaged and batch {intact} intact, but open went on"
+        )));
+    }
+    let want = m.committed.range(..first).next_back().map(|(_, s)| s).expect("format committed");
+    compare(&v, want, &m, &uncertain)
+        .map_err(|e| fail(format!("open did not stop right before batch {first}: {e}")))?;
+    Ok(Damage::TailLost)
 }
 
 #[test]
 fn damage_inside_the_journal_is_refused_not_replayed_around() {
-    let mut placed = 0;
-    for seed in seeds_from_env(70_000..70_150) {
-        if damage_point(seed, JOURNAL_BUFFERED).unwrap_or_else(|e| panic!("{e}")) {
-            placed += 1;
-        }
+    let mut seen = std::collections::BTreeMap::new();
+    for seed in seeds_from_env(70_000..70_300) {
+        let outcome = damage_point(seed, JOURNAL_BUFFERED).unwrap_or_else(|e| panic!("{e}"));
+        *seen.entry(format!("{outcome:?}")).or_insert(0u32) += 1;
     }
-    eprintln!("{placed} damaged journals refused");
-    assert!(placed > 20, "only {placed} runs had two batches to damage");
+    eprintln!("damage placed in journal rings: {seen:?}");
+    let refused = seen.get("Refused").copied().unwrap_or(0);
+    assert!(refused > 20, "only {refused} damaged journals were refused: {seen:?}");
     let mutant = Config { mutation: Some(CommitMutation::ReplayAcceptsDamage), ..JOURNAL_BUFFERED };
-    let caught = (70_000..70_150).find_map(|s| damage_point(s, mutant).err());
+    let caught = (70_000..70_300).find_map(|s| damage_point(s, mutant).err());
     let e = caught.expect("ReplayAcceptsDamage: the checker saw nothing");
     eprintln!("ReplayAcceptsDamage caught: {e}");
 }

@@ -44,7 +44,7 @@ pub struct WriteRecord {
     pub returned_at: Option<u64>,
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Model {
     pub current: State,
     /// Committed states by commit id (the generation, or the journal sequence).
@@ -59,6 +59,9 @@ pub struct Model {
     /// completed (a barrier alone does not write dirty pages back).
     pub durable_by_commits: bool,
     commits_done: u64,
+    /// The journal ring was destroyed in this run: every later open must report the loss,
+    /// and may go back to the last checkpoint.
+    pub ring_destroyed: bool,
 }
 
 impl Model {
@@ -231,6 +234,21 @@ impl Model {
         let (_, s) = self.in_flight.take().expect("a commit in flight");
         self.committed.insert(id, s);
         self.commits_done += 1;
+    }
+
+    /// After a writable recovery open: the volume holds `state` (one of the model's), now
+    /// committed as `id`. Writes known durable are forgotten; writes a cut may have torn stay
+    /// uncertain for good (their sectors are never compared again).
+    pub fn rebase(&mut self, state: State, id: u64, barriers_done: u64, write_through: bool) {
+        let done = if self.durable_by_commits { self.commits_done } else { barriers_done };
+        self.writes.retain_mut(|w| {
+            let durable = w.returned_at.is_some_and(|at| write_through || done > at);
+            w.returned_at = None;
+            !durable
+        });
+        self.current = state.clone();
+        self.committed = BTreeMap::from([(id, state)]);
+        self.in_flight = None;
     }
 
     /// Sectors (per block) that a power cut may have torn: writes that never returned, and,
