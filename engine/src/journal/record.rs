@@ -57,8 +57,16 @@ fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
 }
 
 impl Op {
-    /// Appends the encoding of this record to `out`.
+    /// Appends the encoding of this record to `out` (exactly [`Op::encoded_len`] bytes:
+    /// asserted, since a record shorter or longer than its length says would shift every
+    /// record after it in the batch).
     pub fn encode(&self, out: &mut Vec<u8>) {
+        let before = out.len();
+        self.encode_fields(out);
+        assert_eq!(out.len() - before, self.encoded_len(), "record {self:?} encoded wrong");
+    }
+
+    fn encode_fields(&self, out: &mut Vec<u8>) {
         match self {
             Op::Create { parent, ino, kind, now_ns, name } => {
                 out.push(CREATE);

@@ -539,10 +539,17 @@ fn campaign(seeds: std::ops::Range<u64>, cfg: Config) -> Vec<String> {
     failures
 }
 
+/// The seeds of a campaign: `default`, one seed with `VELLUM_CRASH_SEED=<seed>`, or `k` times
+/// as many with `VELLUM_CRASH_SOAK=<k>` (a soak outside CI: `docs/OPERATIONS.md`, "Crash
+/// campaigns").
 fn seeds_from_env(default: std::ops::Range<u64>) -> std::ops::Range<u64> {
-    match std::env::var("VELLUM_CRASH_SEED").ok().and_then(|s| s.parse::<u64>().ok()) {
-        Some(s) => s..s + 1,
-        None => default,
+    let var = |name| std::env::var(name).ok().and_then(|s: String| s.parse::<u64>().ok());
+    match (var("VELLUM_CRASH_SEED"), var("VELLUM_CRASH_SOAK")) {
+        (Some(s), _) => s..s + 1,
+        (None, Some(k)) if k > 1 => {
+            default.start..default.start + (default.end - default.start) * k
+        }
+        _ => default,
     }
 }
 
