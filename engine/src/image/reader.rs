@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::bitmap::{Allocator, Bitmap};
-use crate::carrier::AlignedBuf;
+use crate::io::AlignedBuf;
 use crate::chain::{self, BlockKind, SPINE_ENTRY_LEN, Table, TableId};
 use crate::error::{Corruption, Error, Region, Result};
 use crate::format::codec::Reader;
