@@ -540,8 +540,8 @@ fn campaign(seeds: std::ops::Range<u64>, cfg: Config) -> Vec<String> {
 }
 
 /// The seeds of a campaign: `default`, one seed with `VELLUM_CRASH_SEED=<seed>`, or `k` times
-/// as many with `VELLUM_CRASH_SOAK=<k>` (a soak outside CI: `docs/OPERATIONS.md`, "Crash
-/// campaigns").
+/// as many with `VELLUM_CRASH_SOAK=<k>` (a soak outside CI; the README's "Crash
+/// consistency" says how long it takes).
 fn seeds_from_env(default: std::ops::Range<u64>) -> std::ops::Range<u64> {
     let var = |name| std::env::var(name).ok().and_then(|s: String| s.parse::<u64>().ok());
     match (var("VELLUM_CRASH_SEED"), var("VELLUM_CRASH_SOAK")) {
