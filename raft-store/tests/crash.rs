@@ -216,6 +216,11 @@ fn next_op(rng: &mut FaultRng, core: &LogCore, run: &mut Run) -> Op {
     }
 }
 
+/// The term of entry `index` of the log (the committed id names it with that term).
+fn term_at(core: &LogCore, index: u64) -> u64 {
+    core.read(index, index + 1).ok().and_then(|e| e.first().map(|e| e.term)).unwrap_or(0)
+}
+
 fn committed_bytes(index: u64) -> Vec<u8> {
     format!("committed {index}").into_bytes()
 }
@@ -270,7 +275,7 @@ fn execute(core: &LogCore, op: &Op) -> (usize, Result<(), vellum_raft_store::Err
         Op::Truncate(since) => log::wait(|done| core.truncate(*since, done)),
         Op::Purge(upto) => core.purge(*upto, upto.to_le_bytes().to_vec()),
         Op::Vote(v) => log::wait(|done| core.save_vote(v.clone(), done)),
-        Op::Committed(c) => core.save_committed(*c, committed_bytes(*c)),
+        Op::Committed(c) => core.save_committed(*c, term_at(core, *c), committed_bytes(*c)),
     };
     (0, r)
 }

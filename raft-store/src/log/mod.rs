@@ -64,7 +64,7 @@ pub mod internals {
         frame_len, parse,
     };
     pub use super::meta::MetaState;
-    pub use super::recovery::{SegmentScan, scan_segment};
+    pub use super::recovery::{ScannedCommit, SegmentScan, scan_segment};
 }
 
 /// The shared state, the combiner that owns the writer, and the IO thread's doorbell.
@@ -99,11 +99,11 @@ impl Log {
     /// drains next.
     fn queue_meta(&self, change: impl FnOnce(&mut MetaState), done: Callback) -> Result<()> {
         let mut meta = lock(&self.shared.meta);
-        let mut next = meta.clone();
+        let mut next = meta.state.clone();
         change(&mut next);
         next.seq += 1;
-        let purge = next.purged_index != meta.purged_index;
-        *meta = next.clone();
+        let purge = next.purged_index != meta.state.purged_index;
+        meta.state = next.clone();
         // Pushed under the meta lock: queued saves are in seq order.
         let r = self.combiner.push(Item::Meta { state: next, purge, done });
         drop(meta);
@@ -175,7 +175,7 @@ fn io_thread(log: &Weak<Log>, bell: &Bell, lag: Duration) {
         }
         let Some(log) = log.upgrade() else { return };
         log.drain();
-        let pending = log.shared.committed_pending().map(|(index, _)| index);
+        let pending = log.shared.committed_pending().map(|c| c.index);
         waiting = match (pending, waiting) {
             (None, _) => None,
             (Some(p), Some((w, since))) if p == w => {
@@ -367,22 +367,25 @@ impl LogCore {
         self.save_meta(|m| m.vote = Some(vote), done)
     }
 
-    /// Records the committed log id (`index`, and the caller's encoding: opaque bytes, at
-    /// most 1000) without writing it: it becomes durable with the next write of the log (a
-    /// `Commit` frame at its end, or the next meta save), or after `commit_lag` with a meta
-    /// save of its own (IO thread mode), or at `close`. An id at or below the newest one
-    /// saved is ignored (committed ids only grow).
-    pub fn save_committed(&self, index: u64, committed: Vec<u8>) -> Result<()> {
+    /// Records the committed log id (`index`, its `term`, and the caller's encoding: opaque
+    /// bytes, at most 1000) without writing it: it becomes durable with the next write of
+    /// the log that reaches its entry (a `Commit` frame at its end, recording `term`), or the
+    /// next meta save, or after `commit_lag` with a meta save of its own (IO thread mode), or
+    /// at `close`. An id at or below the newest one saved is ignored (committed ids only
+    /// grow).
+    pub fn save_committed(&self, index: u64, term: u64, committed: Vec<u8>) -> Result<()> {
         self.check_failed()?;
         if committed.len() > RECORD_MAX {
             return Err(Error::Config("a vote or log id encodes to more than 1000 bytes"));
         }
         let mut meta = lock(&self.shared().meta);
-        if meta.committed.is_some() && meta.committed_index.is_some_and(|c| c >= index) {
+        if meta.state.committed.is_some() && meta.state.committed_index.is_some_and(|c| c >= index)
+        {
             return Ok(());
         }
-        meta.committed = Some(committed);
-        meta.committed_index = Some(index);
+        meta.state.committed = Some(committed);
+        meta.state.committed_index = Some(index);
+        meta.committed_term = term;
         Ok(())
     }
 
@@ -445,7 +448,7 @@ impl LogCore {
 
     /// The newest saved (or queued) meta state.
     pub fn meta(&self) -> MetaState {
-        lock(&self.shared().meta).clone()
+        lock(&self.shared().meta).state.clone()
     }
 
     /// `(first index, last index)` of the entries present; `last < first` when empty.
