@@ -304,6 +304,59 @@ fn damage_before_the_end_of_a_sealed_segment_is_refused_even_before_a_frameless_
     assert!(matches!(e, Error::Corrupt { .. }), "{e:?}");
 }
 
+/// A journaled volume whose journal ring was destroyed opens at its last checkpoint: segments
+/// created since then are gone with entries the log acknowledged. The log refuses it by name
+/// (through the core and through the openraft adapter), and keeps refusing on every later open
+/// while the volume's loss flag is set.
+#[test]
+fn a_volume_whose_journal_ring_was_destroyed_is_refused_while_the_loss_is_flagged() {
+    let carrier = Arc::new(MemoryCarrier::new(16 << 20));
+    // A ring large enough that no checkpoint runs during the workload: every segment the log
+    // creates is committed by a journal batch only.
+    let format =
+        FormatOptions { journal: true, journal_bytes: 1 << 20, ..FormatOptions::default() };
+    let v =
+        Volume::format(Box::new(Arc::clone(&carrier)), &format, VolumeOptions::default()).unwrap();
+    let core = LogCore::open(v.clone(), config(64 << 10)).unwrap();
+    for i in 1..=40 {
+        append(&core, vec![entry(i, 1, 6000)]); // two blocks each: several segment rolls
+    }
+    core.save_committed(40, 1, b"c40".to_vec()).unwrap();
+    log::wait(|done| core.flush_committed(done)).unwrap();
+    assert!(core.segment_count() >= 4);
+    let layout = v.info().layout;
+    let mut names: Vec<Vec<u8>> =
+        v.list("/raft/log").unwrap().into_iter().map(|e| e.name).collect();
+    names.sort();
+    let newest = [b"/raft/log/".as_slice(), names.last().unwrap()].concat();
+    // The power goes, and every block of the ring is destroyed.
+    let mut bytes = carrier.to_bytes();
+    drop(core);
+    drop(v);
+    let bs = u64::from(layout.block_size);
+    let ring = (layout.journal.start * bs) as usize..(layout.journal.end() * bs) as usize;
+    assert!(!ring.is_empty());
+    bytes[ring].fill(0xA5);
+    let c = Arc::new(MemoryCarrier::from_bytes(&bytes));
+    let v = Volume::open(Box::new(Arc::clone(&c)), VolumeOptions::default()).unwrap();
+    assert!(v.open_report().journal.is_some_and(|j| j.destroyed));
+    assert!(!v.exists(&newest).unwrap(), "the premise: the newest segment went with the ring");
+    let lost = v.info().journal.and_then(|j| j.lost_from).expect("the loss is flagged");
+    let e = LogCore::open(v.clone(), config(64 << 10)).unwrap_err();
+    assert!(matches!(e, Error::VolumeRolledBack { lost_from } if lost_from == lost), "{e:?}");
+    let line = e.to_string();
+    assert!(!line.contains('\n') && line.contains("new member") && line.contains("remove"));
+    let e = vellum_raft_store::open_store(&v, config(64 << 10)).unwrap_err();
+    assert!(matches!(e, Error::VolumeRolledBack { .. }), "the openraft adapter: {e:?}");
+    // A clean close and a reopen: the ring is usable again, the loss is still flagged, and
+    // the log still refuses.
+    v.close().unwrap();
+    let v = reopen_bytes(&c.to_bytes());
+    assert!(v.open_report().journal.is_some_and(|j| !j.destroyed && j.loss_unacknowledged));
+    let e = LogCore::open(v, config(64 << 10)).unwrap_err();
+    assert!(matches!(e, Error::VolumeRolledBack { lost_from } if lost_from == lost), "{e:?}");
+}
+
 /// Two segments, the first filled exactly by 15 one-block batches and sealed by an ordinary
 /// roll, the second as that roll left it (a header, no frame: the power went before its first
 /// batch was written): the image and the carrier offsets of both segments.

@@ -7,7 +7,9 @@
 //! members: safe, the first wins and the others are told it is done) or join (`--join`:
 //! learner first, then voter). SIGINT / SIGTERM stop it cleanly: Raft shuts down, then the
 //! volume is closed clean. A node that learns from a peer that it lost its state stops too,
-//! and exits non-zero with one line that says so.
+//! and exits non-zero with one line that says so. So does a node whose volume's metadata
+//! journal was destroyed (the raft store refuses a log that may be rolled back): exit code 3,
+//! one line that tells the operator to replace the member.
 //!
 //! Raft is openraft 0.10 (`=0.10.0-alpha.37`, an alpha upstream) through the store's 0.10
 //! adapter (`vellum_raft_store::v010`). Client writes go through the proposal batcher:
@@ -38,7 +40,9 @@ use vellum_raft_store::member::{Identity, PeerBook};
 use vellum_raft_store::v010::openraft::errors::{InitializeError, RaftError};
 use vellum_raft_store::v010::openraft::{Config, Raft, SnapshotPolicy};
 use vellum_raft_store::v010::{KvBatcher, KvStateMachine, LogStore, TypeConfig, open_store};
-use vellum_raft_store::{BatchLimits, KvBatching, LogConfig, open_volume_with};
+use vellum_raft_store::{
+    BatchLimits, Error as StoreError, KvBatching, LogConfig, open_volume_with,
+};
 
 use crate::error::CliError;
 use config::ClusterState;
@@ -460,8 +464,12 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     let log_config =
         LogConfig { segment_bytes: args.segment_bytes(capacity), ..LogConfig::default() };
     let dir = log_config.dir.clone();
-    let (log, sm) = open_store(&volume, log_config)
-        .map_err(|e| fail("opening the raft store")(e.to_string()))?;
+    let (log, sm) = open_store(&volume, log_config).map_err(|e| match e {
+        // The log may be rolled back: this member must not serve it, and restarting does not
+        // help (exit code 3, which the systemd unit does not restart).
+        StoreError::VolumeRolledBack { .. } => CliError::NotThisMember(e.to_string()),
+        e => fail("opening the raft store")(e.to_string()),
+    })?;
     let book = Arc::new(
         PeerBook::open(&volume, &dir).map_err(|e| fail("opening the peer book")(e.to_string()))?,
     );

@@ -17,6 +17,10 @@
 //!
 //! The segment size of an existing log is the size of its segments; the configured size
 //! applies to a log that has none.
+//!
+//! A volume whose metadata journal the engine found destroyed is refused before anything is
+//! read (`Error::VolumeRolledBack`, for as long as the volume's loss flag is set): the engine
+//! opened it at its last checkpoint, so the log's files may be those of an earlier moment.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
@@ -66,6 +70,7 @@ pub(super) fn open(volume: Volume, config: LogConfig) -> Result<Opened> {
     {
         return Err(Error::Config("segment_bytes must be a multiple of 4096 and at least 8192"));
     }
+    refuse_rolled_back(&volume)?;
     let info = volume.info();
     // A torn write damages whole physical sectors; the log's design (a fresh aligned block
     // per flush, never rewriting an acknowledged one) holds only if none spans two flushes.
@@ -137,6 +142,27 @@ pub(super) fn open(volume: Volume, config: LogConfig) -> Result<Opened> {
         writer.fence(&shared, torn)?;
     }
     Ok(Opened { shared, writer, report })
+}
+
+/// Refuses a volume whose metadata journal the engine found destroyed, for as long as its
+/// loss flag is set (`JournalInfo::lost_from`; the open that found the ring destroyed sets it,
+/// every later open reports it until `vellum journal ack` clears it). The engine opened such a
+/// volume at its last checkpoint: segments created since then are gone with the entries they
+/// held (entries this member acknowledged), segments purged since then are back, and nothing
+/// in the log's own bytes can tell. A member that served it would rejoin as itself with
+/// acknowledged entries missing.
+fn refuse_rolled_back(volume: &Volume) -> Result<()> {
+    let lost_from = volume.info().journal.and_then(|j| j.lost_from);
+    let report = volume.open_report().journal;
+    if let Some(lost_from) = lost_from {
+        tracing::error!(
+            lost_from,
+            destroyed_at_this_open = report.is_some_and(|r| r.destroyed),
+            "the volume's journal was destroyed: the raft log may be rolled back"
+        );
+        return Err(Error::VolumeRolledBack { lost_from });
+    }
+    Ok(())
 }
 
 /// The size of the segments the log makes: that of its newest segment, or the configured one
