@@ -420,3 +420,54 @@ fn a_commit_frame_is_adopted_only_with_the_term_of_its_entry() {
     assert_eq!(recovered(1), (Some(8), Some(b"c8".to_vec())), "entry 8 has term 1");
     assert_eq!(recovered(7), (Some(5), Some(b"c5".to_vec())), "entry 8 has no term 7");
 }
+
+/// Under a steady stream of committed ids that no write carries (here: no write at all), each
+/// id is pending only briefly; the idle save must still come, timed from when an id first
+/// became pending. Counted, not timed: the durable committed index must advance several
+/// times while the stream runs.
+#[test]
+fn a_steady_stream_of_committed_ids_is_saved_all_the_same() {
+    let (_carrier, v) = memory_volume();
+    let lag = std::time::Duration::from_millis(50);
+    let core = LogCore::open(v, LogConfig { commit_lag: lag, ..config() }).unwrap();
+    append(&core, (1..=4000).map(|i| entry(i, 1, 10)).collect());
+    let mut advances = 0;
+    let mut last = core.durable_committed_index();
+    let started = std::time::Instant::now();
+    let mut index = 1;
+    // At least 40 lags of a new id every millisecond (longer on a slow machine: it counts
+    // ids, not time), then a generous wait for the advances to be seen.
+    while index < 4000 && (index < 2000 || advances < 3) {
+        core.save_committed(index, 1, format!("c{index}").into_bytes()).unwrap();
+        index += 1;
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        let now = core.durable_committed_index();
+        if now != last {
+            advances += 1;
+            last = now;
+        }
+    }
+    assert!(
+        advances >= 3,
+        "the durable committed id advanced {advances} times in {index} ids ({:?}, lag {lag:?})",
+        started.elapsed()
+    );
+}
+
+/// A completion callback that panics (a bug in the caller) is caught: the log's IO thread
+/// goes on, and later appends complete.
+#[test]
+fn a_panicking_completion_callback_does_not_stop_the_log() {
+    let (_carrier, v) = memory_volume();
+    let core = LogCore::open(v, config()).unwrap(); // the IO thread writes and completes
+    core.append(vec![entry(1, 1, 100)], Box::new(|_| panic!("a caller's callback panics")))
+        .unwrap();
+    for i in 2..=4 {
+        let (tx, rx) = std::sync::mpsc::channel();
+        core.append(vec![entry(i, 1, 100)], Box::new(move |r| drop(tx.send(r)))).unwrap();
+        let r = rx.recv_timeout(std::time::Duration::from_secs(60));
+        assert!(matches!(r, Ok(Ok(()))), "append {i} after the panic: {r:?}");
+    }
+    assert_eq!(all(&core).len(), 4);
+    assert!(core.is_durable(4));
+}

@@ -156,12 +156,16 @@ impl Bell {
     }
 }
 
-/// The IO thread: drains the queue whenever it is rung, and saves a committed id that has
-/// waited `commit_lag` for a write to ride on (the same index found pending, not yet durable,
-/// that long). Holds the log weakly: it ends when the log is dropped or closed.
+/// The IO thread: drains the queue whenever it is rung, and saves the committed id once one
+/// has been pending (saved, not yet durable) for `commit_lag` without a write carrying it.
+/// The wait is timed from when *a* committed id became pending, whatever index: under a
+/// steady stream of new ids that no write carries (segments of format 1 or 2, a segment's
+/// end, ids ahead of the durable entries) each is pending only briefly, and a timer restarted
+/// per index would never fire. So an id is durable within about two lags of being saved.
+/// Holds the log weakly: it ends when the log is dropped or closed.
 fn io_thread(log: &Weak<Log>, bell: &Bell, lag: Duration) {
-    // The pending committed index last seen, and since when.
-    let mut waiting: Option<(u64, Instant)> = None;
+    // Since when some committed id has been pending without a break.
+    let mut pending_since: Option<Instant> = None;
     loop {
         {
             let mut s = lock(&bell.state);
@@ -175,20 +179,17 @@ fn io_thread(log: &Weak<Log>, bell: &Bell, lag: Duration) {
         }
         let Some(log) = log.upgrade() else { return };
         log.drain();
-        let pending = log.shared.committed_pending().map(|c| c.index);
-        waiting = match (pending, waiting) {
-            (None, _) => None,
-            (Some(p), Some((w, since))) if p == w => {
-                if since.elapsed() < lag {
-                    Some((w, since))
-                } else {
-                    if log.save_pending_committed(Box::new(|_| {})).is_ok() {
-                        log.drain();
-                    }
-                    None
+        let pending = log.shared.committed_pending().is_some();
+        pending_since = match (pending, pending_since) {
+            (false, _) => None,
+            (true, None) => Some(Instant::now()),
+            (true, Some(since)) if since.elapsed() < lag => Some(since),
+            (true, Some(_)) => {
+                if log.save_pending_committed(Box::new(|_| {})).is_ok() {
+                    log.drain();
                 }
+                None
             }
-            (Some(p), _) => Some((p, Instant::now())),
         };
     }
 }
