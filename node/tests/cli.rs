@@ -4,7 +4,8 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
 
 fn vellum(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_vellum")).args(args).output().expect("run vellum")
@@ -180,4 +181,84 @@ fn one_damaged_superblock_still_opens_two_refuse() {
     bytes[4096 + 64..4096 + 72].copy_from_slice(&[0xde, 0xad, 0xbe, 0xef, 0xde, 0xad, 0xbe, 0xef]);
     std::fs::write(&vol, &bytes).unwrap();
     refused(&["cat", v, "/h"]);
+}
+
+/// Runs `vellum args` and returns its output, or fails the test once it ran `limit` (killed
+/// first: a node that does not refuse would serve forever).
+fn within(limit: Duration, args: &[&str]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vellum"))
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run vellum");
+    let deadline = Instant::now() + limit;
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            child.kill().unwrap();
+            let out = child.wait_with_output().unwrap();
+            panic!(
+                "vellum {args:?} still ran after {limit:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// A port free on loopback (released for the node to bind a moment later).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A journaled volume whose journal ring was destroyed: `vellum info` shows from which
+/// journal sequence records are lost, and `vellum serve` refuses the volume (its raft log
+/// may be rolled back) with exit code 3 and one line that says to replace the member; it
+/// keeps refusing on the next start, while the loss is unacknowledged.
+#[test]
+fn serve_refuses_a_volume_whose_journal_was_destroyed() {
+    let dir = tempfile::tempdir().unwrap();
+    let vol = dir.path().join("v.vlm");
+    let v = s(&vol);
+    ok(&["format", v, "--size", "32MiB", "--journal", "1MiB"]);
+    let doc: serde_json::Value = serde_json::from_str(&ok(&["info", v, "--json"])).unwrap();
+    assert_eq!(doc["journal"]["lost_from"], serde_json::Value::Null);
+    let block = doc["geometry"]["block_size"].as_u64().unwrap() as usize;
+    let start = doc["geometry"]["journal"]["start_block"].as_u64().unwrap() as usize * block;
+    let len = doc["geometry"]["journal"]["blocks"].as_u64().unwrap() as usize * block;
+    let mut bytes = std::fs::read(&vol).unwrap();
+    bytes[start..start + len].fill(0xA5);
+    std::fs::write(&vol, &bytes).unwrap();
+    let doc: serde_json::Value = serde_json::from_str(&ok(&["info", v, "--json"])).unwrap();
+    assert_eq!(doc["journal"]["destroyed"], true);
+    let lost = doc["journal"]["lost_from"].as_u64().expect("lost_from is reported");
+    assert!(ok(&["info", v]).contains(&format!("records from sequence {lost} on")));
+    for start in ["first", "second"] {
+        let (api, raft) = (free_port(), free_port());
+        let out = within(
+            Duration::from_secs(60),
+            &[
+                "serve",
+                "--id",
+                "1",
+                "--volume",
+                v,
+                "--api-addr",
+                &format!("127.0.0.1:{api}"),
+                "--raft-addr",
+                &format!("127.0.0.1:{raft}"),
+                "--initial-cluster",
+                &format!("1=127.0.0.1:{raft}/127.0.0.1:{api}"),
+            ],
+        );
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(3), "{start} start: {err}");
+        let last = err.trim_end().lines().last().unwrap_or_default();
+        assert!(last.starts_with("vellum: the volume's metadata journal was destroyed"), "{last}");
+        assert!(last.contains(&format!("sequence {lost} on")), "{last}");
+        assert!(last.contains("new member") && last.contains("fresh volume"), "{last}");
+    }
+    let doc: serde_json::Value = serde_json::from_str(&ok(&["info", v, "--json"])).unwrap();
+    assert_eq!(doc["journal"]["lost_from"].as_u64(), Some(lost), "still flagged");
 }

@@ -29,7 +29,8 @@ pub enum Error {
     /// The carrier's physical sector is larger than the log's write alignment, so a torn
     /// write could damage an acknowledged frame: use a carrier with sectors of at most 4 KiB.
     #[error(
-        "the carrier writes {sector}-byte physical sectors; the raft log needs {align} bytes          or less"
+        "the carrier writes {sector}-byte physical sectors; the raft log needs {align} bytes \
+         or less"
     )]
     SectorTooLarge { sector: u32, align: usize },
     /// No spare segment could be prepared (the maker keeps retrying; the metric
@@ -68,6 +69,19 @@ pub enum Error {
     /// A configuration value is unusable.
     #[error("invalid configuration: {0}")]
     Config(&'static str),
+    /// The volume's metadata journal was found destroyed (the engine opened the volume at
+    /// its last checkpoint, and its loss flag is set): segments created or removed since then
+    /// may be gone with acknowledged entries in them, so the log may be rolled back. A member
+    /// must never serve such a log as the member it was: remove it from the cluster and
+    /// rejoin the machine as a new member on a fresh volume (docs/OPERATIONS.md, "A member
+    /// whose volume rolled back").
+    #[error(
+        "the volume's metadata journal was destroyed (records from journal sequence \
+         {lost_from} on may be lost), so this raft log may have lost acknowledged entries: \
+         treat this member as lost: remove it from the cluster (vellum cluster remove ID) \
+         and rejoin the machine as a new member, with a new id, on a fresh volume"
+    )]
+    VolumeRolledBack { lost_from: u64 },
 }
 
 /// `Result` with the raft store's [`Error`].

@@ -144,7 +144,7 @@ impl<C: RaftTypeConfig> RaftLogStorage<C> for LogStore<C> {
         let write = |e: &Error| storage_error(ErrorSubject::Store, ErrorVerb::Write, e);
         let Some(id) = committed else { return Ok(()) };
         let bytes = encode(&id).map_err(|e| write(&e))?;
-        self.core.save_committed(id.index, bytes).map_err(|e| write(&e))
+        self.core.save_committed(id.index, id.leader_id.get_term(), bytes).map_err(|e| write(&e))
     }
 
     async fn read_committed(

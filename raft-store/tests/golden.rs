@@ -7,7 +7,8 @@
 //! v1: segment format 1 (frames sealed by salt). v2: segment format 2 (frames sealed by salt
 //! and offset), `member` and `peers`. v3: segment format 3; the committed id was saved
 //! lazily and the store not closed, so it is recovered from the log's `Commit` frame alone
-//! (the meta file never held it).
+//! (the meta file never held it). v4: segment format 4 (header flags; the `Commit` frame
+//! carries the committed id's term, 2, which recovery checks against entry 66).
 //!
 //! Regenerate only for a new format version, into a new directory:
 //! `VELLUM_BLESS_GOLDEN=<version> cargo test -p vellum-raft-store --test golden`.
@@ -171,5 +172,5 @@ async fn golden_raft_volumes_open_and_read_identically() {
         verify(version, &bytes, other).await;
         versions += 1;
     }
-    assert!(versions >= 3, "the golden raft volumes of formats 1 to 3 are under tests/golden/");
+    assert!(versions >= 4, "the golden raft volumes of formats 1 to 4 are under tests/golden/");
 }

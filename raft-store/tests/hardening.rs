@@ -303,3 +303,203 @@ fn damage_before_the_end_of_a_sealed_segment_is_refused_even_before_a_frameless_
     let e = LogCore::open(reopen_bytes(&image), config(64 << 10)).unwrap_err();
     assert!(matches!(e, Error::Corrupt { .. }), "{e:?}");
 }
+
+/// A journaled volume whose journal ring was destroyed opens at its last checkpoint: segments
+/// created since then are gone with entries the log acknowledged. The log refuses it by name
+/// (through the core and through the openraft adapter), and keeps refusing on every later open
+/// while the volume's loss flag is set.
+#[test]
+fn a_volume_whose_journal_ring_was_destroyed_is_refused_while_the_loss_is_flagged() {
+    let carrier = Arc::new(MemoryCarrier::new(16 << 20));
+    // A ring large enough that no checkpoint runs during the workload: every segment the log
+    // creates is committed by a journal batch only.
+    let format =
+        FormatOptions { journal: true, journal_bytes: 1 << 20, ..FormatOptions::default() };
+    let v =
+        Volume::format(Box::new(Arc::clone(&carrier)), &format, VolumeOptions::default()).unwrap();
+    let core = LogCore::open(v.clone(), config(64 << 10)).unwrap();
+    for i in 1..=40 {
+        append(&core, vec![entry(i, 1, 6000)]); // two blocks each: several segment rolls
+    }
+    core.save_committed(40, 1, b"c40".to_vec()).unwrap();
+    log::wait(|done| core.flush_committed(done)).unwrap();
+    assert!(core.segment_count() >= 4);
+    let layout = v.info().layout;
+    let mut names: Vec<Vec<u8>> =
+        v.list("/raft/log").unwrap().into_iter().map(|e| e.name).collect();
+    names.sort();
+    let newest = [b"/raft/log/".as_slice(), names.last().unwrap()].concat();
+    // The power goes, and every block of the ring is destroyed.
+    let mut bytes = carrier.to_bytes();
+    drop(core);
+    drop(v);
+    let bs = u64::from(layout.block_size);
+    let ring = (layout.journal.start * bs) as usize..(layout.journal.end() * bs) as usize;
+    assert!(!ring.is_empty());
+    bytes[ring].fill(0xA5);
+    let c = Arc::new(MemoryCarrier::from_bytes(&bytes));
+    let v = Volume::open(Box::new(Arc::clone(&c)), VolumeOptions::default()).unwrap();
+    assert!(v.open_report().journal.is_some_and(|j| j.destroyed));
+    assert!(!v.exists(&newest).unwrap(), "the premise: the newest segment went with the ring");
+    let lost = v.info().journal.and_then(|j| j.lost_from).expect("the loss is flagged");
+    let e = LogCore::open(v.clone(), config(64 << 10)).unwrap_err();
+    assert!(matches!(e, Error::VolumeRolledBack { lost_from } if lost_from == lost), "{e:?}");
+    let line = e.to_string();
+    assert!(!line.contains('\n') && line.contains("new member") && line.contains("remove"));
+    let e = vellum_raft_store::open_store(&v, config(64 << 10)).unwrap_err();
+    assert!(matches!(e, Error::VolumeRolledBack { .. }), "the openraft adapter: {e:?}");
+    // A clean close and a reopen: the ring is usable again, the loss is still flagged, and
+    // the log still refuses.
+    v.close().unwrap();
+    let v = reopen_bytes(&c.to_bytes());
+    assert!(v.open_report().journal.is_some_and(|j| !j.destroyed && j.loss_unacknowledged));
+    let e = LogCore::open(v, config(64 << 10)).unwrap_err();
+    assert!(matches!(e, Error::VolumeRolledBack { lost_from } if lost_from == lost), "{e:?}");
+}
+
+/// Two segments, the first filled exactly by 15 one-block batches and sealed by an ordinary
+/// roll, the second as that roll left it (a header, no frame: the power went before its first
+/// batch was written): the image and the carrier offsets of both segments.
+fn sealed_then_rolled() -> (Vec<u8>, usize, usize) {
+    let (carrier, v) = faulty_volume(8 << 20);
+    let core = LogCore::open(v.clone(), config(64 << 10)).unwrap();
+    let payload = 4096 - 40 - 8; // one frame per 4096-byte block
+    for i in 1..=16 {
+        append(&core, vec![entry(i, 1, payload)]); // the 16th rolls into segment 2
+    }
+    assert_eq!(core.segment_count(), 2);
+    let seg_of = |name: &str| {
+        let path = format!("/raft/log/{name}");
+        v.open_file(path).unwrap().extents().unwrap()[0].physical_block as usize * 4096
+    };
+    let (first, second) = (seg_of("00000001.seg"), seg_of("00000002.seg"));
+    drop(core);
+    let mut image = carrier.current_bytes();
+    image[second + 4096..second + (64 << 10)].fill(0);
+    (image, first, second)
+}
+
+/// Rot or an unreadable block at the very end of a sealed segment, before a segment an
+/// ordinary roll activated, is damage: entry 15 was acknowledged. Recovery once took any such
+/// torn end for the cross-segment fence in flight and dropped it; the fence's segment is now
+/// marked in its header, and only the mark (for that very offset) lets a torn end pass.
+#[test]
+fn a_torn_end_of_a_sealed_segment_passes_only_before_the_segment_its_fence_activated() {
+    let (image, first, _) = sealed_then_rolled();
+    let core = LogCore::open(reopen_bytes(&image), config(64 << 10)).unwrap();
+    assert_eq!(all(&core).len(), 15, "without damage, the frame-less segment is just empty");
+    drop(core);
+    // Rot in the last block of the full segment.
+    let mut rotten = image.clone();
+    rotten[first + 15 * 4096 + 100] ^= 0xFF;
+    let e = LogCore::open(reopen_bytes(&rotten), config(64 << 10)).unwrap_err();
+    assert!(matches!(e, Error::Corrupt { .. }), "rot: {e:?}");
+    assert!(e.to_string().contains("damage inside a sealed segment"), "{e}");
+    // The same block unreadable (EIO).
+    let eio = Arc::new(FaultyCarrier::from_bytes(image.clone(), true));
+    eio.make_unreadable((first + 15 * 4096) as u64..(first + 16 * 4096) as u64);
+    let v = Volume::open(Box::new(Arc::clone(&eio)), VolumeOptions::default()).unwrap();
+    let e = LogCore::open(v, config(64 << 10)).unwrap_err();
+    assert!(matches!(e, Error::Corrupt { .. }), "EIO: {e:?}");
+    assert!(e.to_string().contains("cannot be read"), "{e}");
+}
+
+/// The fence's own segment, cut before its skip frame: the mark names the torn end, and the
+/// torn end passes (the acknowledged entries all survive); the same header with the mark for
+/// another offset does not.
+#[test]
+fn a_fence_segment_marks_the_torn_end_it_fences() {
+    let (image, acknowledged) = torn_at_a_segment_end();
+    let dry = Arc::new(FaultyCarrier::from_bytes(image.clone(), true));
+    let v = Volume::open(Box::new(Arc::clone(&dry)), VolumeOptions::default()).unwrap();
+    let before = dry.ops();
+    let core = LogCore::open(v, config(64 << 10)).unwrap();
+    let torn = core.recovery_report().torn.expect("a torn tail");
+    let ops = dry.ops() - before;
+    drop(core);
+    // The recovery cut where the new segment's header is durable and its fence is not.
+    let cut = (0..ops)
+        .find_map(|at| {
+            let second = Arc::new(FaultyCarrier::from_bytes(image.clone(), true));
+            let v = Volume::open(Box::new(Arc::clone(&second)), VolumeOptions::default()).unwrap();
+            second.set_crash_plan(CrashPlan::AtOp(second.ops() + at));
+            assert!(LogCore::open(v, config(64 << 10)).is_err());
+            let cut = second.crash_image(&mut FaultRng::new(1));
+            let core = LogCore::open(reopen_bytes(&cut), config(64 << 10)).unwrap();
+            let again = core.recovery_report().torn?;
+            assert_eq!(all(&core), acknowledged);
+            (again.in_previous_segment && again.from == torn.from).then_some(cut)
+        })
+        .expect("a cut between the fence's roll and its skip frame");
+    // The mark names another offset: not this torn end's fence.
+    let v = reopen_bytes(&cut);
+    let mut names: Vec<Vec<u8>> =
+        v.list("/raft/log").unwrap().into_iter().map(|e| e.name).collect();
+    names.sort();
+    let path = [b"/raft/log/".as_slice(), names.last().unwrap()].concat();
+    let at = v.open_file(&path).unwrap().extents().unwrap()[0].physical_block as usize * 4096;
+    drop(v);
+    let mut header = cut[at..at + 4096].to_vec();
+    assert_eq!(&header[..8], b"VLMSEG04");
+    assert_eq!(header[32], 1, "the fence flag");
+    header[40..48].copy_from_slice(&(torn.from + 8).to_le_bytes());
+    let crc = crc32c::crc32c(&header[..4092]);
+    header[4092..].copy_from_slice(&crc.to_le_bytes());
+    let mut forged = cut.clone();
+    forged[at..at + 4096].copy_from_slice(&header);
+    let e = LogCore::open(reopen_bytes(&forged), config(64 << 10)).unwrap_err();
+    assert!(matches!(e, Error::Corrupt { .. }), "{e:?}");
+}
+
+/// Where the meta file's two slots lie on the carrier.
+fn meta_offset(v: &Volume) -> usize {
+    v.open_file("/raft/meta").unwrap().extents().unwrap()[0].physical_block as usize * 4096
+}
+
+/// The first meta save goes to slot 1: torn by a power cut, it leaves slot 1 damaged beside a
+/// blank slot 0, and the log opens with nothing saved. Slot 0 is written only after slot 1
+/// held a save, so a blank slot 1 beside a written slot 0 is damage, refused by name.
+#[test]
+fn a_torn_first_meta_save_opens_and_an_erased_first_slot_refuses() {
+    let mut torn_first = 0;
+    for seed in 0..32 {
+        let (carrier, v) = faulty_volume(8 << 20);
+        let core = LogCore::open(v.clone(), config(64 << 10)).unwrap();
+        let meta = meta_offset(&v);
+        carrier.set_crash_plan(CrashPlan::AtOp(carrier.ops()));
+        assert!(log::wait(|done| core.save_vote(b"first".to_vec(), done)).is_err());
+        drop(core);
+        let image = carrier.crash_image(&mut FaultRng::new(seed));
+        let slot1 = &image[meta + 4096..meta + 8192];
+        assert!(image[meta..meta + 4096].iter().all(|&b| b == 0), "slot 0 is untouched");
+        let written = slot1.iter().any(|&b| b != 0);
+        let core = LogCore::open(reopen_bytes(&image), config(64 << 10))
+            .unwrap_or_else(|e| panic!("a first save cut by the power refused: {e}"));
+        match core.meta().vote {
+            // Torn (or never written): nothing was acknowledged.
+            None => torn_first += usize::from(written),
+            // The save landed whole before the power went: it may count.
+            Some(vote) => assert_eq!(vote, b"first"),
+        }
+    }
+    assert!(torn_first > 0, "no seed left the first save torn");
+    // Two saves, then slot 1 erased.
+    let (carrier, v) = faulty_volume(8 << 20);
+    let core = LogCore::open(v.clone(), config(64 << 10)).unwrap();
+    for vote in [b"one", b"two"] {
+        log::wait(|done| core.save_vote(vote.to_vec(), done)).unwrap();
+    }
+    let meta = meta_offset(&v);
+    drop(core);
+    let mut image = carrier.current_bytes();
+    image[meta + 4096..meta + 8192].fill(0);
+    // Slot 0 (the newest save) damaged beside the erased slot 1: once read as a torn first
+    // save, which lost the vote. And slot 1 erased alone.
+    let mut both = image.clone();
+    both[meta + 100] ^= 1;
+    for image in [both, image] {
+        let e = LogCore::open(reopen_bytes(&image), config(64 << 10)).unwrap_err();
+        assert!(matches!(e, Error::Corrupt { .. }), "{e:?}");
+        assert!(e.to_string().contains("meta slot 1"), "{e}");
+    }
+}

@@ -11,7 +11,7 @@ use common::{all, append, entry};
 use vellum_engine::carrier::{CarrierOptions, FaultyCarrier, MemoryCarrier};
 use vellum_engine::{FormatOptions, Volume, VolumeOptions};
 use vellum_raft_store::Error;
-use vellum_raft_store::log::{self, LogConfig, LogCore, LogEntry};
+use vellum_raft_store::log::{self, LogConfig, LogCore, LogEntry, LogIo};
 
 fn config() -> LogConfig {
     LogConfig {
@@ -77,7 +77,7 @@ fn every_operation_survives_close_and_reopen() {
         let vote = format!("vote {round}").into_bytes();
         log::wait(|done| core.save_vote(vote.clone(), done)).unwrap();
         let committed = format!("committed {round}").into_bytes();
-        core.save_committed(round, committed.clone()).unwrap();
+        core.save_committed(round, 1, committed.clone()).unwrap();
         log::wait(|done| core.flush_committed(done)).unwrap();
         (core, v) = fx.reopen(core, v);
         assert_eq!(core.meta().vote, Some(vote));
@@ -171,16 +171,16 @@ fn the_committed_id_rides_on_the_next_write_or_waits_the_lag_alone() {
     append(&core, (0..10).map(|i| entry(i, 1, 100)).collect());
     // Saved: no write of its own; the next append carries it in its one write.
     let before = v.carrier_stats();
-    core.save_committed(9, b"c9".to_vec()).unwrap();
+    core.save_committed(9, 1, b"c9".to_vec()).unwrap();
     assert_eq!(v.carrier_stats() - before, vellum_engine::carrier::StatsSnapshot::default());
     append(&core, vec![entry(10, 1, 100)]);
     let d = v.carrier_stats() - before;
     assert_eq!((d.writes, d.durable_writes), (1, 1), "the commit frame rides along");
     assert_eq!(core.durable_committed_index(), Some(9));
     // An older id changes nothing; with nothing to ride on, the IO thread saves it alone.
-    core.save_committed(8, b"c8".to_vec()).unwrap();
+    core.save_committed(8, 1, b"c8".to_vec()).unwrap();
     assert_eq!(core.meta().committed_index, Some(9));
-    core.save_committed(10, b"c10".to_vec()).unwrap();
+    core.save_committed(10, 1, b"c10".to_vec()).unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     while core.durable_committed_index() != Some(10) {
         assert!(std::time::Instant::now() < deadline, "the lazy save never came");
@@ -189,9 +189,9 @@ fn the_committed_id_rides_on_the_next_write_or_waits_the_lag_alone() {
     let d = v.carrier_stats() - before;
     assert_eq!(d.writes, 2, "one meta write for the idle id");
     // Close saves the last one; a reopen recovers it.
-    core.save_committed(10, b"c10".to_vec()).unwrap();
+    core.save_committed(10, 1, b"c10".to_vec()).unwrap();
     append(&core, vec![entry(11, 1, 100)]);
-    core.save_committed(11, b"c11".to_vec()).unwrap();
+    core.save_committed(11, 1, b"c11".to_vec()).unwrap();
     core.close();
     drop(core);
     v.close().unwrap();
@@ -353,4 +353,121 @@ fn a_panicking_writer_fails_its_batch_and_everything_after_it() {
     assert_eq!(*seen.lock().unwrap(), vec![(1, Err("panicked")), (2, Err("panicked"))]);
     assert_eq!(combiner.failed(), Some("panicked"));
     assert_eq!(*combiner.writer(), 1, "the state is not written with after the panic");
+}
+
+/// A memory volume and its carrier (the carrier's bytes are what a power cut leaves: memory
+/// writes are all durable).
+fn memory_volume() -> (Arc<MemoryCarrier>, Volume) {
+    let carrier = Arc::new(MemoryCarrier::new(32 << 20));
+    let v = Volume::format(
+        Box::new(Arc::clone(&carrier)),
+        &FormatOptions::default(),
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    (carrier, v)
+}
+
+/// The committed id a write carries names an entry that is durable or in that write: an id
+/// saved ahead of the log (a follower may learn the leader's commit index before its own
+/// entries are written) waits for the write that holds its entry.
+#[test]
+fn a_commit_frame_never_names_an_entry_its_write_does_not_reach() {
+    let (carrier, v) = memory_volume();
+    // Inline: each append is one write by the caller, so the batches are known.
+    let cfg = LogConfig { io: LogIo::Inline, ..config() };
+    let core = LogCore::open(v, cfg.clone()).unwrap();
+    append(&core, (1..=10).map(|i| entry(i, 1, 100)).collect());
+    core.save_committed(15, 1, b"c15".to_vec()).unwrap();
+    append(&core, vec![entry(11, 1, 100)]);
+    assert_eq!(core.durable_committed_index(), None, "entry 15 is in no write yet");
+    append(&core, (12..=16).map(|i| entry(i, 1, 100)).collect());
+    assert_eq!(core.durable_committed_index(), Some(15), "carried by the write holding 15");
+    let image = carrier.to_bytes();
+    drop(core);
+    let v = Volume::open(Box::new(MemoryCarrier::from_bytes(&image)), VolumeOptions::default())
+        .unwrap();
+    let core = LogCore::open(v, cfg).unwrap();
+    assert_eq!(
+        (core.meta().committed_index, core.meta().committed),
+        (Some(15), Some(b"c15".to_vec())),
+        "recovered from the commit frame alone"
+    );
+}
+
+/// Recovery adopts a `Commit` frame only when the entry it keeps at the frame's index has the
+/// frame's term; otherwise the meta file's id stands (a lagging id is safe).
+#[test]
+fn a_commit_frame_is_adopted_only_with_the_term_of_its_entry() {
+    let recovered = |term: u64| {
+        let (carrier, v) = memory_volume();
+        let cfg = LogConfig { io: LogIo::Inline, ..config() };
+        let core = LogCore::open(v, cfg.clone()).unwrap();
+        append(&core, (1..=10).map(|i| entry(i, 1, 100)).collect());
+        core.save_committed(5, 1, b"c5".to_vec()).unwrap();
+        // A meta save holds the newest committed id: c5 is in the meta file.
+        log::wait(|done| core.save_vote(b"v".to_vec(), done)).unwrap();
+        core.save_committed(8, term, b"c8".to_vec()).unwrap();
+        append(&core, vec![entry(11, 1, 100)]); // carries (8, term)
+        assert_eq!(core.durable_committed_index(), Some(8));
+        let image = carrier.to_bytes();
+        drop(core);
+        let v = Volume::open(Box::new(MemoryCarrier::from_bytes(&image)), VolumeOptions::default())
+            .unwrap();
+        let core = LogCore::open(v, cfg).unwrap();
+        (core.meta().committed_index, core.meta().committed)
+    };
+    assert_eq!(recovered(1), (Some(8), Some(b"c8".to_vec())), "entry 8 has term 1");
+    assert_eq!(recovered(7), (Some(5), Some(b"c5".to_vec())), "entry 8 has no term 7");
+}
+
+/// Under a steady stream of committed ids that no write carries (here: no write at all), each
+/// id is pending only briefly; the idle save must still come, timed from when an id first
+/// became pending. Counted, not timed: the durable committed index must advance several
+/// times while the stream runs.
+#[test]
+fn a_steady_stream_of_committed_ids_is_saved_all_the_same() {
+    let (_carrier, v) = memory_volume();
+    let lag = std::time::Duration::from_millis(50);
+    let core = LogCore::open(v, LogConfig { commit_lag: lag, ..config() }).unwrap();
+    append(&core, (1..=4000).map(|i| entry(i, 1, 10)).collect());
+    let mut advances = 0;
+    let mut last = core.durable_committed_index();
+    let started = std::time::Instant::now();
+    let mut index = 1;
+    // At least 40 lags of a new id every millisecond (longer on a slow machine: it counts
+    // ids, not time), then a generous wait for the advances to be seen.
+    while index < 4000 && (index < 2000 || advances < 3) {
+        core.save_committed(index, 1, format!("c{index}").into_bytes()).unwrap();
+        index += 1;
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        let now = core.durable_committed_index();
+        if now != last {
+            advances += 1;
+            last = now;
+        }
+    }
+    assert!(
+        advances >= 3,
+        "the durable committed id advanced {advances} times in {index} ids ({:?}, lag {lag:?})",
+        started.elapsed()
+    );
+}
+
+/// A completion callback that panics (a bug in the caller) is caught: the log's IO thread
+/// goes on, and later appends complete.
+#[test]
+fn a_panicking_completion_callback_does_not_stop_the_log() {
+    let (_carrier, v) = memory_volume();
+    let core = LogCore::open(v, config()).unwrap(); // the IO thread writes and completes
+    core.append(vec![entry(1, 1, 100)], Box::new(|_| panic!("a caller's callback panics")))
+        .unwrap();
+    for i in 2..=4 {
+        let (tx, rx) = std::sync::mpsc::channel();
+        core.append(vec![entry(i, 1, 100)], Box::new(move |r| drop(tx.send(r)))).unwrap();
+        let r = rx.recv_timeout(std::time::Duration::from_secs(60));
+        assert!(matches!(r, Ok(Ok(()))), "append {i} after the panic: {r:?}");
+    }
+    assert_eq!(all(&core).len(), 4);
+    assert!(core.is_durable(4));
 }

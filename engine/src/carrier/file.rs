@@ -15,6 +15,20 @@
 //! volume allocates. A created file's directory entry is made durable too (`fsync` of the
 //! parent directory): POSIX promises it with nothing less, and a volume whose carrier's name
 //! vanished at a power cut is a lost volume.
+//!
+//! The physical sector it reports (the unit a torn write can damage) is probed, never below
+//! 4096 bytes: the largest of 4096, the direct-IO offset alignment (`statx`), the fundamental
+//! block size of the host file system (`fstatvfs`: it allocates, maps and zeroes around
+//! partial writes in those units, and writeback rewrites whole blocks), and the physical block
+//! size of the block device under it, read from sysfs through the file's `st_dev`
+//! (`/sys/dev/block/MAJ:MIN/queue/physical_block_size`, the parent disk's for a partition;
+//! device-mapper and md devices report the largest of their stack). The 4096 floor is the
+//! value this carrier always assumed: a file system on a device with smaller sectors still
+//! writes back page-sized (4 KiB) units, and where no block device can be found (tmpfs, NFS,
+//! FUSE, btrfs' anonymous devices) nothing smaller can be shown. The probes only ever raise
+//! it: reporting less than the truth would let a torn write damage bytes the caller believes
+//! are outside it, while reporting more only costs alignment (and the raft log refuses a unit
+//! larger than 4096 by name).
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -211,10 +225,15 @@ impl FileCarrier {
         } else {
             (1, 1)
         };
+        let physical_sector = atomic_unit(
+            options.direct_io.then_some(offset_align),
+            sys::fs_block_size(file.as_fd()).ok(),
+            device_physical_sector(std::os::unix::fs::MetadataExt::dev(&meta)),
+        );
         let geometry = Geometry {
             len_bytes: meta.len(),
             logical_sector: 512,
-            physical_sector: 4096,
+            physical_sector,
             mem_align,
             offset_align,
         };
@@ -228,6 +247,47 @@ impl FileCarrier {
     pub fn path(&self) -> &Path {
         &self.path
     }
+}
+
+/// The unit this carrier reports as atomic (its physical sector): never below
+/// [`ASSUMED_SECTOR`], raised by what the probes found (see the module docs). Units past
+/// `u32` are clamped (no such device exists; the raft log refuses anything past 4096).
+pub(crate) fn atomic_unit(
+    dio_offset_align: Option<u32>,
+    fs_block: Option<u64>,
+    device_sector: Option<u32>,
+) -> u32 {
+    let largest = [dio_offset_align.map(u64::from), fs_block, device_sector.map(u64::from)]
+        .into_iter()
+        .flatten()
+        .fold(u64::from(ASSUMED_SECTOR), u64::max);
+    u32::try_from(largest).unwrap_or(u32::MAX)
+}
+
+/// What a file carrier reports at least: a page, the unit host writeback rewrites.
+const ASSUMED_SECTOR: u32 = 4096;
+
+/// `(major, minor)` of a Linux `dev_t` (glibc's encoding).
+fn major_minor(dev: u64) -> (u64, u64) {
+    let major = ((dev & 0x0000_0000_000f_ff00) >> 8) | ((dev & 0xffff_f000_0000_0000) >> 32);
+    let minor = (dev & 0x0000_0000_0000_00ff) | ((dev & 0x0000_0fff_fff0_0000) >> 12);
+    (major, minor)
+}
+
+/// The physical block size of the block device with number `dev` (a file's `st_dev`), from
+/// sysfs: the device's own queue, or its parent disk's for a partition. `None` where there is
+/// no such device (an anonymous device: tmpfs, NFS, FUSE, btrfs, overlayfs) or sysfs is not
+/// mounted.
+pub(crate) fn device_physical_sector(dev: u64) -> Option<u32> {
+    let (major, minor) = major_minor(dev);
+    if major == 0 {
+        return None;
+    }
+    let base = PathBuf::from(format!("/sys/dev/block/{major}:{minor}"));
+    ["queue/physical_block_size", "../queue/physical_block_size"].iter().find_map(|rel| {
+        let text = std::fs::read_to_string(base.join(rel)).ok()?;
+        text.trim().parse::<u32>().ok().filter(|&n| n > 0)
+    })
 }
 
 /// Writes zeros over `[0, len)` with buffered IO, then one `fdatasync`.
@@ -286,5 +346,71 @@ impl Carrier for FileCarrier {
     }
     fn stats(&self) -> &CarrierStats {
         self.core.stats()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_atomic_unit_is_the_largest_probe_and_never_below_a_page() {
+        assert_eq!(atomic_unit(None, None, None), 4096, "nothing known: the page");
+        assert_eq!(atomic_unit(Some(512), Some(1024), Some(512)), 4096, "probes only raise it");
+        assert_eq!(atomic_unit(Some(512), Some(4096), Some(16_384)), 16_384, "a 16 KiB device");
+        assert_eq!(atomic_unit(None, Some(65_536), Some(4096)), 65_536, "64 KiB fs blocks");
+        assert_eq!(atomic_unit(Some(8192), None, None), 8192, "the direct-IO alignment");
+        assert_eq!(atomic_unit(None, Some(1 << 40), None), u32::MAX, "clamped, not wrapped");
+    }
+
+    #[test]
+    fn device_numbers_decode_as_glibc_encodes_them() {
+        // glibc's `makedev`.
+        let makedev = |major: u64, minor: u64| {
+            ((major & 0xfff) << 8)
+                | ((major & 0xffff_f000) << 32)
+                | (minor & 0xff)
+                | ((minor & 0xffff_ff00) << 12)
+        };
+        for (major, minor) in
+            [(254, 0), (8, 1), (259, 3), (4095, 255), (4096, 256), (70_000, 1 << 19)]
+        {
+            assert_eq!(major_minor(makedev(major, minor)), (major, minor));
+        }
+        assert_eq!(major_minor(0xfe00), (254, 0), "/dev/vda as `stat` shows it");
+        assert_eq!(device_physical_sector(makedev(0, 42)), None, "an anonymous st_dev");
+    }
+
+    /// On this machine: a file carrier reports at least what the device under its file and
+    /// the file system say, read here independently (sysfs through `stat`, `stat -f`).
+    #[test]
+    fn a_file_carrier_reports_at_least_its_device_and_file_system_units() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.vlm");
+        let create = CreateOptions {
+            capacity_bytes: 1 << 20,
+            preallocate: true,
+            sparse: false,
+            force: false,
+            progress: None,
+        };
+        let carrier = FileCarrier::create(&path, &create, CarrierOptions::PRODUCTION).unwrap();
+        let reported = carrier.geometry().physical_sector;
+        assert!(reported >= 4096 && reported.is_power_of_two(), "{reported}");
+        let file = File::open(&path).unwrap();
+        let fs = sys::fs_block_size(file.as_fd()).unwrap();
+        assert!(u64::from(reported) >= fs, "file system blocks of {fs}, reported {reported}");
+        let dev = file.metadata().unwrap().dev();
+        let (major, minor) = major_minor(dev);
+        let sysfs = [
+            format!("/sys/dev/block/{major}:{minor}/queue/physical_block_size"),
+            format!("/sys/dev/block/{major}:{minor}/../queue/physical_block_size"),
+        ];
+        if let Some(text) = sysfs.iter().find_map(|p| std::fs::read_to_string(p).ok()) {
+            let device: u32 = text.trim().parse().unwrap();
+            assert_eq!(device_physical_sector(dev), Some(device));
+            assert!(reported >= device, "a device of {device}-byte sectors, reported {reported}");
+        }
     }
 }

@@ -120,6 +120,19 @@ pub fn dio_alignment(fd: BorrowedFd<'_>) -> Option<(u32, u32)> {
     Some((stx.stx_dio_mem_align, stx.stx_dio_offset_align))
 }
 
+/// The fundamental block size of the file system holding `fd` (`fstatvfs`: `f_frsize`, or
+/// `f_bsize` where a file system leaves that 0): the unit it allocates and maps in.
+pub fn fs_block_size(fd: BorrowedFd<'_>) -> io::Result<u64> {
+    // SAFETY: an all-zero `statvfs` is a valid value of this plain C struct.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `fd` is a valid open descriptor for the duration of the call, and `st` is a
+    // live, writable struct of the right type; fstatvfs keeps no pointer.
+    check(unsafe { libc::fstatvfs(fd.as_raw_fd(), &raw mut st) })?;
+    let unit = if st.f_frsize > 0 { st.f_frsize } else { st.f_bsize };
+    #[allow(clippy::useless_conversion, reason = "the field is a u32 on 32-bit targets")]
+    Ok(u64::from(unit))
+}
+
 /// Size of a block device in bytes (BLKGETSIZE64; `fstat` reports 0 for devices).
 pub fn block_device_size(fd: BorrowedFd<'_>) -> io::Result<u64> {
     let mut size: u64 = 0;

@@ -355,8 +355,23 @@ fn journal_json(
         doc["torn_tail"] = j.torn_tail.into();
         doc["destroyed"] = j.destroyed.into();
         doc["loss_unacknowledged"] = j.loss_unacknowledged.into();
+        doc["lost_from"] = lost_from(sb, j).into();
     }
     doc
+}
+
+/// The journal sequence from which records may be lost, as an open of this volume reports it
+/// (`JournalInfo::lost_from`): the one an earlier open recorded while the loss is
+/// unacknowledged, else the checkpoint's when the ring is destroyed now; `None` when nothing
+/// is lost.
+fn lost_from(sb: &superblock::Superblock, j: vellum_engine::ReplayReport) -> Option<u64> {
+    if sb.journal.flags & superblock::JOURNAL_LOSS != 0 {
+        Some(sb.journal.lost_from)
+    } else if j.destroyed {
+        Some(sb.journal.sequence)
+    } else {
+        None
+    }
 }
 
 fn journal_line(
@@ -372,17 +387,26 @@ fn journal_line(
         };
     }
     let j = replay.unwrap_or_default();
-    let mut line = format!(
+    let line = format!(
         "enabled, a ring of {blocks} blocks; checkpoint at sequence {}, {} batches ({} records) \
          to replay",
         sb.journal.sequence, j.batches, j.records
     );
-    if j.destroyed {
-        line.push_str("; REGION DESTROYED (opens at the checkpoint)");
+    let from = lost_from(sb, j).unwrap_or_default();
+    let loss = if j.destroyed {
+        format!(
+            "; REGION DESTROYED (opens at the checkpoint; records from sequence {from} on are \
+             lost)"
+        )
     } else if j.loss_unacknowledged {
-        line.push_str("; a loss is unacknowledged (vellum journal ack)");
-    }
-    line
+        format!(
+            "; a loss of records from sequence {from} on is unacknowledged (vellum journal \
+             ack)"
+        )
+    } else {
+        String::new()
+    };
+    line + &loss
 }
 
 /// The page cache an open of this medium gets: an open-time setting, not stored on disk.

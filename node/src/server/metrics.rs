@@ -28,6 +28,7 @@ pub const REPLICATION_LAG: &str = "vellum_raft_replication_lag_entries";
 pub const LEADER_CHANGES: &str = "vellum_raft_leader_changes_total";
 pub const HTTP_DURATION: &str = "vellum_http_request_duration_seconds";
 pub const BUILD_INFO: &str = "vellum_build_info";
+pub const VOLUME_JOURNAL_LOSS: &str = "vellum_volume_journal_loss";
 
 /// The Prometheus text content type Prometheus 2 and 3 both accept.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -72,6 +73,12 @@ fn describe() {
         "Client API requests, by route, method and status code."
     );
     describe_gauge!(BUILD_INFO, "Always 1; the version label names the build.");
+    describe_gauge!(
+        VOLUME_JOURNAL_LOSS,
+        "1 while the volume's journal loss flag is set (the engine found its metadata journal \
+         destroyed and opened it at the last checkpoint; vellum journal ack clears it), else \
+         0. The raft store refuses such a volume: the member must be replaced."
+    );
 }
 
 /// Runs the exporter's upkeep (without it, histograms grow without bound).
@@ -85,13 +92,23 @@ pub fn spawn_upkeep(handle: PrometheusHandle) {
     });
 }
 
-/// Publishes the volume's cache counters every second (the engine counts; this copies).
+/// Sets the gauges of the volume's own state the node reports (the engine's metrics are
+/// its cache counters, `Volume::publish_metrics`): the journal's loss flag.
+pub fn publish_volume_state(volume: &vellum_engine::Volume) {
+    let lost = volume.info().journal.is_some_and(|j| j.lost_from.is_some());
+    metrics::gauge!(VOLUME_JOURNAL_LOSS).set(if lost { 1.0 } else { 0.0 });
+}
+
+/// Publishes the volume's cache counters and state every second (the engine counts; this
+/// copies).
 pub fn spawn_volume_metrics(volume: vellum_engine::Volume) {
+    publish_volume_state(&volume);
     tokio::spawn(async move {
         let mut tick = tokio::time::interval(Duration::from_secs(1));
         loop {
             tick.tick().await;
             volume.publish_metrics();
+            publish_volume_state(&volume);
         }
     });
 }

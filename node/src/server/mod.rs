@@ -7,7 +7,9 @@
 //! members: safe, the first wins and the others are told it is done) or join (`--join`:
 //! learner first, then voter). SIGINT / SIGTERM stop it cleanly: Raft shuts down, then the
 //! volume is closed clean. A node that learns from a peer that it lost its state stops too,
-//! and exits non-zero with one line that says so.
+//! and exits non-zero with one line that says so. So does a node whose volume's metadata
+//! journal was destroyed (the raft store refuses a log that may be rolled back): exit code 3,
+//! one line that tells the operator to replace the member.
 //!
 //! Raft is openraft 0.10 (`=0.10.0-alpha.37`, an alpha upstream) through the store's 0.10
 //! adapter (`vellum_raft_store::v010`). Client writes go through the proposal batcher:
@@ -38,7 +40,9 @@ use vellum_raft_store::member::{Identity, PeerBook};
 use vellum_raft_store::v010::openraft::errors::{InitializeError, RaftError};
 use vellum_raft_store::v010::openraft::{Config, Raft, SnapshotPolicy};
 use vellum_raft_store::v010::{KvBatcher, KvStateMachine, LogStore, TypeConfig, open_store};
-use vellum_raft_store::{BatchLimits, KvBatching, LogConfig, open_volume_with};
+use vellum_raft_store::{
+    BatchLimits, Error as StoreError, KvBatching, LogConfig, open_volume_with,
+};
 
 use crate::error::CliError;
 use config::ClusterState;
@@ -109,9 +113,25 @@ fn raft_config(args: &ServeArgs) -> Result<Arc<Config>, CliError> {
 /// segments cannot hold the largest write it accepts refuses to start: its followers
 /// (configured alike) would refuse such an entry, and openraft stops on any storage error.
 fn limits(args: &ServeArgs, max_entry_bytes: usize) -> Result<http::Limits, CliError> {
-    let (key, value) = (args.max_key_bytes as usize, args.max_value_bytes as usize);
-    let largest = key + value + OP_OVERHEAD + ENTRY_OVERHEAD;
+    let limits = http::Limits {
+        max_key_bytes: args.max_key_bytes as usize,
+        max_value_bytes: args.max_value_bytes as usize,
+    };
+    check_limits(&limits, max_entry_bytes)?;
+    Ok(limits)
+}
+
+/// The largest entry a leader with `limits` proposes: one write alone at most, or a batch,
+/// which `batch_limits` keeps below that.
+fn largest_entry(limits: &http::Limits) -> usize {
+    limits.max_key_bytes + limits.max_value_bytes + OP_OVERHEAD + ENTRY_OVERHEAD
+}
+
+/// Refuses limits whose largest entry this node's log cannot hold (`max_entry_bytes`).
+fn check_limits(limits: &http::Limits, max_entry_bytes: usize) -> Result<(), CliError> {
+    let largest = largest_entry(limits);
     if largest > max_entry_bytes {
+        let (key, value) = (limits.max_key_bytes, limits.max_value_bytes);
         return Err(CliError::Usage(format!(
             "--max-key-bytes {key} and --max-value-bytes {value} make entries of up to \
              {largest} bytes, but one raft log entry of this volume holds {max_entry_bytes} \
@@ -119,7 +139,7 @@ fn limits(args: &ServeArgs, max_entry_bytes: usize) -> Result<http::Limits, CliE
              --segment-size (use the same settings on every node)"
         )));
     }
-    Ok(http::Limits { max_key_bytes: key, max_value_bytes: value })
+    Ok(())
 }
 
 /// Operations per proposed entry at most.
@@ -131,12 +151,17 @@ const BATCH_BYTES: usize = 2 << 20;
 const PROPOSALS_IN_FLIGHT: usize = 2;
 
 /// How client writes are batched into entries: within [`BATCH_OPS`] and [`BATCH_BYTES`], and
-/// never past what one entry of this volume holds (a batch is one entry; `limits` already
-/// checked that one write alone fits).
-fn batch_limits(max_entry_bytes: usize) -> BatchLimits {
+/// never past the largest single write the node accepts (`--max-key-bytes` plus
+/// `--max-value-bytes`). The bound must not come from this node's own segment size: a
+/// leader whose segments are larger than a follower's would propose entries the follower's
+/// log cannot hold, and the follower's append would fail with `EntryTooLarge`, which openraft
+/// treats as fatal. Every member checks at start that its own log holds the largest single
+/// write (`limits`), so with the same key and value limits on every member, every entry any
+/// leader proposes fits every member's log, whatever their segment sizes.
+fn batch_limits(limits: &http::Limits) -> BatchLimits {
     BatchLimits {
         max_ops: BATCH_OPS,
-        max_bytes: BATCH_BYTES.min(max_entry_bytes.saturating_sub(ENTRY_OVERHEAD)),
+        max_bytes: BATCH_BYTES.min(largest_entry(limits) - ENTRY_OVERHEAD),
         max_in_flight: PROPOSALS_IN_FLIGHT,
     }
 }
@@ -460,8 +485,12 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     let log_config =
         LogConfig { segment_bytes: args.segment_bytes(capacity), ..LogConfig::default() };
     let dir = log_config.dir.clone();
-    let (log, sm) = open_store(&volume, log_config)
-        .map_err(|e| fail("opening the raft store")(e.to_string()))?;
+    let (log, sm) = open_store(&volume, log_config).map_err(|e| match e {
+        // The log may be rolled back: this member must not serve it, and restarting does not
+        // help (exit code 3, which the systemd unit does not restart).
+        StoreError::VolumeRolledBack { .. } => CliError::NotThisMember(e.to_string()),
+        e => fail("opening the raft store")(e.to_string()),
+    })?;
     let book = Arc::new(
         PeerBook::open(&volume, &dir).map_err(|e| fail("opening the peer book")(e.to_string()))?,
     );
@@ -487,7 +516,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         id: args.id,
         raft: raft.clone(),
         kv,
-        proposer: KvBatcher::start(raft.clone(), KvBatching, batch_limits(max_entry_bytes)),
+        proposer: KvBatcher::start(raft.clone(), KvBatching, batch_limits(&limits)),
         limits,
         ready,
         prometheus,
@@ -676,5 +705,98 @@ fn token_hint(status: reqwest::StatusCode) -> &'static str {
         reqwest::StatusCode::UNAUTHORIZED => " (the cluster requires a token: give --join-token)",
         reqwest::StatusCode::FORBIDDEN => " (--join-token must be an admin token)",
         _ => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use vellum_raft_store::batcher::{Submit, SubmitResult, Written};
+    use vellum_raft_store::log::{LogCore, LogEntry, LogIo};
+    use vellum_raft_store::v010::openraft::entry::RaftEntry;
+    use vellum_raft_store::v010::openraft::impls::leader_id_adv::LeaderId;
+    use vellum_raft_store::v010::{Entry, LogId, Proposals010};
+    use vellum_raft_store::{KvOp, KvRequest, KvResponse};
+
+    use super::*;
+
+    /// A follower's log: every entry the leader's batcher proposes is appended to it, as
+    /// replication would; the appends it refused are kept.
+    struct Follower {
+        core: LogCore,
+        next: Arc<AtomicU64>,
+        refused: Arc<Mutex<Vec<String>>>,
+    }
+
+    impl Submit<Proposals010<TypeConfig>> for Follower {
+        async fn submit(&self, data: KvRequest) -> SubmitResult<Proposals010<TypeConfig>> {
+            let index = self.next.fetch_add(1, Ordering::SeqCst);
+            let applied = data.ops.len();
+            let entry =
+                Entry::new_normal(LogId::new(LeaderId { term: 1, node_id: 1 }, index), data);
+            let payload = vellum_raft_store::codec::encode(&entry).unwrap();
+            let append = LogEntry { index, term: 1, payload: payload.into() };
+            if let Err(e) =
+                vellum_raft_store::log::wait(|done| self.core.append(vec![append], done))
+            {
+                self.next.fetch_sub(1, Ordering::SeqCst);
+                self.refused.lock().unwrap().push(e.to_string());
+            }
+            // Time for more writes to queue behind this entry, so later batches fill up.
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            Ok(Written { log_index: index, response: KvResponse { applied } })
+        }
+    }
+
+    /// A leader on large segments proposes through its batcher; a follower's segments are the
+    /// smallest that hold the largest single write (what `limits` lets a node start with).
+    /// Every entry the batcher makes must fit the follower's log: its append refusing one
+    /// (`EntryTooLarge`) would stop openraft on that follower.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn no_batch_outgrows_a_member_with_smaller_segments() {
+        let limits = http::Limits { max_key_bytes: 1 << 10, max_value_bytes: 1 << 20 };
+        let segment = (largest_entry(&limits) + 4096 + 40).next_multiple_of(4096) as u64;
+        let volume = vellum_engine::Volume::format(
+            Box::new(vellum_engine::carrier::MemoryCarrier::new(64 << 20)),
+            &vellum_engine::FormatOptions::default(),
+            vellum_engine::VolumeOptions::default(),
+        )
+        .unwrap();
+        let core = LogCore::open(
+            volume,
+            LogConfig {
+                segment_bytes: segment,
+                background_spares: false,
+                io: LogIo::Inline,
+                ..LogConfig::default()
+            },
+        )
+        .unwrap();
+        assert!(check_limits(&limits, core.max_entry_bytes()).is_ok(), "the follower starts");
+        let leader_segment = 64 << 20; // the leader's own log holds far larger entries
+        assert!(check_limits(&limits, leader_segment - 8192).is_ok());
+        let refused = Arc::new(Mutex::new(Vec::new()));
+        let follower =
+            Follower { core, next: Arc::new(AtomicU64::new(1)), refused: Arc::clone(&refused) };
+        let batcher = KvBatcher::start_on(follower, KvBatching, batch_limits(&limits));
+        let writes: Vec<_> = (0..12)
+            .map(|i| {
+                let b = batcher.clone();
+                let op = KvOp::Put { key: format!("k{i}"), value: vec![7; 600 << 10] };
+                tokio::spawn(async move { b.propose(op).await.is_ok() })
+            })
+            .collect();
+        for w in writes {
+            assert!(w.await.unwrap());
+        }
+        let refused = refused.lock().unwrap();
+        assert!(
+            refused.is_empty(),
+            "the follower refused {} entries: {:?}",
+            refused.len(),
+            refused
+        );
     }
 }

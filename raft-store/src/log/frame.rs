@@ -10,6 +10,12 @@
 //!
 //! Decoding never panics on bytes read from the carrier: every length is checked against
 //! the buffer before it is used.
+//!
+//! From segment format 4 on the header carries flags: `FENCE` marks a segment that recovery
+//! activated to hold the fence of the previous segment's torn end (and says where that torn
+//! end begins), so that a later recovery can tell such a segment from one an ordinary roll
+//! activated (docs/RAFT-LOG.md, "Recovery"). A `Commit` frame of format 4 carries the
+//! committed id's term in its `term` field; older formats wrote 0 there.
 
 use crate::error::{Error, Result};
 
@@ -20,7 +26,9 @@ pub const FRAME_MAGIC: [u8; 4] = *b"VLFR";
 /// Magic of a segment header without its two version digits.
 pub const SEGMENT_MAGIC_PREFIX: [u8; 6] = *b"VLMSEG";
 /// The segment format new segments are written in.
-pub const SEGMENT_VERSION: u8 = 3;
+pub const SEGMENT_VERSION: u8 = 4;
+/// The first segment format whose header has flags and whose `Commit` frames carry a term.
+pub const SEGMENT_VERSION_FLAGS: u8 = 4;
 /// The oldest segment format this build reads.
 pub const SEGMENT_VERSION_MIN: u8 = 1;
 
@@ -29,7 +37,8 @@ pub const SEGMENT_VERSION_MIN: u8 = 1;
 pub struct Seal {
     pub salt: u64,
     /// The segment format: 1 (salt only), 2 (salt and the frame's offset), 3 (as 2, and
-    /// `Commit` frames may appear).
+    /// `Commit` frames may appear), 4 (as 3; header flags, and `Commit` frames carry the
+    /// committed id's term).
     pub version: u8,
 }
 
@@ -54,8 +63,8 @@ pub enum FrameKind {
     /// sits at offset `term`: a torn tail is declared dead instead of rewritten.
     Skip = 3,
     /// The committed log id is at least `index`; the payload is the caller's encoding of it
-    /// (format 3 on). Written as the last frame of a batch that goes out anyway, so saving
-    /// the committed id costs no write of its own.
+    /// (format 3 on), `term` its term (format 4 on; 0 in format 3). Written as the last frame
+    /// of a batch that goes out anyway, so saving the committed id costs no write of its own.
     Commit = 4,
 }
 
@@ -179,6 +188,12 @@ pub fn parse(buf: &[u8], seal: Seal, offset: u64) -> Parsed {
     Parsed::Valid { header, len }
 }
 
+/// Segment header flag (format 4 on): recovery activated this segment to hold the fence of
+/// the previous segment's torn end, which begins at `fence_from`. An ordinary roll never sets
+/// it, so a sealed segment that ends torn before a frame-less segment without it is damage.
+pub const SEGMENT_FENCE: u32 = 1 << 0;
+const KNOWN_SEGMENT_FLAGS: u32 = SEGMENT_FENCE;
+
 /// The header of an active segment.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentHeader {
@@ -189,13 +204,23 @@ pub struct SegmentHeader {
     pub salt: u64,
     /// Index of the first entry the segment was opened for (informational).
     pub first_index: u64,
+    /// With [`SEGMENT_FENCE`] (format 4 on): the offset in the previous segment where the
+    /// torn end this segment was activated to fence begins. `None`: an ordinary roll.
+    pub fence_from: Option<u64>,
 }
 
 const SEQ_AT: usize = 8;
 const SALT_AT: usize = SEQ_AT + 8;
 const FIRST_INDEX_AT: usize = SALT_AT + 8;
+/// Formats 1 to 3: reserved (zero) from here to the checksum.
 const RESERVED_AT: usize = FIRST_INDEX_AT + 8;
+/// Format 4 on: flags (u32), 4 zero bytes, the fence's offset (u64), then reserved.
+const FLAGS_AT_V4: usize = RESERVED_AT;
+const FENCE_FROM_AT: usize = FLAGS_AT_V4 + 8;
+const RESERVED_AT_V4: usize = FENCE_FROM_AT + 8;
 const HEADER_CRC_AT: usize = SEGMENT_HEADER_LEN - 4;
+const _: () = assert!(FLAGS_AT_V4 == 32 && FENCE_FROM_AT == 40 && RESERVED_AT_V4 == 48);
+const _: () = assert!(RESERVED_AT_V4 < HEADER_CRC_AT);
 
 impl SegmentHeader {
     /// The seal of this segment's frames.
@@ -209,6 +234,11 @@ impl SegmentHeader {
             "segment format {} is not one this build writes",
             self.version
         );
+        assert!(
+            self.fence_from.is_none() || self.version >= SEGMENT_VERSION_FLAGS,
+            "segment format {} has no flags",
+            self.version
+        );
         let mut b = [0u8; SEGMENT_HEADER_LEN];
         b[..6].copy_from_slice(&SEGMENT_MAGIC_PREFIX);
         b[6] = b'0' + self.version / 10;
@@ -216,6 +246,10 @@ impl SegmentHeader {
         b[SEQ_AT..SALT_AT].copy_from_slice(&self.seq.to_le_bytes());
         b[SALT_AT..FIRST_INDEX_AT].copy_from_slice(&self.salt.to_le_bytes());
         b[FIRST_INDEX_AT..RESERVED_AT].copy_from_slice(&self.first_index.to_le_bytes());
+        if let Some(from) = self.fence_from {
+            b[FLAGS_AT_V4..FLAGS_AT_V4 + 4].copy_from_slice(&SEGMENT_FENCE.to_le_bytes());
+            b[FENCE_FROM_AT..RESERVED_AT_V4].copy_from_slice(&from.to_le_bytes());
+        }
         let crc = crc32c::crc32c(&b[..HEADER_CRC_AT]);
         b[HEADER_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
         b
@@ -246,14 +280,40 @@ impl SegmentHeader {
                 found: u64::from(version),
             });
         }
-        if b[RESERVED_AT..HEADER_CRC_AT].iter().any(|&x| x != 0) {
-            return Err(corrupt(RESERVED_AT as u64, "non-zero reserved bytes in segment header"));
+        let mut fence_from = None;
+        let mut reserved_at = RESERVED_AT;
+        if version >= SEGMENT_VERSION_FLAGS {
+            let flags = u32_at(b, FLAGS_AT_V4);
+            if flags & !KNOWN_SEGMENT_FLAGS != 0 {
+                return Err(Error::Unsupported {
+                    file: file.into(),
+                    what: "a raft log segment header flag this build does not know",
+                    found: u64::from(flags),
+                });
+            }
+            let from = u64_at(b, FENCE_FROM_AT);
+            if flags & SEGMENT_FENCE != 0 {
+                fence_from = Some(from);
+            } else if from != 0 {
+                return Err(corrupt(FENCE_FROM_AT as u64, "a fence offset without the flag"));
+            }
+            if u32_at(b, FLAGS_AT_V4 + 4) != 0 {
+                return Err(corrupt(
+                    (FLAGS_AT_V4 + 4) as u64,
+                    "non-zero reserved bytes in segment header",
+                ));
+            }
+            reserved_at = RESERVED_AT_V4;
+        }
+        if b[reserved_at..HEADER_CRC_AT].iter().any(|&x| x != 0) {
+            return Err(corrupt(reserved_at as u64, "non-zero reserved bytes in segment header"));
         }
         Ok(Some(SegmentHeader {
             version,
             seq: u64_at(b, SEQ_AT),
             salt: u64_at(b, SALT_AT),
             first_index: u64_at(b, FIRST_INDEX_AT),
+            fence_from,
         }))
     }
 }
@@ -307,27 +367,71 @@ mod tests {
         }
     }
 
+    fn resealed(mut b: [u8; SEGMENT_HEADER_LEN]) -> [u8; SEGMENT_HEADER_LEN] {
+        let crc = crc32c::crc32c(&b[..HEADER_CRC_AT]);
+        b[HEADER_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
+        b
+    }
+
     #[test]
     fn segment_headers_round_trip_and_refuse_unknown_formats() {
-        for version in [1, 2, 3] {
-            let h = SegmentHeader { version, seq: 5, salt: 0xABCD, first_index: 1000 };
+        for version in [1, 2, 3, 4] {
+            let h = SegmentHeader {
+                version,
+                seq: 5,
+                salt: 0xABCD,
+                first_index: 1000,
+                fence_from: None,
+            };
             assert_eq!(SegmentHeader::decode(&h.encode(), "s").unwrap(), Some(h));
         }
-        let h = SegmentHeader { version: 3, seq: 5, salt: 0xABCD, first_index: 1000 };
+        let fenced = SegmentHeader {
+            version: 4,
+            seq: 6,
+            salt: 0xABCD,
+            first_index: 1000,
+            fence_from: Some(61_440),
+        };
+        let b = fenced.encode();
+        assert_eq!(&b[..8], b"VLMSEG04");
+        assert_eq!(u32_at(&b, 32), SEGMENT_FENCE);
+        assert_eq!(u64_at(&b, 40), 61_440);
+        assert_eq!(SegmentHeader::decode(&b, "s").unwrap(), Some(fenced));
+        // The flag without its offset's meaning, an unknown flag, and the flag in a format
+        // that has none.
+        let mut unknown = fenced.encode();
+        unknown[32] = 0b10;
+        assert!(matches!(
+            SegmentHeader::decode(&resealed(unknown), "s"),
+            Err(Error::Unsupported { .. })
+        ));
+        let mut stray = fenced.encode();
+        stray[32] = 0;
+        assert!(matches!(SegmentHeader::decode(&resealed(stray), "s"), Err(Error::Corrupt { .. })));
+        let mut old = fenced.encode();
+        old[7] = b'3';
+        assert!(matches!(SegmentHeader::decode(&resealed(old), "s"), Err(Error::Corrupt { .. })));
+        let h =
+            SegmentHeader { version: 3, seq: 5, salt: 0xABCD, first_index: 1000, fence_from: None };
         assert_eq!(&h.encode()[..8], b"VLMSEG03");
         assert_eq!(SegmentHeader::decode(&[0u8; 4096], "s").unwrap(), None);
         let mut bad = h.encode();
         bad[9] ^= 1;
         assert!(matches!(SegmentHeader::decode(&bad, "s"), Err(Error::Corrupt { .. })));
         let mut newer = h.encode();
-        newer[7] = b'4';
-        let crc = crc32c::crc32c(&newer[..HEADER_CRC_AT]);
-        newer[HEADER_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
-        assert!(matches!(SegmentHeader::decode(&newer, "s"), Err(Error::Unsupported { .. })));
-        let mut reserved = h.encode();
-        reserved[100] = 1;
-        let crc = crc32c::crc32c(&reserved[..HEADER_CRC_AT]);
-        reserved[HEADER_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
-        assert!(matches!(SegmentHeader::decode(&reserved, "s"), Err(Error::Corrupt { .. })));
+        newer[7] = b'5';
+        assert!(matches!(
+            SegmentHeader::decode(&resealed(newer), "s"),
+            Err(Error::Unsupported { .. })
+        ));
+        for version in [3, 4] {
+            let h = SegmentHeader { version, ..h };
+            let mut reserved = h.encode();
+            reserved[100] = 1;
+            assert!(matches!(
+                SegmentHeader::decode(&resealed(reserved), "s"),
+                Err(Error::Corrupt { .. })
+            ));
+        }
     }
 }

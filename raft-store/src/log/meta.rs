@@ -5,6 +5,12 @@
 //! number and a checksum. A save writes the whole state into the slot *not* holding the
 //! newest copy, with one write-through write: a torn write damages only that slot, and the
 //! other still holds the previous state, so the last returned save is never lost.
+//!
+//! Save `seq` goes to slot `seq % 2`, and the first save has seq 1: slot 1 is written first,
+//! and slot 0 only once slot 1 holds a save that returned. So a blank slot beside a damaged
+//! one is a torn first save (nothing acknowledged) only when the blank one is slot 0; a blank
+//! slot 1 beside a written slot 0 is impossible after any power cut (slot 1 was erased) and
+//! refuses, as do two damaged slots. Recovery takes the valid slot with the higher sequence.
 
 use crate::error::{Error, Result};
 
@@ -117,21 +123,26 @@ impl MetaState {
         })
     }
 
-    /// The newest valid slot of the file; `Err` when a slot is neither valid nor blank (both
-    /// damaged can only be damage: a save writes one slot at a time).
+    /// The newest valid slot of the file. Refuses (`Error::Corrupt`) what no sequence of
+    /// saves and one power cut can leave: both slots damaged (a save writes one slot at a
+    /// time), and slot 1 blank beside a written slot 0 (slot 0 is written only after slot 1
+    /// held the first save). Slot 0 blank beside a damaged slot 1 is a torn first save: a
+    /// save returns only after its write, so nothing acknowledged is lost.
     pub fn recover(file: &[u8], name: &str) -> Result<MetaState> {
         let slots: Vec<&[u8]> = file.chunks(SLOT_LEN).take(2).collect();
         let decoded: Vec<Option<MetaState>> = slots.iter().map(|s| MetaState::decode(s)).collect();
         let blank = |s: &[u8]| s.iter().all(|&b| b == 0);
+        let corrupt = |offset: u64, reason| Error::Corrupt { file: name.into(), offset, reason };
         match (&decoded[..], &slots[..]) {
-            // Nothing saved yet, or the very first save was the write in flight: a save
-            // returns only after its write, so nothing acknowledged is lost.
-            ([None, None], [a, b]) if blank(a) || blank(b) => Ok(MetaState::default()),
-            ([None, None], _) => Err(Error::Corrupt {
-                file: name.into(),
-                offset: 0,
-                reason: "both meta slots are damaged",
-            }),
+            // Nothing saved yet.
+            (_, [a, b]) if blank(a) && blank(b) => Ok(MetaState::default()),
+            (_, [_, b]) if blank(b) => Err(corrupt(
+                SLOT_LEN as u64,
+                "meta slot 1 (written first) is blank beside a written slot 0",
+            )),
+            // The very first save was the write in flight.
+            ([None, None], [a, _]) if blank(a) => Ok(MetaState::default()),
+            ([None, None], _) => Err(corrupt(0, "both meta slots are damaged")),
             _ => Ok(decoded.into_iter().flatten().max_by_key(|m| m.seq).unwrap_or_default()),
         }
     }
@@ -180,5 +191,42 @@ mod tests {
         );
         junk[10] = 1;
         assert!(MetaState::recover(&junk, "m").is_err(), "two damaged slots are damage");
+    }
+
+    fn file_with(slot0: Option<&[u8]>, slot1: Option<&[u8]>) -> Vec<u8> {
+        let mut file = vec![0u8; FILE_LEN as usize];
+        if let Some(b) = slot0 {
+            file[..SLOT_LEN].copy_from_slice(b);
+        }
+        if let Some(b) = slot1 {
+            file[SLOT_LEN..].copy_from_slice(b);
+        }
+        file
+    }
+
+    #[test]
+    fn a_blank_slot_beside_a_damaged_one_is_a_torn_first_save_only_in_slot_order() {
+        let first = MetaState { seq: 1, vote: Some(vec![7]), ..MetaState::default() };
+        assert_eq!(first.slot_offset(), SLOT_LEN as u64, "the first save goes to slot 1");
+        let second = MetaState { seq: 2, vote: Some(vec![8]), ..first.clone() };
+        let (one, two) = (first.encode().unwrap(), second.encode().unwrap());
+        let mut torn = one;
+        torn[3000..].fill(0xEE);
+        // The first save, whole or torn, beside a blank slot 0.
+        assert_eq!(MetaState::recover(&file_with(None, Some(&one)), "m").unwrap(), first);
+        assert_eq!(
+            MetaState::recover(&file_with(None, Some(&torn)), "m").unwrap(),
+            MetaState::default()
+        );
+        // Slot 0 is written only after slot 1 held the first save: a blank slot 1 beside a
+        // written slot 0 (damaged or valid) was erased, and the newest save may have been in it.
+        let mut damaged = two;
+        damaged[100] ^= 1;
+        for slot0 in [&damaged, &two] {
+            let e = MetaState::recover(&file_with(Some(slot0), None), "m").unwrap_err();
+            assert!(matches!(e, Error::Corrupt { offset: 4096, .. }), "{e:?}");
+        }
+        assert_eq!(MetaState::recover(&file_with(Some(&two), Some(&one)), "m").unwrap(), second);
+        assert_eq!(MetaState::recover(&file_with(Some(&damaged), Some(&one)), "m").unwrap(), first);
     }
 }

@@ -64,7 +64,7 @@ pub mod internals {
         frame_len, parse,
     };
     pub use super::meta::MetaState;
-    pub use super::recovery::{SegmentScan, scan_segment};
+    pub use super::recovery::{ScannedCommit, SegmentScan, scan_segment};
 }
 
 /// The shared state, the combiner that owns the writer, and the IO thread's doorbell.
@@ -99,11 +99,11 @@ impl Log {
     /// drains next.
     fn queue_meta(&self, change: impl FnOnce(&mut MetaState), done: Callback) -> Result<()> {
         let mut meta = lock(&self.shared.meta);
-        let mut next = meta.clone();
+        let mut next = meta.state.clone();
         change(&mut next);
         next.seq += 1;
-        let purge = next.purged_index != meta.purged_index;
-        *meta = next.clone();
+        let purge = next.purged_index != meta.state.purged_index;
+        meta.state = next.clone();
         // Pushed under the meta lock: queued saves are in seq order.
         let r = self.combiner.push(Item::Meta { state: next, purge, done });
         drop(meta);
@@ -156,12 +156,16 @@ impl Bell {
     }
 }
 
-/// The IO thread: drains the queue whenever it is rung, and saves a committed id that has
-/// waited `commit_lag` for a write to ride on (the same index found pending, not yet durable,
-/// that long). Holds the log weakly: it ends when the log is dropped or closed.
+/// The IO thread: drains the queue whenever it is rung, and saves the committed id once one
+/// has been pending (saved, not yet durable) for `commit_lag` without a write carrying it.
+/// The wait is timed from when *a* committed id became pending, whatever index: under a
+/// steady stream of new ids that no write carries (segments of format 1 or 2, a segment's
+/// end, ids ahead of the durable entries) each is pending only briefly, and a timer restarted
+/// per index would never fire. So an id is durable within about two lags of being saved.
+/// Holds the log weakly: it ends when the log is dropped or closed.
 fn io_thread(log: &Weak<Log>, bell: &Bell, lag: Duration) {
-    // The pending committed index last seen, and since when.
-    let mut waiting: Option<(u64, Instant)> = None;
+    // Since when some committed id has been pending without a break.
+    let mut pending_since: Option<Instant> = None;
     loop {
         {
             let mut s = lock(&bell.state);
@@ -175,20 +179,17 @@ fn io_thread(log: &Weak<Log>, bell: &Bell, lag: Duration) {
         }
         let Some(log) = log.upgrade() else { return };
         log.drain();
-        let pending = log.shared.committed_pending().map(|(index, _)| index);
-        waiting = match (pending, waiting) {
-            (None, _) => None,
-            (Some(p), Some((w, since))) if p == w => {
-                if since.elapsed() < lag {
-                    Some((w, since))
-                } else {
-                    if log.save_pending_committed(Box::new(|_| {})).is_ok() {
-                        log.drain();
-                    }
-                    None
+        let pending = log.shared.committed_pending().is_some();
+        pending_since = match (pending, pending_since) {
+            (false, _) => None,
+            (true, None) => Some(Instant::now()),
+            (true, Some(since)) if since.elapsed() < lag => Some(since),
+            (true, Some(_)) => {
+                if log.save_pending_committed(Box::new(|_| {})).is_ok() {
+                    log.drain();
                 }
+                None
             }
-            (Some(p), _) => Some((p, Instant::now())),
         };
     }
 }
@@ -367,22 +368,25 @@ impl LogCore {
         self.save_meta(|m| m.vote = Some(vote), done)
     }
 
-    /// Records the committed log id (`index`, and the caller's encoding: opaque bytes, at
-    /// most 1000) without writing it: it becomes durable with the next write of the log (a
-    /// `Commit` frame at its end, or the next meta save), or after `commit_lag` with a meta
-    /// save of its own (IO thread mode), or at `close`. An id at or below the newest one
-    /// saved is ignored (committed ids only grow).
-    pub fn save_committed(&self, index: u64, committed: Vec<u8>) -> Result<()> {
+    /// Records the committed log id (`index`, its `term`, and the caller's encoding: opaque
+    /// bytes, at most 1000) without writing it: it becomes durable with the next write of
+    /// the log that reaches its entry (a `Commit` frame at its end, recording `term`), or the
+    /// next meta save, or after `commit_lag` with a meta save of its own (IO thread mode), or
+    /// at `close`. An id at or below the newest one saved is ignored (committed ids only
+    /// grow).
+    pub fn save_committed(&self, index: u64, term: u64, committed: Vec<u8>) -> Result<()> {
         self.check_failed()?;
         if committed.len() > RECORD_MAX {
             return Err(Error::Config("a vote or log id encodes to more than 1000 bytes"));
         }
         let mut meta = lock(&self.shared().meta);
-        if meta.committed.is_some() && meta.committed_index.is_some_and(|c| c >= index) {
+        if meta.state.committed.is_some() && meta.state.committed_index.is_some_and(|c| c >= index)
+        {
             return Ok(());
         }
-        meta.committed = Some(committed);
-        meta.committed_index = Some(index);
+        meta.state.committed = Some(committed);
+        meta.state.committed_index = Some(index);
+        meta.committed_term = term;
         Ok(())
     }
 
@@ -445,7 +449,7 @@ impl LogCore {
 
     /// The newest saved (or queued) meta state.
     pub fn meta(&self) -> MetaState {
-        lock(&self.shared().meta).clone()
+        lock(&self.shared().meta).state.clone()
     }
 
     /// `(first index, last index)` of the entries present; `last < first` when empty.

@@ -9,12 +9,18 @@
 //! two segments whatever the log's length.
 //!
 //! Only the log's last write may be torn: the tail of the last segment, or the tail of the
-//! segment before a last one that holds no frame yet (a cross-segment fence was in flight).
+//! segment before a last one that holds no frame yet and that recovery activated for the
+//! cross-segment fence of that tail (its header says so from format 4 on): that fence was in
+//! flight.
 //! A read error (EIO) in the last segment is read around block by block and treated like
 //! torn bytes when it lies in that window; anywhere else it refuses with a named error.
 //!
 //! The segment size of an existing log is the size of its segments; the configured size
 //! applies to a log that has none.
+//!
+//! A volume whose metadata journal the engine found destroyed is refused before anything is
+//! read (`Error::VolumeRolledBack`, for as long as the volume's loss flag is set): the engine
+//! opened it at its last checkpoint, so the log's files may be those of an earlier moment.
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
@@ -22,12 +28,12 @@ use std::sync::{Arc, Mutex, RwLock};
 use vellum_engine::carrier::AlignedBuf;
 use vellum_engine::{File, Volume};
 
-use super::frame::{ALIGN, FrameKind, SEGMENT_HEADER_LEN, SegmentHeader};
+use super::frame::{ALIGN, FrameKind, SEGMENT_HEADER_LEN, SEGMENT_VERSION_FLAGS, SegmentHeader};
 use super::index::{Index, Loc};
 use super::meta::{self, MetaState};
-use super::recovery::{self, SegmentScan};
+use super::recovery::{self, ScannedCommit, SegmentScan};
 use super::segments::{SegInfo, Segments, Spare, SpareMaker};
-use super::state::{LogConfig, RecoveryReport, Shared, Torn, join};
+use super::state::{LogConfig, MetaCell, RecoveryReport, Shared, Torn, join};
 use super::writer::{Current, Writer};
 use crate::error::{Error, Result};
 
@@ -64,6 +70,7 @@ pub(super) fn open(volume: Volume, config: LogConfig) -> Result<Opened> {
     {
         return Err(Error::Config("segment_bytes must be a multiple of 4096 and at least 8192"));
     }
+    refuse_rolled_back(&volume)?;
     let info = volume.info();
     // A torn write damages whole physical sectors; the log's design (a fresh aligned block
     // per flush, never rewriting an acknowledged one) holds only if none spans two flushes.
@@ -109,12 +116,13 @@ pub(super) fn open(volume: Volume, config: LogConfig) -> Result<Opened> {
     report.entries = ix.len();
     let next_seq = segments.by_seq.keys().next_back().map_or(1, |s| s + 1);
     let purged_batch = meta_state.purged_batch;
+    let last_entry = ix.last_index();
     let shared = Shared {
         volume: volume.clone(),
         config,
         segment_bytes,
         index: RwLock::new(ix),
-        meta: Mutex::new(meta_state),
+        meta: Mutex::new(MetaCell { state: meta_state, committed_term: 0 }),
         meta_file,
         segments: Mutex::new(segments),
         needs_barrier,
@@ -128,11 +136,33 @@ pub(super) fn open(volume: Volume, config: LogConfig) -> Result<Opened> {
         classified.next_file_no,
         shared.config.background_spares,
     );
-    let mut writer = Writer::new(current, next_seq, max_batch + 1, purged_batch, spares);
+    let mut writer =
+        Writer::new(current, next_seq, max_batch + 1, purged_batch, last_entry, spares);
     if let Some(torn) = report.torn {
         writer.fence(&shared, torn)?;
     }
     Ok(Opened { shared, writer, report })
+}
+
+/// Refuses a volume whose metadata journal the engine found destroyed, for as long as its
+/// loss flag is set (`JournalInfo::lost_from`; the open that found the ring destroyed sets it,
+/// every later open reports it until `vellum journal ack` clears it). The engine opened such a
+/// volume at its last checkpoint: segments created since then are gone with the entries they
+/// held (entries this member acknowledged), segments purged since then are back, and nothing
+/// in the log's own bytes can tell. A member that served it would rejoin as itself with
+/// acknowledged entries missing.
+fn refuse_rolled_back(volume: &Volume) -> Result<()> {
+    let lost_from = volume.info().journal.and_then(|j| j.lost_from);
+    let report = volume.open_report().journal;
+    if let Some(lost_from) = lost_from {
+        tracing::error!(
+            lost_from,
+            destroyed_at_this_open = report.is_some_and(|r| r.destroyed),
+            "the volume's journal was destroyed: the raft log may be rolled back"
+        );
+        return Err(Error::VolumeRolledBack { lost_from });
+    }
+    Ok(())
 }
 
 /// The size of the segments the log makes: that of its newest segment, or the configured one
@@ -333,11 +363,15 @@ fn scan_all(
             prev_batch = scan.max_batch;
             if let Some((before, torn_scan)) = torn_before.take() {
                 // The segment before this one ended torn, and no fence for it opens this one:
-                // that is the log's last write only if this is the last segment and holds no
-                // frame yet (the cross-segment fence was in flight).
+                // that is the log's last write only if this is the last segment, holds no
+                // frame yet, and recovery activated it for that fence (which was in flight).
                 // A fence rolls only when the damage reaches the end of the segment.
                 let torn = torn_scan.torn.expect("kept for its torn tail");
-                if i + 1 == count && scan.is_frameless() && torn.to == found[before].len {
+                if i + 1 == count
+                    && scan.is_frameless()
+                    && torn.to == found[before].len
+                    && activated_for_fence(&f.header, torn)
+                {
                     report.torn = Some(Torn { in_previous_segment: true, ..torn });
                 } else {
                     return Err(damaged(&found[before].name, torn));
@@ -373,6 +407,20 @@ fn scan_all(
     Ok((segments, scans))
 }
 
+/// Whether `header` (a frame-less last segment) is the one recovery activated to fence the
+/// previous segment's torn end `torn`. From format 4 on its header says so, with the offset
+/// where that torn end begins: an ordinary roll never marks it, so rot or an unreadable block
+/// at the end of a sealed segment before an ordinary roll is refused. A segment of formats 1
+/// to 3 (activated by an older build) carries no mark: its torn predecessor is accepted as
+/// those builds did, but never over unreadable (EIO) bytes.
+fn activated_for_fence(header: &SegmentHeader, torn: Torn) -> bool {
+    if header.version >= SEGMENT_VERSION_FLAGS {
+        header.fence_from == Some(torn.from)
+    } else {
+        torn.unreadable_bytes == 0
+    }
+}
+
 fn damaged(file: &str, torn: Torn) -> Error {
     let reason = if torn.unreadable_bytes > 0 {
         "blocks that cannot be read (EIO) inside a sealed segment"
@@ -382,27 +430,40 @@ fn damaged(file: &str, torn: Torn) -> Error {
     Error::Corrupt { file: file.into(), offset: torn.from, reason }
 }
 
-/// A `Commit` frame's committed index and the caller's encoding of the log id.
-type CommitRecord = (u64, Vec<u8>);
-
-/// The committed id recovery reports: the newer of the meta file's and the log's last
-/// `Commit` frame (by index), and never one past the entries the log holds (a `Commit` frame
-/// is written after the entries it covers, in the same batch or a later one, so this only
-/// guards against a bug). Returns the committed index that is durable.
-fn adopt_commit(meta: &mut MetaState, commit: Option<CommitRecord>, ix: &Index) -> Option<u64> {
-    if let Some((index, bytes)) = commit {
-        let newer = match (meta.committed.is_some(), meta.committed_index) {
-            (false, _) | (true, None) => true,
-            (true, Some(m)) => index > m,
-        };
-        let covered = ix.last_index().is_some_and(|l| index <= l)
-            || meta.purged_index.is_some_and(|p| index <= p);
-        if newer && covered {
-            meta.committed = Some(bytes);
-            meta.committed_index = Some(index);
-        } else if newer {
-            tracing::warn!(index, "a commit frame past the log's entries is ignored");
+/// The committed id recovery reports: the newer (by index) of the meta file's and the log's
+/// last `Commit` frame, the frame only when the log keeps its entry. A frame of format 4 on
+/// names its entry by index and term, and is adopted only when the entry kept at that index
+/// has that term; a format 3 frame (its term field is 0: unknown) is adopted when its index
+/// lies within the log's entries or purge point, as that format's builds did. A frame that
+/// fails is ignored with a warning: the meta file's id stands, which may lag (openraft then
+/// re-applies a few more entries) but never names an entry the log does not hold. Returns
+/// the committed index that is durable.
+fn adopt_commit(meta: &mut MetaState, commit: Option<ScannedCommit>, ix: &Index) -> Option<u64> {
+    let Some(c) = commit else { return meta.committed_index };
+    let newer = match (meta.committed.is_some(), meta.committed_index) {
+        (false, _) | (true, None) => true,
+        (true, Some(m)) => c.index > m,
+    };
+    if !newer {
+        return meta.committed_index;
+    }
+    let kept = match c.term {
+        Some(term) => ix.get(c.index).is_some_and(|l| l.term == term),
+        None => {
+            ix.last_index().is_some_and(|l| c.index <= l)
+                || meta.purged_index.is_some_and(|p| c.index <= p)
         }
+    };
+    if kept {
+        meta.committed = Some(c.payload);
+        meta.committed_index = Some(c.index);
+    } else {
+        tracing::warn!(
+            index = c.index,
+            term = ?c.term,
+            kept_term = ?ix.get(c.index).map(|l| l.term),
+            "a commit frame naming an entry the log does not hold is ignored"
+        );
     }
     meta.committed_index
 }
@@ -415,7 +476,7 @@ fn rebuild(
     meta: &MetaState,
     ix: &mut Index,
     config: &LogConfig,
-) -> Result<(Option<Current>, u64, Option<CommitRecord>)> {
+) -> Result<(Option<Current>, u64, Option<ScannedCommit>)> {
     let mut max_batch = 0;
     let mut commit = None;
     let mut current = None;

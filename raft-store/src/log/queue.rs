@@ -16,7 +16,9 @@
 //! A writer that panics (a bug: an assertion about to protect the disk) fails like a write
 //! that returned an error: its batch and every later item complete with
 //! `Complete::writer_panicked`, and the writer state is never written with again. Nothing
-//! waits forever on a writer that is gone.
+//! waits forever on a writer that is gone. A completion callback that panics (a bug in the
+//! caller) is caught and logged: the write it learns of is done, so the other items of its
+//! batch are completed and the queue goes on.
 
 use std::collections::VecDeque;
 
@@ -34,6 +36,23 @@ struct State<T, E> {
     items: VecDeque<T>,
     closed: bool,
     failed: Option<E>,
+}
+
+/// Runs `item`'s completion, catching a panic in it (a bug in the caller's callback): the
+/// panic is logged once, and the writer goes on to the next item. Unwinding out of here would
+/// leave the rest of the batch without an answer and end the thread that drains the queue
+/// (the log's IO thread), after which every later append would wait forever.
+fn complete<T: Complete>(item: T, result: Result<(), T::Error>) {
+    let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| item.complete(result)));
+    if let Err(payload) = caught {
+        let what = payload
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a non-text panic".into());
+        tracing::error!(panic = %what, "a log write's completion callback panicked (a bug in \
+            the caller); the log goes on");
+    }
 }
 
 /// A FIFO of items and the writer state `W` that only one caller at a time holds.
@@ -70,8 +89,9 @@ impl<T: Complete, W> Combiner<T, W> {
             let mut w = match self.writer.try_lock() {
                 Ok(w) => w,
                 Err(TryLockError::WouldBlock) => return,
-                // Only a panic in a completion callback poisons it (a panicking write is
-                // caught below): the writer state is whole, and `failed` decides the rest.
+                // Nothing should poison it (a panicking write and a panicking callback are
+                // both caught below); were it poisoned, the writer state is whole all the
+                // same, and `failed` decides the rest.
                 Err(TryLockError::Poisoned(p)) => p.into_inner(),
             };
             loop {
@@ -94,7 +114,7 @@ impl<T: Complete, W> Combiner<T, W> {
                     lock(&self.state).failed.get_or_insert_with(|| e.clone());
                 }
                 for item in batch {
-                    item.complete(result.clone());
+                    complete(item, result.clone());
                 }
             }
             drop(w);

@@ -17,7 +17,9 @@
 //!
 //! Pure functions of the bytes: nothing here reads the carrier or panics on what it finds.
 
-use super::frame::{self, ALIGN, FrameHeader, FrameKind, Parsed, SEGMENT_HEADER_LEN, Seal};
+use super::frame::{
+    self, ALIGN, FrameHeader, FrameKind, Parsed, SEGMENT_HEADER_LEN, SEGMENT_VERSION_FLAGS, Seal,
+};
 use super::state::Torn;
 use crate::error::{Error, Result};
 
@@ -42,6 +44,18 @@ pub struct ScannedFrame {
     pub len: u32,
 }
 
+/// A `Commit` frame found by the scan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScannedCommit {
+    /// The committed index.
+    pub index: u64,
+    /// The committed id's term (segment format 4 on); `None` in a format 3 segment, whose
+    /// `Commit` frames carry 0 in that field.
+    pub term: Option<u64>,
+    /// The caller's encoding of the log id.
+    pub payload: Vec<u8>,
+}
+
 /// The scan of one segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SegmentScan {
@@ -53,9 +67,8 @@ pub struct SegmentScan {
     pub max_batch: u64,
     /// The `from` of the cross-segment fence this segment opens with, if it has one.
     pub fences_from: Option<u64>,
-    /// The segment's last valid `Commit` frame: the committed index and the caller's
-    /// encoding of the log id.
-    pub commit: Option<(u64, Vec<u8>)>,
+    /// The segment's last valid `Commit` frame.
+    pub commit: Option<ScannedCommit>,
 }
 
 impl SegmentScan {
@@ -152,7 +165,12 @@ pub fn scan_segment(
                 if header.kind == FrameKind::Commit {
                     let payload =
                         &bytes[pos + frame::FRAME_HEADER_LEN..][..header.payload_len as usize];
-                    commit = Some((header.index, payload.to_vec()));
+                    let term = (seal.version >= SEGMENT_VERSION_FLAGS).then_some(header.term);
+                    commit = Some(ScannedCommit {
+                        index: header.index,
+                        term,
+                        payload: payload.to_vec(),
+                    });
                 }
                 frames.push(ScannedFrame { header, offset: pos as u64, len: len as u32 });
                 pos += len;

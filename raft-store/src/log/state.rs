@@ -154,7 +154,7 @@ pub(crate) struct Shared {
     pub segment_bytes: u64,
     pub index: RwLock<Index>,
     /// The newest queued meta state; saves build on it.
-    pub meta: Mutex<MetaState>,
+    pub meta: Mutex<MetaCell>,
     pub meta_file: File,
     pub segments: Mutex<Segments>,
     /// A barrier must follow each write (a buffered carrier that is not memory).
@@ -177,15 +177,35 @@ impl Shared {
         }
     }
 
-    /// The committed id saved but not yet durable: its index and encoding.
-    pub fn committed_pending(&self) -> Option<(u64, Vec<u8>)> {
+    /// The committed id saved but not yet durable.
+    pub fn committed_pending(&self) -> Option<PendingCommit> {
         let meta = lock(&self.meta);
-        let index = meta.committed_index?;
+        let index = meta.state.committed_index?;
         if self.durable_committed().is_some_and(|d| d >= index) {
             return None;
         }
-        meta.committed.clone().map(|c| (index, c))
+        let payload = meta.state.committed.clone()?;
+        Some(PendingCommit { index, term: meta.committed_term, payload })
     }
+}
+
+/// The newest queued meta state, and the term of its committed id, which the meta slots do
+/// not hold (only a `Commit` frame records it).
+#[derive(Debug, Default)]
+pub(crate) struct MetaCell {
+    pub state: MetaState,
+    /// The term of `state.committed` as `LogCore::save_committed` was given it; 0 for the id
+    /// recovery found, which is durable already and so never carried again.
+    pub committed_term: u64,
+}
+
+/// A committed id saved and not yet durable: what a `Commit` frame would carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct PendingCommit {
+    pub index: u64,
+    pub term: u64,
+    /// The caller's encoding of the log id.
+    pub payload: Vec<u8>,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {

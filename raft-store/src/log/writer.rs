@@ -9,6 +9,16 @@
 //!
 //! Invariants, asserted before each write: a batch starts on a fresh aligned block of the
 //! current segment and ends inside it; every frame is sealed for the offset it lands at.
+//!
+//! The committed id a batch carries (a `Commit` frame, last in the batch) is the one pending
+//! when the batch was dequeued, never one saved while it was being encoded, and only when the
+//! entry it names is durable or in the batch (so a `Commit` frame never names an entry the
+//! log could not hold after the write); the frame records the id's term, which recovery
+//! checks against the entry it keeps at that index.
+//!
+//! A segment activated by `fence` (recovery's fence for a torn end with no room left in its
+//! segment) is marked so in its header, with the offset where the torn end begins: the mark
+//! is what lets a later recovery accept that torn end, and an ordinary roll never sets it.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,12 +26,13 @@ use std::time::Instant;
 use vellum_engine::carrier::AlignedBuf;
 
 use super::frame::{
-    self, ALIGN, FrameHeader, FrameKind, SEGMENT_HEADER_LEN, SEGMENT_VERSION, Seal, SegmentHeader,
+    self, ALIGN, FrameHeader, FrameKind, SEGMENT_HEADER_LEN, SEGMENT_VERSION,
+    SEGMENT_VERSION_FLAGS, Seal, SegmentHeader,
 };
 use super::meta::MetaState;
 use super::recovery::CROSS_SEGMENT;
 use super::segments::{SegInfo, SpareMaker};
-use super::state::{Item, Shared, Torn, lock, read_lock, write_lock};
+use super::state::{Item, PendingCommit, Shared, Torn, lock, read_lock, write_lock};
 use crate::error::{Error, Result, SharedError};
 use crate::metrics as m;
 
@@ -101,6 +112,9 @@ pub(super) struct Writer {
     pub batch: u64,
     /// The first batch after the newest purge (stamped into every meta save).
     pub purged_batch: u64,
+    /// Index of the last entry the log holds that is durable or placed into the write being
+    /// built (after truncations): a committed id past it is not carried yet.
+    pub last_entry: Option<u64>,
     pub spares: SpareMaker,
     /// The write being built, kept from flush to flush.
     scratch: Pending,
@@ -117,9 +131,18 @@ impl Writer {
         next_seq: u64,
         batch: u64,
         purged_batch: u64,
+        last_entry: Option<u64>,
         spares: SpareMaker,
     ) -> Writer {
-        Writer { current, next_seq, batch, purged_batch, spares, scratch: Pending::default() }
+        Writer {
+            current,
+            next_seq,
+            batch,
+            purged_batch,
+            last_entry,
+            spares,
+            scratch: Pending::default(),
+        }
     }
 
     /// Makes one batch of queued items durable, in queue order. A failure fails the batch
@@ -152,6 +175,9 @@ impl Writer {
         items: &mut [Item],
         pending: &mut Pending,
     ) -> Result<()> {
+        // The committed id this batch may carry: the one pending now, as the batch is
+        // dequeued. One saved while the batch is being encoded waits for the next write.
+        let committed = shared.committed_pending();
         for item in items.iter_mut() {
             match item {
                 Item::Entries { entries, .. } => {
@@ -180,41 +206,51 @@ impl Writer {
                 }
             }
         }
-        let carried = self.add_commit(shared, pending);
+        let carried = committed.and_then(|c| self.add_commit(shared, pending, &c));
         self.flush(shared, pending)?;
         shared.committed_durable(carried);
         Ok(())
     }
 
-    /// Ends the batch about to go out with a `Commit` frame for the committed id saved since
-    /// the last durable one, when the batch has frames anyway and the frame fits: the id
-    /// then costs no write of its own. Last in the batch, so that it survives a torn write
-    /// only with every entry before it (recovery stops at the first damaged frame).
-    fn add_commit(&mut self, shared: &Shared, pending: &mut Pending) -> Option<u64> {
-        if pending.is_empty() {
-            return None;
+    /// Ends the batch about to go out with a `Commit` frame for `committed` (the id pending
+    /// when the batch was dequeued), when the batch has frames anyway, the frame fits, the id
+    /// is not durable already, and the entry it names is durable or in this batch: the id then
+    /// costs no write of its own. Last in the batch, so that it survives a torn write only
+    /// with every entry before it (recovery stops at the first damaged frame).
+    fn add_commit(
+        &mut self,
+        shared: &Shared,
+        pending: &mut Pending,
+        committed: &PendingCommit,
+    ) -> Option<u64> {
+        let PendingCommit { index, term, ref payload } = *committed;
+        if pending.is_empty() || shared.durable_committed().is_some_and(|d| d >= index) {
+            return None; // nothing goes out, or a meta save of this batch made it durable
+        }
+        if self.last_entry.is_none_or(|last| index > last) {
+            return None; // its entry is queued after this batch: the next write carries it
         }
         let cur = self.current.as_ref()?;
-        let (index, payload) = shared.committed_pending()?;
         let flen = frame::frame_len(payload.len());
         let fits = cur.pos + (pending.len + flen).next_multiple_of(ALIGN) as u64 <= cur.len
             && pending.len + flen <= shared.config.max_batch_bytes.max(ALIGN);
-        if cur.seal.version < 3 || !fits {
+        // Format 3 segments have `Commit` frames without a term: this build writes none.
+        if cur.seal.version < SEGMENT_VERSION_FLAGS || !fits {
             return None;
         }
         let h = FrameHeader {
             kind: FrameKind::Commit,
             payload_len: payload.len() as u32,
             index,
-            term: 0,
+            term,
             batch: self.batch,
         };
         let at = cur.pos + pending.len as u64;
         let seal = cur.seal;
-        frame::encode_into(pending.slot(flen), seal, at, &h, &payload);
+        frame::encode_into(pending.slot(flen), seal, at, &h, payload);
         pending.placed.push(Placed {
             index,
-            term: 0,
+            term,
             offset: at - cur.pos,
             len: flen as u32,
             is_entry: false,
@@ -249,7 +285,7 @@ impl Writer {
         if !self.current.as_ref().is_some_and(|c| fits(c, pending.len)) {
             self.flush(shared, pending)?;
             if !self.current.as_ref().is_some_and(|c| fits(c, 0)) {
-                self.roll(shared, index)?;
+                self.roll(shared, index, None)?;
             }
         }
         let cur = self.current.as_ref().expect("a current segment after the roll");
@@ -265,6 +301,15 @@ impl Writer {
             is_entry: kind == FrameKind::Entry,
             truncates: kind == FrameKind::Truncate,
         });
+        match kind {
+            FrameKind::Entry => self.last_entry = Some(index),
+            FrameKind::Truncate => {
+                if self.last_entry.is_some_and(|l| l >= index) {
+                    self.last_entry = index.checked_sub(1);
+                }
+            }
+            FrameKind::Skip | FrameKind::Commit => {}
+        }
         Ok(())
     }
 
@@ -316,14 +361,17 @@ impl Writer {
         Ok(())
     }
 
-    /// Activates the spare segment: one durable write of its header.
-    fn roll(&mut self, shared: &Shared, first_index: u64) -> Result<()> {
+    /// Activates the spare segment: one durable write of its header. `fence_from` marks a
+    /// segment that recovery activates for the fence of the previous segment's torn end
+    /// (beginning at that offset); an ordinary roll passes `None`.
+    fn roll(&mut self, shared: &Shared, first_index: u64, fence_from: Option<u64>) -> Result<()> {
         let spare = self.spares.take()?;
         let header = SegmentHeader {
             version: SEGMENT_VERSION,
             seq: self.next_seq,
             salt: random_salt(),
             first_index,
+            fence_from,
         };
         spare.file.write_at(&header.encode(), 0)?;
         if shared.needs_barrier {
@@ -363,7 +411,7 @@ impl Writer {
             (torn.to, torn.to)
         } else {
             let next = read_lock(&shared.index).next_index();
-            self.roll(shared, next)?;
+            self.roll(shared, next, Some(torn.from))?;
             (SEGMENT_HEADER_LEN as u64, CROSS_SEGMENT)
         };
         let cur = self.current.as_mut().expect("a torn tail lies in the current segment");

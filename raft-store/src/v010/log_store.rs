@@ -151,7 +151,8 @@ where
         // Recorded, not written: it rides on the next log write (see `LogCore::save_committed`).
         let Some(id) = committed else { return Ok(()) };
         let bytes = encode(&id).map_err(io_error)?;
-        self.core.save_committed(id.index(), bytes).map_err(io_error)
+        let term = id.committed_leader_id().term_u64();
+        self.core.save_committed(id.index(), term, bytes).map_err(io_error)
     }
 
     async fn read_committed(&mut self) -> Result<Option<LogIdOf<C>>, io::Error> {
