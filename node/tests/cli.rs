@@ -222,6 +222,10 @@ fn serve_refuses_a_volume_whose_journal_was_destroyed() {
     let vol = dir.path().join("v.vlm");
     let v = s(&vol);
     ok(&["format", v, "--size", "32MiB", "--journal", "1MiB"]);
+    // A raft log's directory, checkpointed (each command closes the volume cleanly), so it
+    // survives the ring's destruction.
+    ok(&["mkdir", v, "/raft"]);
+    ok(&["mkdir", v, "/raft/log"]);
     let doc: serde_json::Value = serde_json::from_str(&ok(&["info", v, "--json"])).unwrap();
     assert_eq!(doc["journal"]["lost_from"], serde_json::Value::Null);
     let block = doc["geometry"]["block_size"].as_u64().unwrap() as usize;
@@ -261,4 +265,12 @@ fn serve_refuses_a_volume_whose_journal_was_destroyed() {
     }
     let doc: serde_json::Value = serde_json::from_str(&ok(&["info", v, "--json"])).unwrap();
     assert_eq!(doc["journal"]["lost_from"].as_u64(), Some(lost), "still flagged");
+    // Acknowledging the loss of a volume that holds a raft log takes --force.
+    let out = vellum(&["journal", "ack", v]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("holds a raft log") && err.contains("--force"), "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&ok(&["info", v, "--json"])).unwrap();
+    assert_eq!(doc["journal"]["lost_from"].as_u64(), Some(lost), "the refusal changed nothing");
+    assert!(ok(&["journal", "ack", v, "--force"]).contains("journal loss acknowledged"));
 }

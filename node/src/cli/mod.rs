@@ -165,8 +165,15 @@ pub enum JournalCommand {
     /// is switching on, not reformatting; files and generation go on).
     Enable { carrier: PathBuf },
     /// Acknowledge that open found the journal region destroyed and went on from the last
-    /// checkpoint (`vellum check` reports it until then).
-    Ack { carrier: PathBuf },
+    /// checkpoint (`vellum check` reports it until then). Refused on a volume that holds a
+    /// raft log (treat that member as lost instead) unless `--force`.
+    Ack {
+        carrier: PathBuf,
+        /// Acknowledge even though the volume holds a raft log: the node will then serve a
+        /// log that may have lost acknowledged entries.
+        #[arg(long)]
+        force: bool,
+    },
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
@@ -207,7 +214,9 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Journal { op: JournalCommand::Enable { carrier } } => {
             volume::journal_enable(&carrier)?;
         }
-        Command::Journal { op: JournalCommand::Ack { carrier } } => volume::journal_ack(&carrier)?,
+        Command::Journal { op: JournalCommand::Ack { carrier, force } } => {
+            volume::journal_ack(&carrier, force)?;
+        }
         Command::Info { carrier, json } => volume::info(&carrier, json)?,
         Command::Check { carrier } => return volume::check(&carrier),
         Command::Ls { carrier, path } => volume::ls(&carrier, &path)?,

@@ -186,8 +186,17 @@ pub fn journal_enable(path: &Path) -> Result<(), CliError> {
     Ok(())
 }
 
-pub fn journal_ack(path: &Path) -> Result<(), CliError> {
+pub fn journal_ack(path: &Path, force: bool) -> Result<(), CliError> {
     let v = open(path, false)?;
+    let raft_dir = vellum_raft_store::LogConfig::default().dir;
+    if !force && v.open_report().journal_lost() && v.exists(format!("{raft_dir}/log"))? {
+        return Err(CliError::Usage(format!(
+            "{} holds a raft log that the lost journal records may have rolled back: \
+             acknowledging would let the node serve it; treat the member as lost instead \
+             (docs/OPERATIONS.md, \"A member whose volume rolled back\"), or pass --force",
+            path.display()
+        )));
+    }
     let acknowledged = v.acknowledge_journal_loss()?;
     v.close()?;
     if acknowledged {
