@@ -195,8 +195,11 @@ fn sectors_agree(seed: u64, i: u64, got: &[u8], log: &WriterLog) -> Result<(), S
     Ok(())
 }
 
-/// Injected errors that fired in the races.
-static INJECTED: AtomicU64 = AtomicU64::new(0);
+thread_local! {
+    /// Injected errors that fired in the races of this test thread (a campaign counts its
+    /// own while other tests run).
+    static INJECTED: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
 
 /// One seeded race, cut, and check; `inject`: one EIO at a random operation of the race.
 fn race_point(
@@ -256,7 +259,7 @@ fn race_point(
         (logs, committer.join().unwrap())
     });
     carrier.set_write_hook(None);
-    INJECTED.fetch_add(carrier.injected_errors(), Ordering::Relaxed);
+    INJECTED.with(|c| c.set(c.get() + carrier.injected_errors()));
     drop(volume);
     let image = carrier.crash_image(&mut rng);
     let report = check(&MemoryCarrier::from_bytes(&image));
@@ -294,13 +297,13 @@ fn race_point(
 
 fn campaign(seeds: std::ops::Range<u64>, write_through: bool, cache: bool) -> Vec<String> {
     let n = seeds.end - seeds.start;
-    let injected = INJECTED.load(Ordering::Relaxed);
+    let injected = INJECTED.with(std::cell::Cell::get);
     let failures: Vec<String> =
         seeds.filter_map(|s| race_point(s, write_through, cache, s % 2 == 1, None).err()).collect();
     eprintln!(
         "{n} races of writers and commits cut after an acknowledgement (write-through \
          {write_through}, cache {cache}), {} injected EIOs fired: {} failures",
-        INJECTED.load(Ordering::Relaxed) - injected,
+        INJECTED.with(std::cell::Cell::get) - injected,
         failures.len()
     );
     failures
