@@ -35,6 +35,7 @@
 
 pub(crate) mod cache;
 mod tiers;
+pub(crate) mod worker;
 pub(crate) mod writeback;
 
 pub use cache::{CacheStats, names as cache_metric_names};
@@ -154,7 +155,7 @@ pub(crate) struct Io {
     whole_pages: bool,
     counters: Counters,
     final_stats: Mutex<StatsSnapshot>,
-    pub(crate) writeback: Mutex<Option<writeback::Handle>>,
+    pub(crate) writeback: Mutex<Option<worker::Worker>>,
 }
 
 /// A carrier call's hold on the open carrier (close waits for every session to end).

@@ -14,12 +14,13 @@
 //! The thread holds the IO layer, never the volume's metadata: a commit (under the metadata
 //! mutex) drains the cache itself and waits for the thread's writes in flight.
 
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::Io;
 use super::cache::Select;
 use super::lock;
+use super::worker::Worker;
 
 /// How often the thread wakes without being asked.
 pub const PERIOD: Duration = Duration::from_millis(100);
@@ -34,19 +35,6 @@ pub const DRAIN_BUDGET_BYTES: usize = 8 << 20;
 /// Most bytes one cache miss reads (the demanded pages and their readahead).
 pub const MAX_READ_RUN_BYTES: usize = 2 << 20;
 
-/// The thread's handle: a stop flag and a wake-up signal.
-#[derive(Debug)]
-pub(crate) struct Handle {
-    signal: Arc<(Mutex<Signal>, Condvar)>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-#[derive(Debug, Default)]
-struct Signal {
-    stop: bool,
-    kicked: bool,
-}
-
 fn pages(io: &Io, percent: usize) -> usize {
     io.cache().map_or(usize::MAX, |c| (c.frames() * percent / 100).max(1))
 }
@@ -57,46 +45,30 @@ fn budget(io: &Io) -> usize {
 
 /// Starts the thread for `io` (which has a cache).
 pub(crate) fn start(io: &Arc<Io>) {
-    let signal = Arc::new((Mutex::new(Signal::default()), Condvar::new()));
-    let theirs = Arc::clone(&signal);
-    let io2 = Arc::clone(io);
-    let spawned = std::thread::Builder::new()
-        .name("vellum-writeback".into())
-        .spawn(move || run(&io2, &theirs));
-    match spawned {
-        Ok(thread) => *lock(&io.writeback) = Some(Handle { signal, thread }),
+    let theirs = Arc::clone(io);
+    let background = pages(io, BACKGROUND_PERCENT);
+    match Worker::spawn("vellum-writeback", PERIOD, move || drain(&theirs, background)) {
+        Ok(worker) => *lock(&io.writeback) = Some(worker),
         // Without the thread, writers over the hard line and every sync still drain: slower
         // to react, never wrong.
         Err(error) => tracing::warn!(%error, "no writeback thread: writers drain the cache"),
     }
 }
 
-fn run(io: &Io, signal: &(Mutex<Signal>, Condvar)) {
-    let background = pages(io, BACKGROUND_PERCENT);
+/// One wake-up of the thread: drains budgets while each is full. False when the thread
+/// should end (the volume closed, or a failed write poisoned it).
+fn drain(io: &Io, background: usize) -> bool {
+    let Some(cache) = io.cache() else { return false };
+    if io.is_poisoned() {
+        return false;
+    }
     loop {
-        {
-            let mut s = lock(&signal.0);
-            if !s.stop && !s.kicked {
-                s = signal.1.wait_timeout(s, PERIOD).map_or_else(|e| e.into_inner().0, |r| r.0);
-            }
-            if s.stop {
-                return;
-            }
-            s.kicked = false;
-        }
-        let Some(cache) = io.cache() else { return };
-        if io.is_poisoned() {
-            return;
-        }
-        loop {
-            let select = Select { older_than: EXPIRE, above: background };
-            let written = io.session().and_then(|s| cache.drain(&s, select, budget(io)));
-            match written {
-                Ok(n) if n >= budget(io) => {}
-                Ok(_) => break,
-                Err(crate::error::Error::Closed) => return,
-                Err(_) => return, // the IO layer poisoned the volume
-            }
+        let select = Select { older_than: EXPIRE, above: background };
+        match io.session().and_then(|s| cache.drain(&s, select, budget(io))) {
+            Ok(n) if n >= budget(io) => {}
+            Ok(_) => return true,
+            // Closed, or the IO layer poisoned the volume.
+            Err(_) => return false,
         }
     }
 }
@@ -110,23 +82,17 @@ pub(crate) fn after_write(io: &Io, session: &super::Session<'_>) -> crate::error
         let select = Select { older_than: Duration::MAX, above: pages(io, BACKGROUND_PERCENT) };
         cache.drain(session, select, budget(io))?;
     } else if dirty > pages(io, BACKGROUND_PERCENT)
-        && let Some(h) = lock(&io.writeback).as_ref()
+        && let Some(worker) = lock(&io.writeback).as_ref()
     {
-        let mut s = lock(&h.signal.0);
-        if !s.kicked {
-            s.kicked = true;
-            h.signal.1.notify_one();
-        }
+        worker.kick();
     }
     Ok(())
 }
 
 /// Stops the thread and waits for it (its writes in flight end first).
 pub(crate) fn stop(io: &Io) {
-    let Some(h) = lock(&io.writeback).take() else { return };
-    lock(&h.signal.0).stop = true;
-    h.signal.1.notify_one();
-    if h.thread.thread().id() != std::thread::current().id() {
-        let _ = h.thread.join();
+    let worker = lock(&io.writeback).take();
+    if let Some(worker) = worker {
+        worker.stop();
     }
 }

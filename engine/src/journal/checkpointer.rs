@@ -10,10 +10,10 @@
 //! that asked for it and never changes the commit id. A target dropped without close is not
 //! kept alive by the thread.
 
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::Weak;
 use std::time::Duration;
 
-use crate::io::lock;
+pub(crate) use crate::io::worker::Worker;
 
 /// Default time a batch may wait in the ring before a background checkpoint.
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(30);
@@ -25,72 +25,16 @@ pub(crate) trait Target: Send + Sync {
     fn checkpoint_if_due(&self, interval: Duration) -> bool;
 }
 
-/// The thread's handle: its signal and the thread.
-#[derive(Debug)]
-pub(crate) struct Handle {
-    signal: Arc<(Mutex<Signal>, Condvar)>,
-    thread: std::thread::JoinHandle<()>,
-}
-
-#[derive(Debug, Default)]
-struct Signal {
-    stop: bool,
-    kicked: bool,
-}
-
 /// Starts the checkpointer of `target` with `interval`; `None` when the system refuses a
 /// thread (the ring is then still checkpointed when it fills and at close).
-pub(crate) fn start(target: Weak<dyn Target>, interval: Duration) -> Option<Handle> {
-    let signal = Arc::new((Mutex::new(Signal::default()), Condvar::new()));
-    let theirs = Arc::clone(&signal);
-    let spawned = std::thread::Builder::new()
-        .name("vellum-checkpoint".into())
-        .spawn(move || run(&target, &theirs, interval));
-    match spawned {
-        Ok(thread) => Some(Handle { signal, thread }),
+pub(crate) fn start(target: Weak<dyn Target>, interval: Duration) -> Option<Worker> {
+    let tick = (interval / 4).max(Duration::from_millis(1));
+    let work = move || target.upgrade().is_some_and(|t| t.checkpoint_if_due(interval));
+    match Worker::spawn("vellum-checkpoint", tick, work) {
+        Ok(worker) => Some(worker),
         Err(error) => {
             tracing::warn!(%error, "no checkpoint thread");
             None
-        }
-    }
-}
-
-fn run(target: &Weak<dyn Target>, signal: &(Mutex<Signal>, Condvar), interval: Duration) {
-    let tick = (interval / 4).max(Duration::from_millis(1));
-    loop {
-        {
-            let mut s = lock(&signal.0);
-            if !s.stop && !s.kicked {
-                s = signal.1.wait_timeout(s, tick).map_or_else(|e| e.into_inner().0, |r| r.0);
-            }
-            if s.stop {
-                return;
-            }
-            s.kicked = false;
-        }
-        let Some(target) = target.upgrade() else { return };
-        if !target.checkpoint_if_due(interval) {
-            return;
-        }
-    }
-}
-
-impl Handle {
-    /// Wakes the thread (a commit left the ring past the background line).
-    pub(crate) fn kick(&self) {
-        let mut s = lock(&self.signal.0);
-        if !s.kicked {
-            s.kicked = true;
-            self.signal.1.notify_one();
-        }
-    }
-
-    /// Stops the thread and waits for it (a checkpoint in progress ends first).
-    pub(crate) fn stop(self) {
-        lock(&self.signal.0).stop = true;
-        self.signal.1.notify_one();
-        if self.thread.thread().id() != std::thread::current().id() {
-            let _ = self.thread.join();
         }
     }
 }

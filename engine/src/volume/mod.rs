@@ -119,7 +119,7 @@ pub(crate) struct Inner {
     pub(crate) closed: AtomicBool,
     pub(crate) report: OpenReport,
     /// The background checkpointer of a writable journaled volume.
-    pub(crate) checkpointer: Mutex<Option<checkpointer::Handle>>,
+    pub(crate) checkpointer: Mutex<Option<checkpointer::Worker>>,
 }
 
 impl Drop for Inner {
