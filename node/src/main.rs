@@ -3,9 +3,9 @@
 
 mod cli;
 mod error;
+mod security;
 mod server;
 mod size;
-mod tls;
 
 use clap::Parser;
 
@@ -14,7 +14,7 @@ fn main() {
     std::panic::set_hook(Box::new(|info| {
         eprintln!("vellum: internal error (please report): {info}");
     }));
-    tls::install_provider();
+    security::tls::install_provider();
     let parsed = match cli::Cli::try_parse() {
         Ok(p) => p,
         Err(e) if !e.use_stderr() => e.exit(), // --help, --version

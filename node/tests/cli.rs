@@ -186,8 +186,14 @@ fn one_damaged_superblock_still_opens_two_refuse() {
 /// Runs `vellum args` and returns its output, or fails the test once it ran `limit` (killed
 /// first: a node that does not refuse would serve forever).
 fn within(limit: Duration, args: &[&str]) -> Output {
+    within_env(limit, args, &[])
+}
+
+/// [`within`], with `env` set.
+fn within_env(limit: Duration, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut child = Command::new(env!("CARGO_BIN_EXE_vellum"))
         .args(args)
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -273,4 +279,126 @@ fn serve_refuses_a_volume_whose_journal_was_destroyed() {
     let doc: serde_json::Value = serde_json::from_str(&ok(&["info", v, "--json"])).unwrap();
     assert_eq!(doc["journal"]["lost_from"].as_u64(), Some(lost), "the refusal changed nothing");
     assert!(ok(&["journal", "ack", v, "--force"]).contains("journal loss acknowledged"));
+}
+
+fn vellum_env(args: &[&str], env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_vellum"));
+    cmd.args(args).env_remove("VELLUM_TOKEN").env_remove("VELLUM_INSECURE");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run vellum")
+}
+
+/// A bearer token is not sent in the clear to a host off loopback: refused before connecting
+/// unless --insecure, which warns; the token itself is never printed.
+#[test]
+fn a_token_is_not_sent_over_plain_http_off_loopback() {
+    let secret = [("VELLUM_TOKEN", "s3cret-token")];
+    let out = vellum_env(&["kv", "put", "k", "v", "--endpoint", "10.0.0.1:8080"], &secret);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("refusing to send the token over plain HTTP to 10.0.0.1:8080"), "{err}");
+    assert!(!err.contains("s3cret"), "{err}");
+    // https://, loopback, or no token at all: no refusal (these fail only to connect).
+    for (endpoint, env) in [
+        ("https://127.0.0.1:1", &secret[..]),
+        ("127.0.0.1:1", &secret[..]),
+        ("http://[::ffff:127.0.0.1]:1", &secret[..]),
+        ("10.0.0.1:8080", &[][..]),
+    ] {
+        let args = ["cluster", "status", "--endpoint", endpoint];
+        let out = if endpoint.starts_with("10.") {
+            // Without a token there is nothing to refuse; do not wait for 10.0.0.1.
+            vellum_env(&["kv", "get", "k", "--endpoint", "http://no-such-host.invalid:1"], env)
+        } else {
+            vellum_env(&args, env)
+        };
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("refusing to send the token"), "{endpoint}: {err}");
+    }
+    // --insecure (or VELLUM_INSECURE=1) sends it, with a warning.
+    for (flag, env) in [(Some("--insecure"), vec![]), (None, vec![("VELLUM_INSECURE", "1")])] {
+        let mut args = vec!["kv", "get", "k", "--endpoint", "http://no-such-host.invalid:1"];
+        args.extend(flag);
+        let env: Vec<_> = secret.iter().copied().chain(env).collect();
+        let err = String::from_utf8_lossy(&vellum_env(&args, &env).stderr).into_owned();
+        assert!(err.contains("warning: sending the token over plain HTTP"), "{err}");
+        assert!(!err.contains("refusing") && !err.contains("s3cret"), "{err}");
+    }
+}
+
+/// `--token` and `--join-token` on a command line (visible to every user) warn, naming the
+/// environment variable to use; the environment variable does not.
+#[test]
+fn tokens_on_the_command_line_warn() {
+    let out = vellum_env(&["kv", "get", "k", "--endpoint", "127.0.0.1:1", "--token", "abc"], &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--token on the command line") && err.contains("VELLUM_TOKEN"), "{err}");
+    assert!(!err.contains("abc"), "{err}");
+    let out =
+        vellum_env(&["kv", "get", "k", "--endpoint", "127.0.0.1:1"], &[("VELLUM_TOKEN", "abc")]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("command line"));
+    let (api, raft) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+    let dir = tempfile::tempdir().unwrap();
+    let volume = dir.path().join("missing-dir").join("x.vlm");
+    let args = [
+        "serve",
+        "--join-token=abc",
+        "--id",
+        "1",
+        "--api-addr",
+        &api,
+        "--raft-addr",
+        &raft,
+        "--volume",
+        s(&volume),
+        "--initial-cluster",
+        "not-a-cluster",
+    ];
+    let err = String::from_utf8_lossy(&within(Duration::from_secs(30), &args).stderr).into_owned();
+    assert!(
+        err.contains("--join-token on the command line") && err.contains("VELLUM_JOIN_TOKEN"),
+        "{err}"
+    );
+    assert!(!err.contains("abc"), "{err}");
+}
+
+/// Boolean environment variables take 1/0 and true/false (`VELLUM_INSECURE=1` was refused as
+/// "invalid value '1'").
+#[test]
+fn boolean_environment_variables_take_one_and_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let volume = dir.path().join("missing-dir").join("x.vlm");
+    let (api, raft) = (format!("0.0.0.0:{}", free_port()), format!("127.0.0.1:{}", free_port()));
+    let serve = |insecure: &str| {
+        let args = [
+            "serve",
+            "--id",
+            "1",
+            "--api-addr",
+            &api,
+            "--raft-addr",
+            &raft,
+            "--volume",
+            s(&volume),
+            "--initial-cluster",
+            "not-a-cluster",
+        ];
+        let env = [("VELLUM_INSECURE", insecure)];
+        let out = within_env(Duration::from_secs(30), &args, &env);
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    for off in ["0", "false"] {
+        let err = serve(off);
+        assert!(err.contains("refusing to serve plain HTTP off loopback"), "{off}: {err}");
+    }
+    for on in ["1", "true", "yes"] {
+        let err = serve(on);
+        assert!(
+            !err.contains("invalid value") && !err.contains("refusing to serve"),
+            "{on}: {err}"
+        );
+        assert!(err.contains("--initial-cluster"), "{on}: got past the flags: {err}");
+    }
 }

@@ -47,6 +47,20 @@ pub fn decode_bounded<T: DeserializeOwned>(bytes: &[u8]) -> std::result::Result<
     decode_prefix(bytes).map(|(v, _)| v)
 }
 
+/// Decodes a value that must fill `bytes` exactly, within the bound of [`decode_bounded`]:
+/// bytes after the value are refused (a message with a tail is not the message its sender
+/// encoded, and a receiver must not act on a part of it).
+pub fn decode_exact<T: DeserializeOwned>(bytes: &[u8]) -> std::result::Result<T, DecodeError> {
+    let (value, used) = decode_prefix(bytes)?;
+    if used != bytes.len() {
+        return Err(DecodeError::OtherString(format!(
+            "{} bytes after the end of the message",
+            bytes.len() - used
+        )));
+    }
+    Ok(value)
+}
+
 fn decode_within<T: DeserializeOwned, const LIMIT: usize>(
     bytes: &[u8],
 ) -> std::result::Result<(T, usize), DecodeError> {
@@ -71,6 +85,17 @@ fn decode_prefix<T: DeserializeOwned>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn trailing_bytes_are_refused_by_decode_exact() {
+        let mut bytes =
+            bincode::serde::encode_to_vec(&(7u64, "x".to_string()), bincode::config::standard())
+                .unwrap();
+        assert_eq!(decode_exact::<(u64, String)>(&bytes).unwrap(), (7, "x".to_string()));
+        bytes.push(0);
+        assert!(decode_exact::<(u64, String)>(&bytes).is_err());
+        assert!(decode_bounded::<(u64, String)>(&bytes).is_ok(), "a prefix decode reads past it");
+    }
 
     #[test]
     fn a_claimed_length_beyond_the_input_is_refused_without_allocating_it() {

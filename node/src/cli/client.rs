@@ -12,8 +12,9 @@ use std::path::PathBuf;
 use clap::Subcommand;
 
 use super::CliError;
-use crate::server::auth::BearerToken;
-use crate::tls;
+use crate::security::exposure::is_loopback_endpoint;
+use crate::security::tls;
+use crate::security::tokens::BearerToken;
 
 /// How the client proves who it is and checks whom it talks to.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -45,6 +46,35 @@ pub struct Access {
         requires = "client_cert"
     )]
     pub key: Option<PathBuf>,
+    /// Send the token even over plain HTTP to an endpoint off loopback, where anyone on the
+    /// path can read it (without this, such a command is refused before it connects).
+    #[arg(
+        long,
+        global = true,
+        env = "VELLUM_INSECURE",
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub insecure: bool,
+}
+
+/// Refuses to send `access`'s token over plain HTTP to `url` off loopback unless
+/// `--insecure` (then warns): a bearer token in the clear is a token given away.
+fn check_token_transport(access: &Access, url: &str) -> Result<(), CliError> {
+    if access.token.is_none() || url.starts_with("https://") || is_loopback_endpoint(url) {
+        return Ok(());
+    }
+    let host = url.trim_start_matches("http://").split('/').next().unwrap_or(url);
+    if access.insecure {
+        eprintln!(
+            "vellum: warning: sending the token over plain HTTP to {host} (--insecure): anyone \
+             on the path can read it"
+        );
+        return Ok(());
+    }
+    Err(CliError::Usage(format!(
+        "refusing to send the token over plain HTTP to {host}, off loopback: use an https:// \
+         endpoint (with --cacert), or --insecure to send it in the clear"
+    )))
 }
 
 #[derive(Subcommand, Debug)]
@@ -110,7 +140,8 @@ pub fn encode_segment(s: &str) -> String {
 
 /// An HTTP client that presents the token and the client certificate of `access`, if given,
 /// and trusts `--cacert` (or the system's roots without it).
-fn client(access: &Access) -> Result<reqwest::Client, CliError> {
+fn client(access: &Access, endpoint: &str) -> Result<reqwest::Client, CliError> {
+    check_token_transport(access, endpoint)?;
     let mut headers = reqwest::header::HeaderMap::new();
     if let Some(t) = &access.token {
         let value = t.header().map_err(|why| CliError::Usage(format!("--token: {why}")))?;
@@ -168,8 +199,8 @@ async fn failure(resp: reqwest::Response) -> CliError {
 }
 
 pub async fn kv(op: KvCommand, endpoint: &str, access: &Access) -> Result<i32, CliError> {
-    let c = client(access)?;
     let b = base(endpoint);
+    let c = client(access, &b)?;
     match op {
         KvCommand::Put { key, value } => {
             let resp = c
@@ -223,8 +254,9 @@ pub async fn cluster(op: ClusterCommand, endpoint: &str, access: &Access) -> Res
 }
 
 async fn get_status(endpoint: &str, access: &Access) -> Result<serde_json::Value, CliError> {
-    let resp = client(access)?
-        .get(format!("{}/v1/cluster/status", base(endpoint)))
+    let b = base(endpoint);
+    let resp = client(access, &b)?
+        .get(format!("{b}/v1/cluster/status"))
         .send()
         .await
         .map_err(|e| unreachable(endpoint, &e))?;
@@ -240,8 +272,9 @@ async fn remove(endpoint: &str, id: u64, access: &Access) -> Result<i32, CliErro
     let leader =
         v["leader"].as_u64().ok_or_else(|| CliError::Usage("no leader now; retry".into()))?;
     let api = v["nodes"][leader.to_string()]["api_addr"].as_str().unwrap_or(endpoint).to_string();
-    let resp = client(access)?
-        .delete(format!("{}/v1/cluster/members/{id}", base_like(&api, endpoint)))
+    let leader_base = base_like(&api, endpoint);
+    let resp = client(access, &leader_base)?
+        .delete(format!("{leader_base}/v1/cluster/members/{id}"))
         .send()
         .await
         .map_err(|e| unreachable(&api, &e))?;

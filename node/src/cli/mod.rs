@@ -183,8 +183,34 @@ fn runtime() -> Result<tokio::runtime::Runtime, CliError> {
         .map_err(|e| CliError::Io(e, "starting the async runtime".into()))
 }
 
+/// The token flags (`--token`, `--join-token`) given on `args`, a command line: a command
+/// line is visible to every user of the machine (`ps`, `/proc/PID/cmdline`), so each gets a
+/// warning naming the environment variable to use instead.
+pub fn tokens_on_command_line(args: &[std::ffi::OsString]) -> Vec<(&'static str, &'static str)> {
+    let mut found = Vec::new();
+    for arg in args.iter().skip(1).map(|a| a.to_string_lossy()) {
+        if arg == "--" {
+            break;
+        }
+        for (flag, env) in [("--token", "VELLUM_TOKEN"), ("--join-token", "VELLUM_JOIN_TOKEN")] {
+            let given = arg == flag || arg.strip_prefix(flag).is_some_and(|r| r.starts_with('='));
+            if given && !found.contains(&(flag, env)) {
+                found.push((flag, env));
+            }
+        }
+    }
+    found
+}
+
 /// Runs a command; returns the process exit code.
 pub fn run(cli: Cli) -> Result<i32, CliError> {
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    for (flag, env) in tokens_on_command_line(&args) {
+        eprintln!(
+            "vellum: warning: {flag} on the command line is visible to every user of this \
+             machine (ps, /proc): give it in {env} instead"
+        );
+    }
     match cli.command {
         Command::Format {
             carrier,

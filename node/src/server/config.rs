@@ -5,9 +5,11 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use clap::builder::BoolishValueParser;
 use vellum_raft_store::KvNode;
 
-use crate::server::auth::BearerToken;
+use crate::security::exposure::Exposure;
+use crate::security::tokens::BearerToken;
 use crate::size::parse_size;
 
 fn size_arg(s: &str) -> Result<u64, String> {
@@ -76,7 +78,7 @@ pub struct ServeArgs {
     /// snapshot publication) is then a copy-on-write checkpoint with two barriers instead of
     /// one journal write. The region is still reserved (`vellum journal enable` switches it
     /// on later). An existing volume keeps its own form.
-    #[arg(long, env = "VELLUM_NO_JOURNAL")]
+    #[arg(long, env = "VELLUM_NO_JOURNAL", value_parser = BoolishValueParser::new())]
     pub no_journal: bool,
     /// Size of one log segment of a new log (default: 1/16 of the volume, from 1 MiB to
     /// 64 MiB). An existing log keeps the size of its segments.
@@ -120,7 +122,12 @@ pub struct ServeArgs {
     /// Serve plain HTTP on non-loopback addresses. Without it, `vellum serve` refuses to
     /// listen off loopback unless both ports have TLS: anyone who reaches a plain port can
     /// read, write, vote and change membership.
-    #[arg(long, env = "VELLUM_INSECURE", help_heading = "Security")]
+    #[arg(
+        long,
+        env = "VELLUM_INSECURE",
+        value_parser = BoolishValueParser::new(),
+        help_heading = "Security"
+    )]
     pub insecure: bool,
 }
 
@@ -137,6 +144,20 @@ pub const DEFAULT_VOLUME_BYTES: u64 = 1 << 30;
 impl ServeArgs {
     pub fn me(&self) -> KvNode {
         KvNode { raft_addr: self.raft_addr.to_string(), api_addr: self.api_addr.to_string() }
+    }
+
+    /// The ports this node opens and how each is protected (`security/exposure.rs`).
+    pub fn exposure(&self) -> Exposure {
+        Exposure {
+            api_addr: self.api_addr,
+            raft_addr: self.raft_addr,
+            metrics_addr: self.metrics_addr,
+            api_tls: self.api_cert.is_some(),
+            api_client_certs: self.api_ca.is_some(),
+            api_tokens: self.auth_tokens.is_some(),
+            raft_tls: self.peer_cert.is_some(),
+            insecure: self.insecure,
+        }
     }
 
     /// Capacity of the volume if it has to be created.

@@ -20,7 +20,6 @@
 //! re-read on SIGHUP); `--join-token` is the admin token this node presents to the
 //! cluster's API when it joins.
 
-pub(crate) mod auth;
 mod codec;
 pub mod config;
 pub mod http;
@@ -45,6 +44,7 @@ use vellum_raft_store::{
 };
 
 use crate::error::CliError;
+use crate::security::{exposure, tokens};
 use config::ClusterState;
 pub use config::ServeArgs;
 use transport::{ApiClient, PeerClients, Security};
@@ -438,9 +438,10 @@ impl Reach {
 
 /// Runs the node until SIGINT / SIGTERM (or until it learns it lost its state).
 pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
-    transport::check_exposure(&args).map_err(CliError::Usage)?;
+    let exposure = args.exposure();
+    exposure::check(&exposure).map_err(CliError::Usage)?;
     let security = Arc::new(Security::load(&args).map_err(fail("TLS"))?);
-    for warning in transport::exposure_warnings(&args) {
+    for warning in exposure::warnings(&exposure) {
         tracing::warn!("{warning}");
     }
     let reach = Reach { peers: security.peers(), security: Arc::clone(&security) };
@@ -594,7 +595,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
 }
 
 /// The tokens the client API requires (`--auth-tokens`), loaded and reloaded on SIGHUP.
-fn client_auth(args: &ServeArgs) -> Result<Option<auth::Auth>, CliError> {
+fn client_auth(args: &ServeArgs) -> Result<Option<tokens::Auth>, CliError> {
     let Some(path) = &args.auth_tokens else {
         // SIGHUP must never end the node (its default action would): say there is nothing
         // to reload.
@@ -611,7 +612,7 @@ fn client_auth(args: &ServeArgs) -> Result<Option<auth::Auth>, CliError> {
         }
         return Ok(None);
     };
-    let auth = auth::Auth::load(path).map_err(|e| CliError::Usage(e.to_string()))?;
+    let auth = tokens::Auth::load(path).map_err(|e| CliError::Usage(e.to_string()))?;
     tracing::info!(
         "client API requires bearer tokens ({} tokens from {})",
         auth.count(),

@@ -29,7 +29,7 @@ use super::KvRaft;
 use super::codec::{decode, encode};
 use super::member::{self, Guard, Knowledge, Refused};
 use super::transport::PeerCert;
-use crate::tls;
+use crate::security::tls;
 use vellum_raft_store::member::PeerBook;
 
 /// Largest append or vote RPC body.

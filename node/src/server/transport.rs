@@ -13,7 +13,7 @@
 //!   leader, joining, start-up checks) verify them against `--api-ca` and `--peer-ca` and
 //!   present this node's API certificate.
 //! - Secure by default: a non-loopback address is served only with TLS on both ports, unless
-//!   `--insecure` says plain HTTP is wanted ([`check_exposure`]).
+//!   `--insecure` says plain HTTP is wanted (`security/exposure.rs`).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -28,7 +28,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::config::ServeArgs;
-use crate::tls;
+use crate::security::tls;
 
 /// How long a TLS handshake may take before the connection is dropped.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -56,57 +56,6 @@ pub struct Security {
     pub api_server: Option<Arc<ServerConfig>>,
     /// The config of calls to other members' APIs (None: plain HTTP).
     api_client: Option<ClientConfig>,
-}
-
-fn is_loopback(addr: SocketAddr) -> bool {
-    addr.ip().is_loopback()
-}
-
-/// Refuses plain HTTP on a non-loopback address unless `--insecure`: one line saying what to
-/// give instead.
-pub fn check_exposure(args: &ServeArgs) -> Result<(), String> {
-    let exposed: Vec<String> = [args.api_addr, args.raft_addr]
-        .into_iter()
-        .filter(|a| !is_loopback(*a))
-        .map(|a| a.to_string())
-        .collect();
-    let plain: Vec<&str> = [
-        (args.api_cert.is_none(), "the client API (--api-cert, --api-key)"),
-        (args.peer_cert.is_none(), "the Raft port (--peer-cert, --peer-key, --peer-ca)"),
-    ]
-    .into_iter()
-    .filter_map(|(plain, what)| plain.then_some(what))
-    .collect();
-    if exposed.is_empty() || plain.is_empty() || args.insecure {
-        return Ok(());
-    }
-    Err(format!(
-        "refusing to serve plain HTTP off loopback ({}): give TLS for {} (vellum cert makes \
-         certificates), or --insecure to let anyone who reaches these ports read, write, vote \
-         and change membership",
-        exposed.join(", "),
-        plain.join(" and ")
-    ))
-}
-
-/// What `vellum serve` should warn about before it serves: an exposed API that anyone may
-/// use (TLS without tokens or client certificates), a metrics address off loopback.
-pub fn exposure_warnings(args: &ServeArgs) -> Vec<String> {
-    let mut warnings = Vec::new();
-    if !is_loopback(args.api_addr) && args.auth_tokens.is_none() && args.api_ca.is_none() {
-        warnings.push(format!(
-            "the client API at {} authenticates nobody (no --auth-tokens, no --api-ca): anyone \
-             who reaches it may read, write and change membership",
-            args.api_addr
-        ));
-    }
-    if let Some(addr) = args.metrics_addr.filter(|a| !is_loopback(*a)) {
-        warnings.push(format!(
-            "/metrics is served on {addr} in plain HTTP without a token: keep that address on \
-             a management network"
-        ));
-    }
-    warnings
 }
 
 impl Security {

@@ -73,6 +73,35 @@ pub struct AddLearner {
     pub api_addr: String,
 }
 
+/// A learner's addresses before they enter the membership (every member dials them, and a
+/// member's Raft address names the TLS peer it must be): `raft_addr` is `IP:PORT`, `api_addr`
+/// is `HOST:PORT` (an IP address, or a DNS name of letters, digits, `-` and `.`).
+pub fn check_addresses(req: &AddLearner) -> Result<(), String> {
+    if req.raft_addr.parse::<std::net::SocketAddr>().is_err() {
+        return Err(format!("raft_addr {:?} is not IP:PORT", req.raft_addr));
+    }
+    if !is_host_port(&req.api_addr) {
+        return Err(format!("api_addr {:?} is not HOST:PORT", req.api_addr));
+    }
+    Ok(())
+}
+
+fn is_host_port(addr: &str) -> bool {
+    if addr.parse::<std::net::SocketAddr>().is_ok() {
+        return true;
+    }
+    let Some((host, port)) = addr.rsplit_once(':') else { return false };
+    let port_ok = port.parse::<u16>().is_ok_and(|p| p > 0);
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    };
+    port_ok && !host.is_empty() && host.len() <= 253 && host.split('.').all(label_ok)
+}
+
 #[derive(Debug, Serialize, Deserialize)]
 pub struct ChangeMembers {
     /// The new voter set.
@@ -123,6 +152,9 @@ pub async fn add_learner(
     if req.id == 0 {
         return ApiError::BadRequest("node ids start at 1".into()).into_response();
     }
+    if let Err(why) = check_addresses(&req) {
+        return ApiError::BadRequest(why).into_response();
+    }
     if let Some(r) = not_leader(&s) {
         return r;
     }
@@ -169,4 +201,37 @@ pub async fn remove_member(
         return ApiError::NotFound.into_response();
     };
     changed(s.raft.change_membership(change, false).await, ApiError::BadRequest)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn learner(raft: &str, api: &str) -> AddLearner {
+        AddLearner { id: 4, raft_addr: raft.into(), api_addr: api.into() }
+    }
+
+    #[test]
+    fn learner_addresses_are_checked() {
+        for (raft, api) in [
+            ("127.0.0.1:7004", "127.0.0.1:8004"),
+            ("[::1]:7004", "db4.example.com:8004"),
+            ("10.0.0.4:7004", "node-4:8004"),
+        ] {
+            assert!(check_addresses(&learner(raft, api)).is_ok(), "{raft} {api}");
+        }
+        for (raft, api) in [
+            ("db4.example.com:7004", "127.0.0.1:8004"),
+            ("127.0.0.1", "127.0.0.1:8004"),
+            ("127.0.0.1:7004", "127.0.0.1"),
+            ("127.0.0.1:7004", "http://x:80"),
+            ("127.0.0.1:7004", "a b:80"),
+            ("127.0.0.1:7004", "host:0"),
+            ("127.0.0.1:7004", ":80"),
+            ("127.0.0.1:7004", "x/../y:80"),
+            ("", ""),
+        ] {
+            assert!(check_addresses(&learner(raft, api)).is_err(), "{raft:?} {api:?}");
+        }
+    }
 }

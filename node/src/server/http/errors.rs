@@ -4,7 +4,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use crate::server::auth::Role;
+use crate::security::tokens::{Refused, Role};
 
 /// What went wrong with a request.
 #[derive(Debug)]
@@ -44,6 +44,15 @@ pub enum ApiError {
     /// The leader could not be reached to forward to.
     BadGateway(String),
     Internal(String),
+}
+
+impl From<Refused> for ApiError {
+    fn from(refused: Refused) -> ApiError {
+        match refused {
+            Refused::Unauthorized(why) => ApiError::Unauthorized(why),
+            Refused::Forbidden { role, needs } => ApiError::Forbidden { role, needs },
+        }
+    }
 }
 
 impl IntoResponse for ApiError {

@@ -9,6 +9,7 @@
 //! carries the caller's `Authorization` header: the leader checks the caller's authority
 //! again, so every node needs the same token file.
 
+mod auth;
 mod cluster;
 mod errors;
 mod kv;
@@ -31,9 +32,9 @@ pub use cluster::Status as ClusterStatus;
 pub use errors::ApiError;
 
 use super::KvRaft;
-use super::auth::{self, Auth};
 use super::metrics as m;
 use super::transport::ApiClient;
+use crate::security::tokens::Auth;
 
 /// Header marking a request one node forwarded to another (never forwarded again).
 pub const FORWARDED: &str = "x-vellum-forwarded";

@@ -33,12 +33,7 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, PoisonError, RwLock};
 
-use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, Method, header};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
-
-use super::http::ApiError;
 
 /// Longest token accepted, in the file or in a request (bounds the comparison work a
 /// request can cause).
@@ -95,6 +90,16 @@ impl fmt::Display for Role {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())
     }
+}
+
+/// Why a request's token does not let it through. The HTTP layer maps it to 401 or 403
+/// (`server/http/errors.rs`); it never quotes the token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Refused {
+    /// No usable bearer token: missing, malformed or unknown, as the reason says.
+    Unauthorized(&'static str),
+    /// The token's role is below the one the route needs.
+    Forbidden { role: Role, needs: Role },
 }
 
 /// Routes anyone may call.
@@ -358,10 +363,10 @@ impl Auth {
 
     /// The caller's role if it is at least `needs`: the `Authorization: Bearer` token of
     /// `headers`, looked up.
-    pub(crate) fn authorize(&self, headers: &HeaderMap, needs: Role) -> Result<Role, ApiError> {
+    pub(crate) fn authorize(&self, headers: &HeaderMap, needs: Role) -> Result<Role, Refused> {
         let token = bearer(headers)?;
-        let role = self.role_of(token).ok_or(ApiError::Unauthorized("unknown token"))?;
-        if role >= needs { Ok(role) } else { Err(ApiError::Forbidden { role, needs }) }
+        let role = self.role_of(token).ok_or(Refused::Unauthorized("unknown token"))?;
+        if role >= needs { Ok(role) } else { Err(Refused::Forbidden { role, needs }) }
     }
 }
 
@@ -382,13 +387,13 @@ fn warn_if_world_readable(path: &Path) {
 }
 
 /// The token of the request's one `Authorization: Bearer TOKEN` header (scheme in any case).
-fn bearer(headers: &HeaderMap) -> Result<&[u8], ApiError> {
+fn bearer(headers: &HeaderMap) -> Result<&[u8], Refused> {
     let mut values = headers.get_all(header::AUTHORIZATION).iter();
-    let value = values.next().ok_or(ApiError::Unauthorized("no bearer token"))?;
+    let value = values.next().ok_or(Refused::Unauthorized("no bearer token"))?;
     if values.next().is_some() {
-        return Err(ApiError::Unauthorized("more than one Authorization header"));
+        return Err(Refused::Unauthorized("more than one Authorization header"));
     }
-    let malformed = ApiError::Unauthorized("the Authorization header is not Bearer TOKEN");
+    let malformed = Refused::Unauthorized("the Authorization header is not Bearer TOKEN");
     let bytes = value.as_bytes();
     let Some(space) = bytes.iter().position(|&b| b == b' ') else { return Err(malformed) };
     let (scheme, token) = (&bytes[..space], bytes[space..].trim_ascii());
@@ -399,22 +404,6 @@ fn bearer(headers: &HeaderMap) -> Result<&[u8], ApiError> {
         return Err(malformed);
     }
     Ok(token)
-}
-
-/// The middleware: with tokens configured, a request that needs a role gets 401 or 403
-/// unless its token has that role. Runs before any body is read.
-pub(crate) async fn require_token(
-    State(auth): State<Option<Auth>>,
-    req: Request,
-    next: Next,
-) -> Response {
-    if let Some(auth) = &auth
-        && let Some(needs) = required_role(req.method(), req.uri().path())
-        && let Err(refused) = auth.authorize(req.headers(), needs)
-    {
-        return refused.into_response();
-    }
-    next.run(req).await
 }
 
 /// A token this process presents (`--token`, `--join-token`). Its `Debug` hides it.
@@ -449,245 +438,4 @@ impl BearerToken {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Equality of two byte strings through [`padded_eq`], as `role_of` uses it.
-    fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-        padded_eq(a, a.len(), b, a.len().max(b.len())) == 1
-    }
-
-    fn parse(text: &str) -> Result<TokenSet, TokenFileError> {
-        TokenSet::parse(Path::new("/etc/vellum/tokens"), text)
-    }
-
-    fn line_problem(text: &str) -> (usize, LineProblem) {
-        match parse(text) {
-            Err(TokenFileError::Line { line, problem, .. }) => (line, problem),
-            other => panic!("expected a line error, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn roles_are_ordered_and_parsed() {
-        assert!(Role::Read < Role::Write && Role::Write < Role::Admin);
-        for r in [Role::Read, Role::Write, Role::Admin] {
-            assert_eq!(Role::parse(r.as_str()), Some(r));
-            assert_eq!(Role::from_bits(r.bit()), Some(r));
-        }
-        assert_eq!(Role::parse("Admin"), None);
-        assert_eq!(Role::parse(""), None);
-        assert_eq!(Role::from_bits(0), None);
-        assert_eq!(Role::from_bits(3), None);
-    }
-
-    #[test]
-    fn route_table() {
-        let cases = [
-            (Method::GET, "/livez", None),
-            (Method::GET, "/readyz", None),
-            (Method::POST, "/readyz", None),
-            (Method::GET, "/v1/kv/a", Some(Role::Read)),
-            (Method::HEAD, "/v1/kv/a", Some(Role::Read)),
-            (Method::PUT, "/v1/kv/a", Some(Role::Write)),
-            (Method::DELETE, "/v1/kv/a", Some(Role::Write)),
-            (Method::POST, "/v1/kv/a", Some(Role::Write)),
-            (Method::GET, "/v1/cluster/status", Some(Role::Read)),
-            (Method::GET, "/metrics", Some(Role::Read)),
-            (Method::POST, "/v1/cluster/learners", Some(Role::Admin)),
-            (Method::PUT, "/v1/cluster/members", Some(Role::Admin)),
-            (Method::GET, "/v1/cluster/members", Some(Role::Admin)),
-            (Method::DELETE, "/v1/cluster/members/3", Some(Role::Admin)),
-            (Method::GET, "/v1/cluster/status/", Some(Role::Admin)),
-            (Method::GET, "/v1/nothing", Some(Role::Read)),
-            (Method::POST, "/v1/nothing", Some(Role::Write)),
-            (Method::GET, "/livez/", Some(Role::Read)),
-        ];
-        for (method, path, want) in cases {
-            assert_eq!(required_role(&method, path), want, "{method} {path}");
-        }
-    }
-
-    #[test]
-    fn parses_tokens_comments_and_blank_lines() {
-        let set = parse(
-            "# who may do what\n\n  rtok read  \nwtok\twrite # the CI job\n   # indented\natok admin\n",
-        )
-        .unwrap();
-        assert_eq!(set.len(), 3);
-        assert_eq!(set.role_of(b"rtok"), Some(Role::Read));
-        assert_eq!(set.role_of(b"wtok"), Some(Role::Write));
-        assert_eq!(set.role_of(b"atok"), Some(Role::Admin));
-        assert_eq!(set.role_of(b"rto"), None);
-        assert_eq!(set.role_of(b"rtokk"), None);
-        assert_eq!(set.role_of(b""), None);
-        assert_eq!(set.role_of(b"#"), None);
-        assert_eq!(set.role_of(&[b'a'; MAX_TOKEN_BYTES + 1]), None);
-        // Tokens of different lengths: each is padded to the longest.
-        let set = parse("a read\nlong-token-here write\n").unwrap();
-        assert_eq!(set.role_of(b"a"), Some(Role::Read));
-        assert_eq!(set.role_of(b"long-token-here"), Some(Role::Write));
-        assert_eq!(set.role_of(b"long"), None);
-        assert_eq!(set.role_of(b"a\0"), None);
-    }
-
-    #[test]
-    fn file_errors_name_the_line_and_never_the_token() {
-        let cases = [
-            ("ok read\nsecret-one\n", 2, LineProblem::MissingRole),
-            ("secret-one reader\n", 1, LineProblem::UnknownRole),
-            ("read secret-one\n", 1, LineProblem::UnknownRole),
-            ("secret-one read admin\n", 1, LineProblem::ExtraFields),
-            ("secret-one read\n\nsecret-one admin\n", 3, LineProblem::Repeated { first: 1 }),
-            ("secret-\u{e9}t\u{e9} read\n", 1, LineProblem::NotPrintable),
-            ("secret-one\u{7} read\n", 1, LineProblem::NotPrintable),
-        ];
-        for (text, line, problem) in cases {
-            assert_eq!(line_problem(text), (line, problem), "{text:?}");
-            let shown = parse(text).unwrap_err().to_string();
-            assert!(!shown.contains("secret"), "{shown}");
-            assert!(
-                shown.contains("/etc/vellum/tokens") && shown.contains(&format!("line {line}"))
-            );
-        }
-        let long = format!("{} read\n", "s".repeat(MAX_TOKEN_BYTES + 1));
-        assert_eq!(line_problem(&long), (1, LineProblem::TooLong));
-        assert!(!parse(&long).unwrap_err().to_string().contains("sss"));
-        for empty in ["", "\n\n", "# nobody yet\n  \n"] {
-            let e = parse(empty).unwrap_err();
-            assert!(matches!(e, TokenFileError::Empty { .. }), "{e:?}");
-            assert!(e.to_string().contains("lock every client out"), "{e}");
-        }
-    }
-
-    #[test]
-    fn constant_time_eq_is_equality() {
-        assert!(ct_eq(b"", b""));
-        assert!(ct_eq(b"token", b"token"));
-        assert!(!ct_eq(b"token", b"toke"));
-        assert!(!ct_eq(b"toke", b"token"));
-        assert!(!ct_eq(b"token", b"tokem"));
-        assert!(!ct_eq(b"", b"x"));
-        assert!(!ct_eq(b"x", b""));
-        assert!(!ct_eq(b"ab\0", b"ab"));
-        assert!(!ct_eq(b"\x80", b"\x00"));
-    }
-
-    #[test]
-    fn reload_keeps_the_old_tokens_on_a_bad_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("tokens");
-        std::fs::write(&path, "rtok read\nwtok write\n").unwrap();
-        let auth = Auth::load(&path).unwrap();
-        assert_eq!(auth.count(), 2);
-        std::fs::write(&path, "rtok read\nwtok bogus\n").unwrap();
-        assert!(matches!(auth.reload(), Err(TokenFileError::Line { line: 2, .. })));
-        std::fs::write(&path, "# emptied\n").unwrap();
-        assert!(matches!(auth.reload(), Err(TokenFileError::Empty { .. })));
-        std::fs::remove_file(&path).unwrap();
-        assert!(matches!(auth.reload(), Err(TokenFileError::Read { .. })));
-        assert_eq!(auth.role_of(b"wtok"), Some(Role::Write));
-        std::fs::write(&path, "rtok read\natok admin\n").unwrap();
-        assert_eq!(auth.reload().unwrap(), 2);
-        assert_eq!(auth.role_of(b"wtok"), None);
-        assert_eq!(auth.clone().role_of(b"atok"), Some(Role::Admin));
-        assert!(!format!("{auth:?}").contains("atok"));
-    }
-
-    #[test]
-    fn bearer_header_syntax() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("tokens");
-        std::fs::write(&path, "rtok read\nwtok write\n").unwrap();
-        let auth = Auth::load(&path).unwrap();
-        let with = |v: &str| {
-            let mut h = HeaderMap::new();
-            h.insert(header::AUTHORIZATION, HeaderValue::from_str(v).unwrap());
-            h
-        };
-        assert_eq!(auth.authorize(&with("Bearer wtok"), Role::Write).unwrap(), Role::Write);
-        assert_eq!(auth.authorize(&with("bearer  rtok "), Role::Read).unwrap(), Role::Read);
-        assert!(matches!(
-            auth.authorize(&with("Bearer rtok"), Role::Write),
-            Err(ApiError::Forbidden { role: Role::Read, needs: Role::Write })
-        ));
-        for bad in ["Basic cnRvaw==", "Bearer", "Bearer ", "rtok", "Bearer nope", "Bearer rt ok"] {
-            assert!(
-                matches!(auth.authorize(&with(bad), Role::Read), Err(ApiError::Unauthorized(_))),
-                "{bad}"
-            );
-        }
-        assert!(matches!(
-            auth.authorize(&HeaderMap::new(), Role::Read),
-            Err(ApiError::Unauthorized("no bearer token"))
-        ));
-        let mut two = with("Bearer rtok");
-        two.append(header::AUTHORIZATION, HeaderValue::from_static("Bearer wtok"));
-        assert!(matches!(auth.authorize(&two, Role::Read), Err(ApiError::Unauthorized(_))));
-    }
-
-    #[test]
-    fn presented_tokens_are_checked_and_hidden() {
-        let t = BearerToken::from("s3cret".to_string());
-        assert!(!format!("{t:?}").contains("s3cret"));
-        let v = t.header().unwrap();
-        assert!(v.is_sensitive());
-        assert_eq!(v.to_str().unwrap(), "Bearer s3cret");
-        for bad in ["", "has space", "caf\u{e9}"] {
-            let e = BearerToken::from(bad.to_string()).header().unwrap_err();
-            assert!(bad.is_empty() || !e.contains(bad));
-        }
-    }
-
-    /// The middleware on a small router: status, error and header of each answer.
-    #[tokio::test]
-    async fn middleware_refuses_before_the_handler() {
-        use tower_service::Service;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("tokens");
-        std::fs::write(&path, "rtok read\nwtok write\n").unwrap();
-        let app = |auth: Option<Auth>| {
-            let ok = || async { "ok" };
-            axum::Router::new()
-                .route("/v1/kv/{k}", axum::routing::get(ok).put(ok))
-                .route("/livez", axum::routing::get(ok))
-                .layer(axum::middleware::from_fn_with_state(auth, require_token))
-        };
-        let mut on = app(Some(Auth::load(&path).unwrap()));
-        let mut off = app(None);
-        let cases = [
-            (Method::PUT, "/v1/kv/a", None, 401, "unauthorized"),
-            (Method::PUT, "/v1/kv/a", Some("Bearer nope"), 401, "unauthorized"),
-            (Method::PUT, "/v1/kv/a", Some("Bearer rtok"), 403, "forbidden"),
-            (Method::PUT, "/v1/kv/a", Some("Bearer wtok"), 200, ""),
-            (Method::GET, "/v1/kv/a", Some("BEARER rtok"), 200, ""),
-            (Method::GET, "/v1/unknown", None, 401, "unauthorized"),
-            (Method::GET, "/livez", None, 200, ""),
-        ];
-        for (method, uri, authorization, want, error) in cases {
-            let mut req = axum::http::Request::builder().method(method.clone()).uri(uri);
-            if let Some(a) = authorization {
-                req = req.header(header::AUTHORIZATION, a);
-            }
-            let resp = on.call(req.body(axum::body::Body::empty()).unwrap()).await.unwrap();
-            assert_eq!(resp.status().as_u16(), want, "{method} {uri}");
-            let challenge = resp.headers().get(header::WWW_AUTHENTICATE).cloned();
-            assert_eq!(challenge.is_some(), want == 401);
-            let body = axum::body::to_bytes(resp.into_body(), 1 << 16).await.unwrap();
-            if want == 200 {
-                assert_eq!(&body[..], b"ok");
-                continue;
-            }
-            let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-            assert_eq!(v["error"], error);
-            let text = String::from_utf8_lossy(&body);
-            assert!(["rtok", "wtok", "nope"].iter().all(|t| !text.contains(t)), "{text}");
-            if want == 403 {
-                assert_eq!((&v["role"], &v["needs"]), (&"read".into(), &"write".into()));
-            }
-        }
-        let req = axum::http::Request::builder().method(Method::PUT).uri("/v1/kv/a");
-        let resp = off.call(req.body(axum::body::Body::empty()).unwrap()).await.unwrap();
-        assert_eq!(resp.status().as_u16(), 200, "no --auth-tokens: open as before");
-    }
-}
+mod tests;
