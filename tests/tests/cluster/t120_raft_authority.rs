@@ -1,0 +1,204 @@
+//! Raft authority comes from membership, not from the CA (issue 23), and one member cannot
+//! evict another. A 3-node mTLS cluster, node 3 started with `--deny-peer 4`:
+//!
+//! - a CA-signed certificate for node 9, never a member, is refused (403 `not_a_member`) for
+//!   a vote (a leadership transfer of term 500), an append (a leader of term 500) and a
+//!   snapshot; no term reaches 500, the keys are unchanged, no node exits, and no node
+//!   records node 9 in its peer book (`GET /raft/member/9` answers `knows: null`);
+//! - a learner (node 4) may append but not vote; `--deny-peer 4` refuses it on node 3; once
+//!   removed, its certificate is refused for good (`removed_member`), and the API refuses to
+//!   add the id again (409);
+//! - a member (node 2) that addresses node 1 by a made-up incarnation does not make node 1
+//!   exit: node 1 refuses node 2 from then on and keeps serving; a second voter (node 3)
+//!   saying the same is a majority of the voters, and node 1 stops (exit code 3).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::harness::{Cluster, phase};
+use crate::rpc::{self, Answer, append_body, post_raw, snapshot_body, vote_body};
+use crate::t110_mtls::{pki, term, tls_client};
+
+fn cert(pki: &Path, id: u64) -> (PathBuf, PathBuf) {
+    (pki.join(format!("node-{id}.pem")), pki.join(format!("node-{id}-key.pem")))
+}
+
+/// What `node`'s Raft port says it knows of node `id` (asked with a node certificate).
+fn knows(client: &reqwest::blocking::Client, raft: u16, id: u64) -> serde_json::Value {
+    let url = format!("https://127.0.0.1:{raft}/raft/member/{id}");
+    client.get(url).send().unwrap().json::<serde_json::Value>().unwrap()["knows"].clone()
+}
+
+/// `GET /v1/cluster/status` of `node`.
+fn status(c: &Cluster, node: &crate::harness::Node) -> serde_json::Value {
+    c.get(&node.url("/v1/cluster/status")).unwrap().json().unwrap()
+}
+
+/// Polls (bounded count) until `f` holds.
+fn eventually(what: &str, c: &Cluster, mut f: impl FnMut() -> bool) {
+    for _ in 0..300 {
+        if f() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("never: {what}; logs: {}", c.logs());
+}
+
+fn assert_refused(a: &Answer, error: &str, what: &str) {
+    assert_eq!((a.status, a.error().as_str()), (403, error), "{what}: {a:?} {}", a.json());
+    assert!(a.member.is_some(), "{what}: a refusal names the member that refuses");
+}
+
+#[test]
+fn raft_authority_comes_from_membership_and_one_member_cannot_evict_another() {
+    let mut c = Cluster::new(3);
+    let pki = pki(&c.dir.path().join("pki"), &[1, 2, 3, 4, 9]);
+    let ca = pki.join("ca.pem");
+    for n in &mut c.nodes {
+        let (cert, key) = cert(&pki, n.id);
+        for (flag, path) in [
+            ("--peer-cert", &cert),
+            ("--peer-key", &key),
+            ("--peer-ca", &ca),
+            ("--api-cert", &cert),
+            ("--api-key", &key),
+            ("--api-ca", &ca),
+        ] {
+            n.extra.push(flag.into());
+            n.extra.push(path.to_str().unwrap().into());
+        }
+        n.https = true;
+    }
+    c.by_id(3).extra.extend(["--deny-peer".to_string(), "4".to_string()]);
+    c.http = tls_client(&ca, Some((&pki.join("client.pem"), &pki.join("client-key.pem"))));
+    phase("a 3-node mTLS cluster takes a write");
+    c.start_all();
+    c.wait_ready();
+    let leader = c.leader();
+    assert!(c.put(c.by_ref(leader), "k", "v"), "{}", c.logs());
+    let as_node = |id: u64| {
+        let (cert, key) = cert(&pki, id);
+        rpc::client(&ca, &cert, &key)
+    };
+    let rafts: Vec<(u64, u16)> = c.nodes.iter().map(|n| (n.id, n.raft)).collect();
+
+    phase("node 9 (a CA certificate, never a member) is refused vote, append and snapshot");
+    let nine = as_node(9);
+    for &(id, raft) in &rafts {
+        let to = format!("{id}:-");
+        let a = post_raw(&nine, raft, "vote", "9:-", &to, vote_body(9, 500, true)).unwrap();
+        assert_refused(&a, "not_a_member", "node 9's vote");
+        let a = post_raw(&nine, raft, "append", "9:-", &to, append_body(9, 500)).unwrap();
+        assert_refused(&a, "not_a_member", "node 9's append");
+        let a =
+            post_raw(&nine, raft, "snapshot", "9:-", &to, snapshot_body(9, 500, vec![])).unwrap();
+        assert_refused(&a, "not_a_member", "node 9's snapshot");
+    }
+    for n in &c.nodes {
+        assert!(term(&c, n) < 500, "node {} moved to node 9's term", n.id);
+        assert_eq!(c.read(n, "k", true).as_deref(), Some("v"), "node {}", n.id);
+        assert_eq!(knows(&nine, n.raft, 9), serde_json::Value::Null, "node {} recorded 9", n.id);
+    }
+    for n in &mut c.nodes {
+        assert!(n.wait_exit(Duration::ZERO).is_none(), "node {} exited", n.id);
+    }
+
+    phase("a learner (node 4) may append but not vote; node 3 denies it (--deny-peer 4)");
+    let leader = c.leader();
+    let short = tls_client(&ca, Some((&pki.join("client.pem"), &pki.join("client-key.pem"))));
+    // Node 4 never runs: the leader adds it, then waits for it to catch up (the answer does
+    // not matter; the membership entry is committed first).
+    let _ = short
+        .post(c.by_ref(leader).url("/v1/cluster/learners"))
+        .timeout(Duration::from_secs(2))
+        .json(
+            &serde_json::json!({ "id": 4, "raft_addr": "127.0.0.1:1", "api_addr": "127.0.0.1:1" }),
+        )
+        .send();
+    for n in &c.nodes {
+        eventually("every node sees learner 4", &c, || {
+            status(&c, n)["learners"].as_array().is_some_and(|l| l.contains(&4.into()))
+        });
+    }
+    let four = as_node(4);
+    let inc4 = "44444444444444444444444444444444";
+    let from4 = format!("4:{inc4}");
+    for &(id, raft) in &rafts {
+        let to = format!("{id}:-");
+        let vote = post_raw(&four, raft, "vote", &from4, &to, vote_body(4, 1, false)).unwrap();
+        let append = post_raw(&four, raft, "append", &from4, &to, append_body(4, 1)).unwrap();
+        if id == 3 {
+            assert_refused(&vote, "denied_peer", "node 4's vote to node 3");
+            assert_refused(&append, "denied_peer", "node 4's append to node 3");
+        } else {
+            assert_refused(&vote, "not_a_voter", "learner 4's vote");
+            assert_eq!(append.status, 200, "learner 4's append: {append:?} {}", append.json());
+        }
+    }
+
+    phase("node 4 removed: refused for good, and the API does not add it again");
+    let removed = c.authed(c.http.delete(c.by_ref(leader).url("/v1/cluster/members/4"))).send();
+    assert!(removed.is_ok_and(|r| r.status().is_success()), "{}", c.logs());
+    for &(id, raft) in rafts.iter().filter(|(id, _)| *id != 3) {
+        let to = format!("{id}:-");
+        eventually("node 4's appends are refused as removed", &c, || {
+            let a = post_raw(&four, raft, "append", &from4, &to, append_body(4, 1)).unwrap();
+            a.status == 403 && a.error() == "removed_member"
+        });
+    }
+    let again = short
+        .post(c.by_ref(leader).url("/v1/cluster/learners"))
+        .timeout(Duration::from_secs(5))
+        .json(
+            &serde_json::json!({ "id": 4, "raft_addr": "127.0.0.1:1", "api_addr": "127.0.0.1:1" }),
+        )
+        .send()
+        .unwrap();
+    assert_eq!(again.status().as_u16(), 409, "re-adding removed node 4");
+
+    phase("node 2 addresses node 1 by a made-up incarnation: node 1 keeps serving");
+    let (raft1, made_up) = (c.by_ref(1).raft, "0123456789abcdef0123456789abcdef");
+    let two = as_node(2);
+    let inc2 = knows(&two, raft1, 2).as_str().unwrap().to_string();
+    let forged = post_raw(
+        &two,
+        raft1,
+        "append",
+        &format!("2:{inc2}"),
+        &format!("1:{made_up}"),
+        append_body(2, 1),
+    )
+    .unwrap();
+    assert_eq!(forged.status, 409, "{forged:?}");
+    assert!(c.by_id(1).wait_exit(Duration::from_secs(2)).is_none(), "node 1 exited: {}", c.logs());
+    assert!(c.get(&c.by_ref(1).url("/v1/cluster/status")).is_some(), "node 1 still answers");
+    let inc1 = knows(&two, c.by_ref(2).raft, 1).as_str().unwrap().to_string();
+    let after = post_raw(
+        &two,
+        raft1,
+        "append",
+        &format!("2:{inc2}"),
+        &format!("1:{inc1}"),
+        append_body(2, 1),
+    )
+    .unwrap();
+    assert_refused(&after, "claimed_stale", "node 2 after its claim");
+    assert!(c.by_ref(1).log_text().contains("a peer claims this node lost its state"));
+
+    phase("node 3 says the same: a majority of the voters, and node 1 stops (exit code 3)");
+    let three = as_node(3);
+    let inc3 = knows(&three, raft1, 3).as_str().unwrap().to_string();
+    let claim = post_raw(
+        &three,
+        raft1,
+        "append",
+        &format!("3:{inc3}"),
+        &format!("1:{made_up}"),
+        append_body(3, 1),
+    )
+    .unwrap();
+    assert_eq!(claim.status, 409, "{claim:?}");
+    let exit = c.by_id(1).wait_exit(Duration::from_secs(30));
+    assert_eq!(exit.and_then(|s| s.code()), Some(3), "{}", c.by_ref(1).log_text());
+}
