@@ -7,6 +7,7 @@
 use std::path::Path;
 
 use serde::Serialize;
+use vellum_raft_store::v010::openraft::StoredMembership;
 use vellum_raft_store::v010::openraft::raft::{AppendEntriesRequest, VoteRequest};
 use vellum_raft_store::v010::openraft::type_config::alias::{SnapshotMetaOf, VoteOf};
 use vellum_raft_store::v010::{TypeConfig, Vote};
@@ -93,7 +94,9 @@ pub fn append_body(from: u64, term: u64) -> Vec<u8> {
 
 /// A whole-snapshot RPC from leader `from` of `term`: its vote, an empty meta, `data`.
 pub fn snapshot_body(from: u64, term: u64, data: Vec<u8>) -> Vec<u8> {
-    let meta =
-        SnapshotMetaOf::<TypeConfig> { last_log_id: None, last_membership: Default::default() };
+    let meta = SnapshotMetaOf::<TypeConfig> {
+        last_log_id: None,
+        last_membership: StoredMembership::default(),
+    };
     encode(&(vote_of(term, from, true), meta, data))
 }
