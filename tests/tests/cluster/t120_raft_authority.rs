@@ -113,14 +113,16 @@ fn raft_authority_comes_from_membership_not_from_the_ca() {
 
     phase("node 9 (a CA certificate, never a member) is refused vote, append and snapshot");
     let nine = as_node(&pki, 9);
+    // An incarnation of its own, as a node 9 that ran would present.
+    let from9 = "9:99999999999999999999999999999999";
     for &(id, raft) in &rafts {
         let to = format!("{id}:-");
-        let a = post_raw(&nine, raft, "vote", "9:-", &to, vote_body(9, 500, true)).unwrap();
+        let a = post_raw(&nine, raft, "vote", from9, &to, vote_body(9, 500, true)).unwrap();
         assert_refused(&a, "not_a_member", "node 9's vote");
-        let a = post_raw(&nine, raft, "append", "9:-", &to, append_body(9, 500)).unwrap();
+        let a = post_raw(&nine, raft, "append", from9, &to, append_body(9, 500)).unwrap();
         assert_refused(&a, "not_a_member", "node 9's append");
         let body = snapshot_body(9, 500, vec![]);
-        let a = post_raw(&nine, raft, "snapshot", "9:-", &to, body).unwrap();
+        let a = post_raw(&nine, raft, "snapshot", from9, &to, body).unwrap();
         assert_refused(&a, "not_a_member", "node 9's snapshot");
     }
     for n in &c.nodes {
