@@ -455,15 +455,18 @@ pub fn spawn_removal_watch(guard: Arc<Guard>, mut rx: MetricsRx) {
             if !gone.is_empty() {
                 let book = Arc::clone(&guard.book);
                 let ids = gone.clone();
+                // Recorded, they leave `seen`; not (the volume failed), they are tried again
+                // at the next change (meanwhile they are refused as non-members anyway).
                 match tokio::task::spawn_blocking(move || book.record_removed(&ids)).await {
-                    Ok(Ok(new)) if !new.is_empty() => {
-                        tracing::info!(removed = ?new, "recorded removed members: their ids are refused for good");
+                    Ok(Ok(new)) => {
+                        if !new.is_empty() {
+                            tracing::info!(removed = ?new, "recorded removed members: their ids are refused for good");
+                        }
+                        seen.retain(|id| !gone.contains(id));
                     }
-                    Ok(Ok(_)) => {}
                     Ok(Err(e)) => tracing::warn!(error = %e, "could not record removed members"),
                     Err(e) => tracing::warn!(error = %e, "could not record removed members"),
                 }
-                seen.retain(|id| !gone.contains(id));
             }
             if rx.changed().await.is_err() {
                 return;
@@ -474,7 +477,62 @@ pub fn spawn_removal_watch(guard: Arc<Guard>, mut rx: MetricsRx) {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+    use vellum_raft_store::v010::KvNode;
+    use vellum_raft_store::v010::openraft::type_config::TypeConfigExt;
+    use vellum_raft_store::v010::openraft::{Membership, StoredMembership};
+
     use super::*;
+
+    /// A guard for node 1 whose Raft reports voters 1, 2, 3, with a term of 3 (some raft
+    /// state) or none at all; and the metrics' sender, to keep them alive.
+    fn guard(with_state: bool) -> (Arc<Guard>, watch::Receiver<Option<String>>, impl Sized) {
+        let volume = vellum_engine::Volume::format(
+            Box::new(vellum_engine::carrier::MemoryCarrier::new(4 << 20)),
+            &vellum_engine::FormatOptions::default(),
+            vellum_engine::VolumeOptions::default(),
+        )
+        .unwrap();
+        let book = Arc::new(PeerBook::open(&volume, "/raft").unwrap());
+        let me = Identity { node_id: 1, incarnation: Incarnation([1; 16]) };
+        let (guard, fatal) = Guard::new(me, book, BTreeSet::from([7]));
+        let mut m = RaftMetrics::<TypeConfig>::new_initial(1);
+        let nodes: BTreeMap<u64, KvNode> = (1..=3).map(|id| (id, KvNode::default())).collect();
+        let membership = Membership::new(vec![set(&[1, 2, 3])], nodes).unwrap();
+        m.membership_config = Arc::new(StoredMembership::new(None, membership));
+        if with_state {
+            m.current_term = 3;
+            m.last_log_index = Some(10);
+        }
+        let (tx, rx) = TypeConfig::watch_channel(m);
+        guard.attach(rx);
+        (guard, fatal, tx)
+    }
+
+    #[tokio::test]
+    async fn one_peers_claim_refuses_that_peer_a_majority_stops_the_node() {
+        let (guard, fatal, _tx) = guard(true);
+        assert_eq!(guard.authorize(RpcKind::Append, 2), Ok(()));
+        assert_eq!(guard.authorize(RpcKind::Append, 7), Err(Unauthorized::Denied));
+        assert_eq!(guard.authorize(RpcKind::Vote, 9), Err(Unauthorized::NotMember));
+        let other = Incarnation([9; 16]);
+        assert_eq!(guard.stale_claim(2, other), Verdict::Refused);
+        assert!(fatal.borrow().is_none(), "one peer's word stopped the node");
+        assert_eq!(guard.authorize(RpcKind::Append, 2), Err(Unauthorized::ClaimedStale));
+        assert_eq!(guard.authorize(RpcKind::Append, 3), Ok(()));
+        assert_eq!(guard.stale_claim(2, other), Verdict::Refused, "the same peer again");
+        assert!(fatal.borrow().is_none());
+        assert_eq!(guard.stale_claim(3, other), Verdict::Stopping);
+        assert!(fatal.borrow().as_deref().is_some_and(|why| why.contains("lost its raft state")));
+    }
+
+    #[tokio::test]
+    async fn a_node_with_no_raft_state_believes_one_claim() {
+        let (guard, fatal, _tx) = guard(false);
+        assert_eq!(guard.stale_claim(2, Incarnation([9; 16])), Verdict::Stopping);
+        assert!(fatal.borrow().is_some());
+    }
 
     fn set(ids: &[u64]) -> BTreeSet<u64> {
         ids.iter().copied().collect()
