@@ -11,9 +11,12 @@
 //! second process under its id): its requests and answers are refused. See the node's Raft
 //! RPC (`vellum serve`) for the checks on the wire.
 //!
+//! The book also keeps the ids *removed* from the cluster (etcd's rule: a removed id never
+//! comes back): the node refuses their Raft RPCs and the API refuses to add them again.
+//!
 //! Invariants: a store's identity never changes once written (opening it for another node
 //! id refuses); a peer's recorded incarnation never changes; a record is durable before the
-//! caller uses what the peer said.
+//! caller uses what the peer said; a removed id stays removed (the set only grows).
 //!
 //! Format (little endian; both files are rewritten whole):
 //! - `member`: 4096 bytes: magic `VLMMEMB1`, node id u64, incarnation 16 bytes, created
@@ -21,8 +24,11 @@
 //! - `peers`: magic `VLMPEER1`, count u32, then `count` records of node id u64 +
 //!   incarnation 16 bytes, then crc32c of everything before it; written as `peers.new`, renamed
 //!   over `peers` and committed.
+//! - `removed` (absent in books written before it existed: none removed): magic `VLMRMVD1`,
+//!   count u32, then `count` node ids u64 (ascending), then crc32c of everything before it;
+//!   written as `removed.new`, renamed over `removed` and committed.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::{Mutex, RwLock};
 
@@ -33,6 +39,7 @@ use crate::error::{Error, Result};
 
 const MEMBER_MAGIC: [u8; 8] = *b"VLMMEMB1";
 const PEERS_MAGIC: [u8; 8] = *b"VLMPEER1";
+const REMOVED_MAGIC: [u8; 8] = *b"VLMRMVD1";
 const MEMBER_LEN: usize = 4096;
 const NODE_AT: usize = 8;
 const INCARNATION_AT: usize = NODE_AT + 8;
@@ -201,6 +208,7 @@ pub struct PeerBook {
     volume: Volume,
     dir: String,
     known: RwLock<BTreeMap<u64, Incarnation>>,
+    removed: RwLock<BTreeSet<u64>>,
     writing: Mutex<()>,
 }
 
@@ -249,8 +257,45 @@ pub fn decode_peers(b: &[u8], file: &[u8]) -> Result<BTreeMap<u64, Incarnation>>
     Ok(peers)
 }
 
+fn encode_removed(removed: &BTreeSet<u64>) -> Vec<u8> {
+    let mut b = Vec::with_capacity(16 + 8 * removed.len());
+    b.extend_from_slice(&REMOVED_MAGIC);
+    b.extend_from_slice(&(removed.len() as u32).to_le_bytes());
+    for id in removed {
+        b.extend_from_slice(&id.to_le_bytes());
+    }
+    let crc = crc32c::crc32c(&b);
+    b.extend_from_slice(&crc.to_le_bytes());
+    b
+}
+
+/// Decodes the `removed` file (never panics on its bytes).
+pub fn decode_removed(b: &[u8], file: &[u8]) -> Result<BTreeSet<u64>> {
+    if b.len() < 16 || b[..8] != REMOVED_MAGIC {
+        if b.len() >= 8 && b[..7] == REMOVED_MAGIC[..7] {
+            return Err(Error::Unsupported {
+                file: String::from_utf8_lossy(file).into_owned(),
+                what: "a removed-ids record version",
+                found: u64::from(b[7]),
+            });
+        }
+        return Err(corrupt(file, 0, "a damaged removed-ids record"));
+    }
+    let count = u32::from_le_bytes([b[8], b[9], b[10], b[11]]) as usize;
+    if count > MAX_PEERS || b.len() != 12 + count * 8 + 4 {
+        return Err(corrupt(file, 8, "a removed-ids record of the wrong size"));
+    }
+    let body = b.len() - 4;
+    let crc = u32::from_le_bytes([b[body], b[body + 1], b[body + 2], b[body + 3]]);
+    if crc32c::crc32c(&b[..body]) != crc {
+        return Err(corrupt(file, 0, "a damaged removed-ids record"));
+    }
+    Ok(b[12..body].chunks_exact(8).map(|rec| u64_at(rec, 0)).collect())
+}
+
 impl PeerBook {
-    /// Opens the peer book of the store under `dir` (empty when there is none yet).
+    /// Opens the peer book of the store under `dir` (empty when there is none yet; no
+    /// removed ids when the book predates them).
     pub fn open(volume: &Volume, dir: &str) -> Result<PeerBook> {
         let path = peers_path(dir, "peers");
         let known = if volume.exists(&path)? {
@@ -258,17 +303,76 @@ impl PeerBook {
         } else {
             BTreeMap::new()
         };
-        let leftover = peers_path(dir, "peers.new");
-        if !volume.info().read_only && volume.exists(&leftover)? {
-            volume.remove(&leftover)?;
-            volume.commit()?;
+        let path = peers_path(dir, "removed");
+        let removed = if volume.exists(&path)? {
+            decode_removed(&volume.open_file(&path)?.read_to_end()?, &path)?
+        } else {
+            BTreeSet::new()
+        };
+        if !volume.info().read_only {
+            let mut cleaned = false;
+            for leftover in ["peers.new", "removed.new"] {
+                let leftover = peers_path(dir, leftover);
+                if volume.exists(&leftover)? {
+                    volume.remove(&leftover)?;
+                    cleaned = true;
+                }
+            }
+            if cleaned {
+                volume.commit()?;
+            }
         }
         Ok(PeerBook {
             volume: volume.clone(),
             dir: dir.into(),
             known: RwLock::new(known),
+            removed: RwLock::new(removed),
             writing: Mutex::new(()),
         })
+    }
+
+    /// Whether `peer` was removed from the cluster (for good).
+    pub fn is_removed(&self, peer: u64) -> bool {
+        self.removed.read().unwrap_or_else(std::sync::PoisonError::into_inner).contains(&peer)
+    }
+
+    /// Every removed id.
+    pub fn removed(&self) -> BTreeSet<u64> {
+        self.removed.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+
+    /// Records `ids` as removed for good, durably when this returns (blocking IO: call it off
+    /// an async runtime's workers); the ids newly recorded.
+    pub fn record_removed(&self, ids: &BTreeSet<u64>) -> Result<BTreeSet<u64>> {
+        let _writing = self.writing.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = self.removed();
+        let new: BTreeSet<u64> = ids.difference(&now).copied().collect();
+        if new.is_empty() {
+            return Ok(new);
+        }
+        let mut next = now;
+        next.extend(new.iter().copied());
+        if next.len() > MAX_PEERS {
+            return Err(Error::Config("the removed-ids record is full"));
+        }
+        self.write_whole("removed", &encode_removed(&next))?;
+        *self.removed.write().unwrap_or_else(std::sync::PoisonError::into_inner) = next;
+        Ok(new)
+    }
+
+    /// Writes `name` whole: `name.new`, renamed over `name`, committed.
+    fn write_whole(&self, name: &str, bytes: &[u8]) -> Result<()> {
+        let tmp = peers_path(&self.dir, &format!("{name}.new"));
+        self.volume.create_dir_all(&self.dir)?;
+        if self.volume.exists(&tmp)? {
+            self.volume.remove(&tmp)?;
+        }
+        let file = self.volume.create_file(&tmp)?;
+        file.write_at(bytes, 0)?;
+        drop(file);
+        self.volume.rename(&tmp, peers_path(&self.dir, name))?;
+        self.volume.commit()?;
+        Ok(())
     }
 
     /// The incarnation recorded for `peer`.
@@ -311,16 +415,7 @@ impl PeerBook {
             return Err(Error::Config("the peer book is full"));
         }
         next.insert(peer, incarnation);
-        let tmp = peers_path(&self.dir, "peers.new");
-        self.volume.create_dir_all(&self.dir)?;
-        if self.volume.exists(&tmp)? {
-            self.volume.remove(&tmp)?;
-        }
-        let file = self.volume.create_file(&tmp)?;
-        file.write_at(&encode_peers(&next), 0)?;
-        drop(file);
-        self.volume.rename(&tmp, peers_path(&self.dir, "peers"))?;
-        self.volume.commit()?;
+        self.write_whole("peers", &encode_peers(&next))?;
         *self.known.write().unwrap_or_else(std::sync::PoisonError::into_inner) = next;
         tracing::info!(peer, %incarnation, "recorded a peer's incarnation (first contact)");
         Ok(Admitted::Recorded)
@@ -384,6 +479,34 @@ mod tests {
         .unwrap();
         let again = PeerBook::open(&v2, "/raft").unwrap();
         assert_eq!(again.all(), BTreeMap::from([(2, a), (3, b)]));
+        assert!(again.removed().is_empty(), "a book written before removed ids has none");
+    }
+
+    #[test]
+    fn removed_ids_are_recorded_durably_and_stay_removed() {
+        let (c, v) = volume();
+        let book = PeerBook::open(&v, "/raft").unwrap();
+        book.admit(2, Incarnation([1; 16])).unwrap();
+        assert!(!book.is_removed(2));
+        assert_eq!(book.record_removed(&BTreeSet::from([2, 9])).unwrap(), BTreeSet::from([2, 9]));
+        assert_eq!(book.record_removed(&BTreeSet::from([2])).unwrap(), BTreeSet::new());
+        assert!(book.is_removed(2) && book.is_removed(9) && !book.is_removed(3));
+        let v2 = Volume::open(
+            Box::new(MemoryCarrier::from_bytes(&c.to_bytes())),
+            VolumeOptions::default(),
+        )
+        .unwrap();
+        let again = PeerBook::open(&v2, "/raft").unwrap();
+        assert_eq!(again.removed(), BTreeSet::from([2, 9]));
+        assert_eq!(again.get(2), Some(Incarnation([1; 16])), "the peers file is untouched");
+        let mut bytes = encode_removed(&BTreeSet::from([4, 5]));
+        assert_eq!(decode_removed(&bytes, b"r").unwrap(), BTreeSet::from([4, 5]));
+        bytes[13] ^= 1;
+        assert!(decode_removed(&bytes, b"r").is_err());
+        assert!(decode_removed(&[], b"r").is_err());
+        let mut newer = encode_removed(&BTreeSet::new());
+        newer[7] = b'2';
+        assert!(matches!(decode_removed(&newer, b"r"), Err(Error::Unsupported { .. })));
     }
 
     #[test]

@@ -129,6 +129,18 @@ pub struct ServeArgs {
         help_heading = "Security"
     )]
     pub insecure: bool,
+    /// Refuse every Raft RPC from these node ids (repeatable, or a comma list), whatever
+    /// certificate they present: revokes an id without a CRL. Ids removed from the cluster
+    /// are refused for good without it.
+    #[arg(
+        long = "deny-peer",
+        env = "VELLUM_DENY_PEERS",
+        value_name = "ID",
+        value_delimiter = ',',
+        value_parser = clap::value_parser!(u64).range(1..),
+        help_heading = "Security"
+    )]
+    pub deny_peers: Vec<u64>,
 }
 
 /// Whether the cluster this member starts in exists already (etcd's flag of that name).

@@ -22,14 +22,40 @@
 //! them reports) has answered that it never knew this node id: a member it cannot reach
 //! might be the one that counted this node's old votes, so the node waits for it. If one
 //! knows the id, the node refuses to start as that member.
+//!
+//! Raft authority comes from membership, not from the CA ([`authority`]): `append` and
+//! `snapshot` are taken only from a voter or learner of this node's effective or committed
+//! membership (the union: a joint change in progress locks out no member), `vote` only from
+//! a voter of either; a node with no membership yet (a fresh joiner) takes `append` and
+//! `snapshot` from any sender, as a leader it has not heard of yet must reach it. Ids on the
+//! operator's deny list (`--deny-peer`) and ids removed from the cluster (recorded durably in
+//! the peer book once they leave both memberships) are refused always. The check runs before
+//! the sender is admitted, so a refused sender never enters the peer book.
+//!
+//! A claim that *this* node lost its state (a request addressed to another incarnation of
+//! it, or a 409 answer naming it) is acted on (the node stops, exit code 3) only when one
+//! peer cannot forge it ([`Guard::stale_claim`]): the claimants, distinct admitted peers, are
+//! a majority of the voters of every configuration of the effective membership, or this
+//! node's store holds no raft state at all (term 0, no log entry, no snapshot: it took part
+//! in nothing since its identity was written, so stopping it loses nothing). Otherwise the
+//! claimant is refused from then on (403 `claimed_stale`, logged once per peer) and the node
+//! goes on.
 
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use axum::http::HeaderMap;
 use tokio::sync::watch;
 use vellum_raft_store::Error as StoreError;
 pub use vellum_raft_store::member::Incarnation;
 use vellum_raft_store::member::{Identity, PeerBook};
+use vellum_raft_store::v010::TypeConfig;
+use vellum_raft_store::v010::openraft::RaftMetrics;
+use vellum_raft_store::v010::openraft::async_runtime::WatchReceiver;
+use vellum_raft_store::v010::openraft::type_config::alias::WatchReceiverOf;
+
+/// Raft's metrics, as `Raft::metrics` hands them out.
+pub type MetricsRx = WatchReceiverOf<TypeConfig, RaftMetrics<TypeConfig>>;
 
 /// Request header: the sender and its incarnation.
 pub const FROM: &str = "x-vellum-from";
@@ -70,18 +96,227 @@ pub enum Refused {
     Store(String),
 }
 
+/// The Raft RPCs, for [`authority`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RpcKind {
+    Append,
+    Vote,
+    Snapshot,
+}
+
+/// Why a sender may not speak Raft to this node (403).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unauthorized {
+    /// On the operator's deny list (`--deny-peer`).
+    Denied,
+    /// Removed from the cluster: refused for good.
+    Removed,
+    /// In neither the effective nor the committed membership.
+    NotMember,
+    /// A learner asking for a vote.
+    NotVoter,
+    /// It claimed that this node lost its state, and was not believed: refused since.
+    ClaimedStale,
+}
+
+impl Unauthorized {
+    /// The `error` of the 403 answer.
+    pub fn code(self) -> &'static str {
+        match self {
+            Unauthorized::Denied => "denied_peer",
+            Unauthorized::Removed => "removed_member",
+            Unauthorized::NotMember => "not_a_member",
+            Unauthorized::NotVoter => "not_a_voter",
+            Unauthorized::ClaimedStale => "claimed_stale",
+        }
+    }
+
+    /// The `reason` of the 403 answer.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Unauthorized::Denied => "the sender is on this node's deny list (--deny-peer)",
+            Unauthorized::Removed => {
+                "the sender was removed from the cluster; removed ids never come back"
+            }
+            Unauthorized::NotMember => {
+                "the sender is not a voter or learner of this node's membership"
+            }
+            Unauthorized::NotVoter => "only a voter may ask for a vote",
+            Unauthorized::ClaimedStale => {
+                "the sender claimed that this node lost its state, and no majority of voters agreed: this node refuses it"
+            }
+        }
+    }
+}
+
+/// The membership a request is judged against: the union of this node's effective and
+/// committed configurations.
+#[derive(Debug, Default, Clone)]
+pub struct Authority {
+    pub voters: BTreeSet<u64>,
+    pub learners: BTreeSet<u64>,
+}
+
+impl Authority {
+    /// From Raft's metrics: the effective and the committed membership.
+    pub fn of(m: &RaftMetrics<TypeConfig>) -> Authority {
+        let mut a = Authority::default();
+        for stored in [&m.membership_config, &m.committed_membership_config] {
+            let membership = stored.membership();
+            a.voters.extend(membership.voter_ids());
+            a.learners.extend(membership.learner_ids());
+        }
+        a.learners.retain(|l| !a.voters.contains(l));
+        a
+    }
+
+    fn is_empty(&self) -> bool {
+        self.voters.is_empty() && self.learners.is_empty()
+    }
+
+    /// Every member id.
+    pub fn all(&self) -> BTreeSet<u64> {
+        self.voters.union(&self.learners).copied().collect()
+    }
+}
+
+/// Whether `from` may send `kind` to a node with membership `members` (see the module
+/// header). `denied`/`removed`: whether the id is on the deny list / removed for good.
+pub fn authority(
+    kind: RpcKind,
+    from: u64,
+    denied: bool,
+    removed: bool,
+    members: &Authority,
+) -> Result<(), Unauthorized> {
+    if denied {
+        return Err(Unauthorized::Denied);
+    }
+    if removed {
+        return Err(Unauthorized::Removed);
+    }
+    match kind {
+        RpcKind::Vote if members.voters.contains(&from) => Ok(()),
+        RpcKind::Vote if members.learners.contains(&from) => Err(Unauthorized::NotVoter),
+        RpcKind::Vote => Err(Unauthorized::NotMember),
+        // A node with no membership yet: the leader that is adding it is not known to it.
+        RpcKind::Append | RpcKind::Snapshot if members.is_empty() => Ok(()),
+        RpcKind::Append | RpcKind::Snapshot
+            if members.voters.contains(&from) || members.learners.contains(&from) =>
+        {
+            Ok(())
+        }
+        RpcKind::Append | RpcKind::Snapshot => Err(Unauthorized::NotMember),
+    }
+}
+
+/// Whether `claimants` (distinct peers, never this node) are a majority of the voters of
+/// every configuration of `joint` (one for a uniform membership, two during a joint change).
+pub fn majority_claims(claimants: &BTreeSet<u64>, joint: &[BTreeSet<u64>]) -> bool {
+    !joint.is_empty()
+        && joint.iter().all(|voters| {
+            !voters.is_empty() && voters.intersection(claimants).count() * 2 > voters.len()
+        })
+}
+
+/// Whether Raft holds no state at all: term 0, no log entry (nor a purged one), no snapshot,
+/// nothing applied.
+pub fn holds_no_raft_state(m: &RaftMetrics<TypeConfig>) -> bool {
+    m.current_term == 0
+        && m.last_log_index.is_none()
+        && m.snapshot.is_none()
+        && m.purged.is_none()
+        && m.last_applied.is_none()
+}
+
+/// What a claim that this node lost its state came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Believed: the node stops.
+    Stopping,
+    /// Not believed: the claimant is refused from now on.
+    Refused,
+}
+
 /// This node's identity, its peer book, and the way to stop the node when it learns that
 /// it is the member that lost its state.
 pub struct Guard {
     pub me: Identity,
     pub book: Arc<PeerBook>,
+    /// `--deny-peer`.
+    deny: BTreeSet<u64>,
     fatal: watch::Sender<Option<String>>,
+    /// Raft's metrics, once Raft runs (membership and state for the checks).
+    metrics: OnceLock<MetricsRx>,
+    /// The peers that claimed this node lost its state, with the incarnation they named.
+    claims: Mutex<BTreeMap<u64, Incarnation>>,
 }
 
 impl Guard {
-    pub fn new(me: Identity, book: Arc<PeerBook>) -> (Arc<Guard>, watch::Receiver<Option<String>>) {
+    pub fn new(
+        me: Identity,
+        book: Arc<PeerBook>,
+        deny: BTreeSet<u64>,
+    ) -> (Arc<Guard>, watch::Receiver<Option<String>>) {
         let (fatal, rx) = watch::channel(None);
-        (Arc::new(Guard { me, book, fatal }), rx)
+        let guard =
+            Guard { me, book, deny, fatal, metrics: OnceLock::new(), claims: Mutex::default() };
+        (Arc::new(guard), rx)
+    }
+
+    /// Judges requests against Raft's membership from now on.
+    pub fn attach(&self, metrics: MetricsRx) {
+        let _ = self.metrics.set(metrics);
+    }
+
+    fn claims(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Incarnation>> {
+        self.claims.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Whether `from` may send `kind` now (see [`authority`]); before Raft runs nobody may.
+    pub fn authorize(&self, kind: RpcKind, from: u64) -> Result<(), Unauthorized> {
+        let members = match self.metrics.get() {
+            Some(rx) => Authority::of(&rx.borrow_watched()),
+            None => return Err(Unauthorized::NotMember),
+        };
+        authority(kind, from, self.deny.contains(&from), self.book.is_removed(from), &members)?;
+        if self.claims().contains_key(&from) {
+            return Err(Unauthorized::ClaimedStale);
+        }
+        Ok(())
+    }
+
+    /// Admitted peer `peer` says it knows this node as incarnation `known`: this node lost
+    /// its state, if one peer alone cannot forge that (see the module header). Stops the
+    /// node, or refuses `peer` from now on (logged once per peer).
+    pub fn stale_claim(&self, peer: u64, known: Incarnation) -> Verdict {
+        let (no_state, joint) = match self.metrics.get() {
+            Some(rx) => {
+                let m = rx.borrow_watched();
+                (
+                    holds_no_raft_state(&m),
+                    m.membership_config.membership().get_joint_config().clone(),
+                )
+            }
+            None => (false, Vec::new()),
+        };
+        let claimants: BTreeSet<u64> = {
+            let mut claims = self.claims();
+            if claims.insert(peer, known).is_none() {
+                tracing::warn!(
+                    peer,
+                    %known,
+                    mine = %self.me.incarnation,
+                    "a peer claims this node lost its state (it knows another incarnation of                      it); not believed unless a majority of voters says so: refusing that                      peer's Raft RPCs from now on"
+                );
+            }
+            claims.keys().copied().filter(|p| *p != self.me.node_id).collect()
+        };
+        if no_state || majority_claims(&claimants, &joint) {
+            self.stale_self(peer, known);
+            return Verdict::Stopping;
+        }
+        Verdict::Refused
     }
 
     /// The value of this node's `from` / `member` headers.
@@ -116,7 +351,7 @@ impl Guard {
 
     /// This node learned that it is not the member its peers know: it must stop serving
     /// as that member. The first reason wins; `serve` exits with it.
-    pub fn stale_self(&self, peer: u64, known: Incarnation) {
+    fn stale_self(&self, peer: u64, known: Incarnation) {
         let id = self.me.node_id;
         let why = stale_line(id, peer, known, Some(self.me.incarnation));
         self.fatal.send_if_modified(|slot| {
@@ -198,9 +433,145 @@ pub async fn ask(client: &reqwest::Client, base: &str, id: u64) -> Answer {
     }
 }
 
+/// Records durably, as removed for good, every id that was in this node's committed
+/// membership and has left both the effective and the committed one (this node itself
+/// aside), as long as Raft runs.
+pub fn spawn_removal_watch(guard: Arc<Guard>, mut rx: MetricsRx) {
+    tokio::spawn(async move {
+        let mut seen = BTreeSet::new();
+        loop {
+            let (committed, current) = {
+                let m = rx.borrow_watched();
+                let committed: BTreeSet<u64> =
+                    m.committed_membership_config.membership().nodes().map(|(id, _)| *id).collect();
+                (committed, Authority::of(&m).all())
+            };
+            seen.extend(committed);
+            let gone: BTreeSet<u64> = seen
+                .iter()
+                .filter(|id| !current.contains(id) && **id != guard.me.node_id)
+                .copied()
+                .collect();
+            if !gone.is_empty() {
+                let book = Arc::clone(&guard.book);
+                let ids = gone.clone();
+                // Recorded, they leave `seen`; not (the volume failed), they are tried again
+                // at the next change (meanwhile they are refused as non-members anyway).
+                match tokio::task::spawn_blocking(move || book.record_removed(&ids)).await {
+                    Ok(Ok(new)) => {
+                        if !new.is_empty() {
+                            tracing::info!(removed = ?new, "recorded removed members: their ids are refused for good");
+                        }
+                        seen.retain(|id| !gone.contains(id));
+                    }
+                    Ok(Err(e)) => tracing::warn!(error = %e, "could not record removed members"),
+                    Err(e) => tracing::warn!(error = %e, "could not record removed members"),
+                }
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+    use vellum_raft_store::v010::KvNode;
+    use vellum_raft_store::v010::openraft::type_config::TypeConfigExt;
+    use vellum_raft_store::v010::openraft::{Membership, StoredMembership};
+
     use super::*;
+
+    /// A guard for node 1 whose Raft reports voters 1, 2, 3, with a term of 3 (some raft
+    /// state) or none at all; and the metrics' sender, to keep them alive.
+    fn guard(with_state: bool) -> (Arc<Guard>, watch::Receiver<Option<String>>, impl Sized) {
+        let volume = vellum_engine::Volume::format(
+            Box::new(vellum_engine::carrier::MemoryCarrier::new(4 << 20)),
+            &vellum_engine::FormatOptions::default(),
+            vellum_engine::VolumeOptions::default(),
+        )
+        .unwrap();
+        let book = Arc::new(PeerBook::open(&volume, "/raft").unwrap());
+        let me = Identity { node_id: 1, incarnation: Incarnation([1; 16]) };
+        let (guard, fatal) = Guard::new(me, book, BTreeSet::from([7]));
+        let mut m = RaftMetrics::<TypeConfig>::new_initial(1);
+        let nodes: BTreeMap<u64, KvNode> = (1..=3).map(|id| (id, KvNode::default())).collect();
+        let membership = Membership::new(vec![set(&[1, 2, 3])], nodes).unwrap();
+        m.membership_config = Arc::new(StoredMembership::new(None, membership));
+        if with_state {
+            m.current_term = 3;
+            m.last_log_index = Some(10);
+        }
+        let (tx, rx) = TypeConfig::watch_channel(m);
+        guard.attach(rx);
+        (guard, fatal, tx)
+    }
+
+    #[tokio::test]
+    async fn one_peers_claim_refuses_that_peer_a_majority_stops_the_node() {
+        let (guard, fatal, _tx) = guard(true);
+        assert_eq!(guard.authorize(RpcKind::Append, 2), Ok(()));
+        assert_eq!(guard.authorize(RpcKind::Append, 7), Err(Unauthorized::Denied));
+        assert_eq!(guard.authorize(RpcKind::Vote, 9), Err(Unauthorized::NotMember));
+        let other = Incarnation([9; 16]);
+        assert_eq!(guard.stale_claim(2, other), Verdict::Refused);
+        assert!(fatal.borrow().is_none(), "one peer's word stopped the node");
+        assert_eq!(guard.authorize(RpcKind::Append, 2), Err(Unauthorized::ClaimedStale));
+        assert_eq!(guard.authorize(RpcKind::Append, 3), Ok(()));
+        assert_eq!(guard.stale_claim(2, other), Verdict::Refused, "the same peer again");
+        assert!(fatal.borrow().is_none());
+        assert_eq!(guard.stale_claim(3, other), Verdict::Stopping);
+        assert!(fatal.borrow().as_deref().is_some_and(|why| why.contains("lost its raft state")));
+    }
+
+    #[tokio::test]
+    async fn a_node_with_no_raft_state_believes_one_claim() {
+        let (guard, fatal, _tx) = guard(false);
+        assert_eq!(guard.stale_claim(2, Incarnation([9; 16])), Verdict::Stopping);
+        assert!(fatal.borrow().is_some());
+    }
+
+    fn set(ids: &[u64]) -> BTreeSet<u64> {
+        ids.iter().copied().collect()
+    }
+
+    #[test]
+    fn raft_authority_comes_from_membership() {
+        let members = Authority { voters: set(&[1, 2, 3]), learners: set(&[4]) };
+        for kind in [RpcKind::Append, RpcKind::Snapshot, RpcKind::Vote] {
+            assert_eq!(authority(kind, 2, false, false, &members), Ok(()));
+            assert_eq!(authority(kind, 9, false, false, &members), Err(Unauthorized::NotMember));
+            assert_eq!(authority(kind, 2, true, false, &members), Err(Unauthorized::Denied));
+            assert_eq!(authority(kind, 2, false, true, &members), Err(Unauthorized::Removed));
+        }
+        assert_eq!(authority(RpcKind::Append, 4, false, false, &members), Ok(()));
+        assert_eq!(
+            authority(RpcKind::Vote, 4, false, false, &members),
+            Err(Unauthorized::NotVoter)
+        );
+        // A node with no membership yet takes appends and snapshots from anyone, no vote.
+        let none = Authority::default();
+        assert_eq!(authority(RpcKind::Append, 9, false, false, &none), Ok(()));
+        assert_eq!(authority(RpcKind::Snapshot, 9, false, false, &none), Ok(()));
+        assert_eq!(authority(RpcKind::Vote, 9, false, false, &none), Err(Unauthorized::NotMember));
+        assert_eq!(authority(RpcKind::Append, 9, true, false, &none), Err(Unauthorized::Denied));
+    }
+
+    #[test]
+    fn one_peer_is_no_majority_of_voters() {
+        let three = vec![set(&[1, 2, 3])];
+        assert!(!majority_claims(&set(&[2]), &three));
+        assert!(majority_claims(&set(&[2, 3]), &three));
+        assert!(!majority_claims(&set(&[9, 8]), &three), "non-voters do not count");
+        // A joint change: a majority of each configuration.
+        let joint = vec![set(&[1, 2, 3]), set(&[1, 4, 5])];
+        assert!(!majority_claims(&set(&[2, 3]), &joint));
+        assert!(majority_claims(&set(&[2, 3, 4, 5]), &joint));
+        assert!(!majority_claims(&set(&[2, 3]), &[]), "no membership: no majority");
+    }
 
     #[test]
     fn member_headers_round_trip() {

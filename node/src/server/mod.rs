@@ -497,7 +497,11 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     );
     slot.know(raft_api::Known::Book(Arc::clone(&book)));
     let me = identity(&args, &volume, &log, &sm, missing, &reach).await?;
-    let (guard, mut fatal) = member::Guard::new(me, book);
+    let deny: std::collections::BTreeSet<u64> = args.deny_peers.iter().copied().collect();
+    if !deny.is_empty() {
+        tracing::info!(?deny, "refusing the Raft RPCs of these ids (--deny-peer)");
+    }
+    let (guard, mut fatal) = member::Guard::new(me, Arc::clone(&book), deny);
     let max_entry_bytes = log.core().max_entry_bytes();
     let limits = limits(&args, max_entry_bytes)?;
     let startup_commit = log.committed_index().unwrap_or(0);
@@ -507,6 +511,8 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     let raft = Raft::new(args.id, raft_config(&args)?, network, log, sm)
         .await
         .map_err(|e| fail("starting raft")(e.to_string()))?;
+    guard.attach(raft.metrics());
+    member::spawn_removal_watch(Arc::clone(&guard), raft.metrics());
     let ready = Arc::new(AtomicBool::new(false));
     metrics::spawn_raft_watch(raft.clone(), startup_commit, Arc::clone(&ready));
 
@@ -523,6 +529,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         prometheus,
         http: reach.api(Duration::from_secs(10), true)?,
         auth,
+        book,
     };
     slot.ready(raft.clone(), guard);
     let api_srv = transport::spawn(

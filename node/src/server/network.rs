@@ -11,7 +11,8 @@
 //!
 //! Every call names this member and the target (`member.rs`); an answer from another
 //! incarnation of the target than the peer book holds is dropped (never counted), and an
-//! answer that names this node as the stale member stops it.
+//! answer that names this node as the stale member is a claim that this node lost its state,
+//! which stops it only when one peer cannot forge it (`member.rs`).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -188,15 +189,25 @@ impl Peer {
         result.map_err(|e| unreachable(format!("node {} answered with an error: {e}", self.target)))
     }
 
-    /// A 409 answer: one of the two members lost its state. If it names this node, stop.
+    /// A 409 answer: one of the two members lost its state. If it names this node, and it
+    /// comes from the incarnation of the target this node knows, it is the target's claim
+    /// that this node lost its state: believed only as `Guard::stale_claim` says (a
+    /// majority of voters, or a store with no raft state), never on one peer's word.
     async fn refused(&self, resp: reqwest::Response) -> RPCError<TypeConfig> {
+        let answered = resp
+            .headers()
+            .get(member::MEMBER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(member::parse_member);
         let body: serde_json::Value = resp.json().await.unwrap_or_default();
         let stale = body["member"].as_u64();
         let known = body["known"].as_str().and_then(|k| k.parse().ok());
         if stale == Some(self.guard.me.node_id)
             && let Some(known) = known
+            && let Some((id, Some(inc))) = answered.filter(|(id, _)| *id == self.target)
+            && self.guard.admit(id, inc).await.is_ok()
         {
-            self.guard.stale_self(self.target, known);
+            self.guard.stale_claim(self.target, known);
         }
         unreachable(format!(
             "node {} refused the RPC: member {} lost its state",

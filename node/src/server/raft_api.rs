@@ -5,6 +5,11 @@
 //! members and every answer names this one (`member.rs`); `GET /raft/member/{id}` tells what
 //! this member knows of node `id` and `GET /raft/members` its current members (the start-up
 //! check of a node on a fresh volume).
+//!
+//! Who may speak Raft: the certificate authenticates the sender ([`authenticate`], with
+//! mutual TLS); membership authorizes it ([`authorize`], always, before the body is read and
+//! before the sender enters the peer book): see `member.rs`. The start-up questions stay open
+//! to any node certificate of the CA, as a joiner needs them.
 
 use std::io::Cursor;
 use std::sync::Arc;
@@ -96,6 +101,7 @@ pub fn router(slot: Arc<Slot>) -> Router {
         .route("/raft/members", get(members))
         .layer(DefaultBodyLimit::max(MAX_RPC_BYTES))
         .merge(snapshots)
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&slot), authorize))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&slot), authenticate))
         .with_state(slot)
 }
@@ -142,6 +148,42 @@ async fn authenticate(
             "reason": "the client certificate does not name the member the request says it comes from",
         }),
     )
+}
+
+/// After [`authenticate`], before a body is read: a Raft RPC's sender must have authority
+/// from this node's membership, and not be denied, removed or refused (`member.rs`); 403
+/// with a JSON error naming why. Start-up questions pass; so does a request before Raft
+/// runs (it gets 503) or one that names no sender (400).
+async fn authorize(
+    State(slot): State<Arc<Slot>>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let kind = match req.uri().path() {
+        "/raft/append" => member::RpcKind::Append,
+        "/raft/vote" => member::RpcKind::Vote,
+        "/raft/snapshot" => member::RpcKind::Snapshot,
+        _ => return next.run(req).await,
+    };
+    let (Some(s), Some((from, _))) =
+        (slot.ready.get(), member::member_header(req.headers(), member::FROM))
+    else {
+        return next.run(req).await;
+    };
+    match s.guard.authorize(kind, from) {
+        Ok(()) => next.run(req).await,
+        Err(why) => {
+            tracing::debug!(from, path = %req.uri().path(), error = why.code(), "refused a Raft RPC");
+            let mut resp = refuse(
+                StatusCode::FORBIDDEN,
+                &json!({ "error": why.code(), "from": from, "reason": why.reason() }),
+            );
+            if let Ok(v) = HeaderValue::from_str(&s.guard.me_header()) {
+                resp.headers_mut().insert(member::MEMBER, v);
+            }
+            resp
+        }
+    }
 }
 
 fn not_ready() -> Response {
@@ -241,19 +283,9 @@ async fn check(s: &RpcState, headers: &HeaderMap, sender: Option<u64>) -> Result
     if let Some(known) = to_inc
         && known != me.incarnation
     {
-        // The sender knows another incarnation of this node: this one lost its state. Only
-        // a member of this node's configuration is believed enough to stop it.
-        let is_member = s
-            .raft
-            .metrics()
-            .borrow_watched()
-            .membership_config
-            .membership()
-            .get_node(&from)
-            .is_some();
-        if is_member {
-            guard.stale_self(from, known);
-        }
+        // The sender knows another incarnation of this node: this one lost its state, if
+        // one peer alone cannot forge the claim; otherwise the sender is refused from now on.
+        guard.stale_claim(from, known);
         return Err(stale_member(me.node_id, known, me.incarnation));
     }
     Ok(())

@@ -7,9 +7,11 @@
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
 mod harness;
+mod rpc;
 mod t100_tokens;
 mod t10_basic;
 mod t110_mtls;
+mod t120_raft_authority;
 mod t20_membership;
 mod t30_crash_restart;
 mod t35_lost_quorum;

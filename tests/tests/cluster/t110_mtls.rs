@@ -20,7 +20,7 @@ fn vellum(args: &[&str]) -> std::process::Output {
 }
 
 /// `vellum cert init DIR`, then node certificates for `ids` on 127.0.0.1.
-fn pki(dir: &Path, ids: &[u64]) -> PathBuf {
+pub fn pki(dir: &Path, ids: &[u64]) -> PathBuf {
     let d = dir.to_str().unwrap();
     let out = vellum(&["cert", "init", d]);
     assert!(out.status.success(), "cert init: {}", String::from_utf8_lossy(&out.stderr));
@@ -32,7 +32,7 @@ fn pki(dir: &Path, ids: &[u64]) -> PathBuf {
 }
 
 /// A blocking client trusting `ca`, presenting `cert`/`key` when given.
-fn tls_client(ca: &Path, identity: Option<(&Path, &Path)>) -> reqwest::blocking::Client {
+pub fn tls_client(ca: &Path, identity: Option<(&Path, &Path)>) -> reqwest::blocking::Client {
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_file_iter(ca).unwrap() {
         roots.add(c.unwrap()).unwrap();
@@ -57,7 +57,7 @@ fn tls_client(ca: &Path, identity: Option<(&Path, &Path)>) -> reqwest::blocking:
         .unwrap()
 }
 
-fn term(c: &Cluster, n: &crate::harness::Node) -> u64 {
+pub fn term(c: &Cluster, n: &crate::harness::Node) -> u64 {
     let v: serde_json::Value =
         c.http.get(n.url("/v1/cluster/status")).send().unwrap().json().unwrap();
     v["term"].as_u64().unwrap()

@@ -158,6 +158,18 @@ pub async fn add_learner(
     if let Some(r) = not_leader(&s) {
         return r;
     }
+    if s.book.is_removed(req.id) {
+        // etcd's rule: a removed id never comes back (its certificate is refused for good).
+        return (
+            axum::http::StatusCode::CONFLICT,
+            Json(serde_json::json!({
+                "error": "removed_member",
+                "id": req.id,
+                "reason": "this id was removed from the cluster and never comes back: add the machine with a new id",
+            })),
+        )
+            .into_response();
+    }
     let node = KvNode { raft_addr: req.raft_addr, api_addr: req.api_addr };
     changed(s.raft.add_learner(req.id, node, true).await, ApiError::Internal)
 }

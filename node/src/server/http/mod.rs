@@ -61,6 +61,8 @@ pub struct AppState {
     pub http: ApiClient,
     /// The bearer tokens the API requires (`--auth-tokens`); `None`: open to all.
     pub auth: Option<Auth>,
+    /// The peer book: ids removed from the cluster are never added again.
+    pub book: Arc<vellum_raft_store::member::PeerBook>,
 }
 
 /// Who leads, as this node sees it.
