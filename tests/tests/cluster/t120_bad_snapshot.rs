@@ -7,7 +7,8 @@
 //!   replicating. (Before the fix, the first stopped the follower's Raft core and the second
 //!   panicked it, while `/readyz` kept answering 200.)
 //! - Bodies over the bound get 413 at once, before they are sent: the node does not wait
-//!   for (or buffer) a declared 64 MiB append or a snapshot larger than its volume.
+//!   for (or buffer) a declared 64 MiB append or a snapshot larger than its volume. One
+//!   snapshot is received at a time: a second one meanwhile gets 503.
 //! - A node whose storage fails under it (its volume on a loop device that shrinks to 1 MiB)
 //!   stops its Raft core: it exits with code 4 (restarted by the systemd unit), not 3, and
 //!   until it exits `/livez` and `/readyz` never answer 200 with a stopped core.
@@ -108,20 +109,30 @@ fn replicates(c: &Cluster, leader: &Node, follower: &Node, key: &str) -> bool {
     })
 }
 
-/// The status line of a raw HTTP/1.1 POST to `port` that declares `declared` body bytes and
-/// sends none of them (a node that waits for the body times out the read: no status).
-fn declared_post(port: u16, path: &str, declared: u64) -> Option<String> {
+/// A raw HTTP/1.1 POST to `port` that declares `declared` body bytes and sends none of them
+/// (yet).
+fn open_post(port: u16, path: &str, declared: u64) -> std::net::TcpStream {
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     let head = format!(
         "POST {path} HTTP/1.1\r\nhost: 127.0.0.1\r\ncontent-length: {declared}\r\n\
          x-vellum-from: 1:-\r\nx-vellum-to: 1:-\r\n\r\n"
     );
     s.write_all(head.as_bytes()).unwrap();
+    s
+}
+
+/// The status line `s` got within `wait`, if any.
+fn status_line(s: &mut std::net::TcpStream, wait: Duration) -> Option<String> {
+    s.set_read_timeout(Some(wait)).unwrap();
     let mut buf = [0u8; 256];
-    let n = s.read(&mut buf).ok()?;
-    let text = String::from_utf8_lossy(&buf[..n]).to_string();
-    text.lines().next().map(str::to_string)
+    let n = s.read(&mut buf).ok().filter(|&n| n > 0)?;
+    String::from_utf8_lossy(&buf[..n]).lines().next().map(str::to_string)
+}
+
+/// The status line of a POST that declares `declared` body bytes and sends none of them (a
+/// node that waits for the body times out the read: no status).
+fn declared_post(port: u16, path: &str, declared: u64) -> Option<String> {
+    status_line(&mut open_post(port, path, declared), Duration::from_secs(20))
 }
 
 /// What a crafted snapshot is: its flaw, vote, last log id, membership log id and data.
@@ -191,6 +202,18 @@ fn bad_snapshots_are_refused_and_the_follower_keeps_replicating() {
     // A snapshot by the volume (128 MiB here).
     let status = declared_post(follower.raft, "/raft/snapshot", 512 << 20);
     assert!(status.as_deref().is_some_and(|s| s.contains(" 413")), "snapshot: {status:?}");
+
+    phase("one snapshot at a time");
+    // Two snapshots whose bodies do not come: whichever holds the install slot, the other
+    // gets 503 at once.
+    let mut pending = [
+        open_post(follower.raft, "/raft/snapshot", 1 << 20),
+        open_post(follower.raft, "/raft/snapshot", 1 << 20),
+    ];
+    let busy = (0..200)
+        .find_map(|_| pending.iter_mut().find_map(|s| status_line(s, Duration::from_millis(50))));
+    assert!(busy.as_deref().is_some_and(|s| s.contains(" 503")), "second snapshot: {busy:?}");
+    drop(pending);
     assert!(replicates(&c, leader, follower, "after-413"), "{}", c.logs());
 }
 
