@@ -7,9 +7,11 @@
 //! snapshot whose data does not decode is a storage error; an append whose entries are not
 //! consecutive, or larger than one log entry of this volume, reaches the log store, whose
 //! refusal is a storage error too; its `debug_assert`s (on in debug builds) expect appends
-//! with a committed vote, entries that follow `prev_log_id`, and log ids in order. Each of
-//! these stops the Raft core for good, while the process stays up. What a member sends is
-//! checked here first.
+//! with a committed vote, entries that follow `prev_log_id`, and log ids in order; and a
+//! membership decoded from the wire is never validated, while the core, once it leads,
+//! unwraps the node of every voter (a voter without a node entry panics it) and counts a
+//! quorum of an empty config as reached. Each of these stops the Raft core for good, while
+//! the process stays up. What a member sends is checked here first.
 //!
 //! Invariants: every check is a pure function of the request (and, for the snapshot's
 //! committed-index rule, of this node's metrics at the time of the check); a refusal
@@ -19,11 +21,15 @@
 //! may still meet a committed id that grew meanwhile (then openraft's own check decides;
 //! the Raft core watch, `metrics.rs`, stops the node if the core stops).
 
+use vellum_raft_store::v010::openraft::EntryPayload;
 use vellum_raft_store::v010::openraft::entry::RaftEntry;
 use vellum_raft_store::v010::openraft::raft::{AppendEntriesRequest, VoteRequest};
 use vellum_raft_store::v010::openraft::type_config::alias::{SnapshotMetaOf, VoteOf};
 use vellum_raft_store::v010::openraft::vote::{RaftLeaderId, RaftVote};
-use vellum_raft_store::v010::{Entry, KvStateMachine, LogId, TypeConfig};
+use vellum_raft_store::v010::{Entry, KvNode, KvStateMachine, LogId, TypeConfig};
+
+/// A membership config of this cluster.
+type KvMembership = vellum_raft_store::v010::openraft::Membership<u64, KvNode>;
 
 /// Why an RPC is refused: one line for the sender's log and ours.
 pub type Refusal = String;
@@ -87,6 +93,9 @@ pub fn snapshot(
              but not at a later index: it contradicts the committed log"
         ));
     }
+    if membership.is_some() || !meta.last_membership.membership().get_joint_config().is_empty() {
+        well_formed_membership("the snapshot's membership", meta.last_membership.membership())?;
+    }
     KvStateMachine::check_snapshot(data)
         .map_err(|e| format!("the snapshot's data does not decode as the state machine's: {e}"))
 }
@@ -115,6 +124,9 @@ pub fn append(
             return Err(format!("entry {id} has an earlier leader than the entry before it, {p}"));
         }
         within_vote("entry", Some(&id), &req.vote)?;
+        if let EntryPayload::Membership(m) = &entry.payload {
+            well_formed_membership(&format!("the membership of entry {id}"), m)?;
+        }
         let bytes = encoded_len(entry);
         if bytes > max_entry_bytes {
             return Err(format!(
@@ -129,6 +141,19 @@ pub fn append(
 /// A candidate's vote request: its last log id is not beyond its own vote.
 pub fn vote(req: &VoteRequest<TypeConfig>) -> Result<(), Refusal> {
     within_vote("the candidate's last log id", req.last_log_id.as_ref(), &req.vote)
+}
+
+/// A membership openraft can use (its own `ensure_valid`, which decoding skips): at least
+/// one config, none empty, and a node for every voter.
+fn well_formed_membership(what: &str, m: &KvMembership) -> Result<(), Refusal> {
+    let configs = m.get_joint_config();
+    if configs.is_empty() || configs.iter().any(std::collections::BTreeSet::is_empty) {
+        return Err(format!("{what} has an empty voter set"));
+    }
+    if let Some(voter) = m.voter_ids().find(|v| m.get_node(v).is_none()) {
+        return Err(format!("{what} names voter {voter} without its node"));
+    }
+    Ok(())
 }
 
 /// The bytes `entry` takes in the log (its encoding), counted without allocating them.
@@ -232,6 +257,26 @@ mod tests {
         assert!(r.as_ref().is_err_and(|e| e.contains("membership")), "{r:?}");
         let r = snapshot(&leader_vote(3, 2), &meta(None, at), &data(None, at), None);
         assert!(r.is_err(), "a membership with no last log id");
+    }
+
+    #[test]
+    fn a_snapshot_with_a_membership_openraft_cannot_use_is_refused() {
+        let (last, at) = (Some(log_id(2, 1, 40)), Some(log_id(1, 1, 1)));
+        let nodes: BTreeMap<u64, KvNode> = (1..=2).map(|i| (i, KvNode::default())).collect();
+        // Built as decoding builds them: unvalidated.
+        let no_node: KvMembership = serde_json::from_value(serde_json::json!({
+            "configs": [[1, 2, 3]],
+            "nodes": serde_json::to_value(&nodes).unwrap(),
+        }))
+        .unwrap();
+        let empty: KvMembership =
+            serde_json::from_value(serde_json::json!({ "configs": [[]], "nodes": {} })).unwrap();
+        for (what, m) in [("voter without node", no_node), ("empty voter set", empty)] {
+            let mut bad = meta(last, at);
+            bad.last_membership = StoredMembership::new(at, m);
+            let r = snapshot(&leader_vote(3, 2), &bad, &data(last, at), None);
+            assert!(r.is_err(), "{what}: {r:?}");
+        }
     }
 
     #[test]

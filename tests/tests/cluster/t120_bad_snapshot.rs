@@ -5,7 +5,8 @@
 //!   last log id beyond the sender's vote, a membership after the last log id, a vote that
 //!   is not a leader's. Each gets 400 `bad_snapshot`; the follower stays ready and keeps
 //!   replicating. (Before the fix, the first stopped the follower's Raft core and the second
-//!   panicked it, while `/readyz` kept answering 200.)
+//!   panicked it, while `/readyz` kept answering 200.) So does an append whose entries skip
+//!   an index (before: the log store refused it, a storage error that stopped the core).
 //! - Bodies over the bound get 413 at once, before they are sent: the node does not wait
 //!   for (or buffer) a declared 64 MiB append or a snapshot larger than its volume. One
 //!   snapshot is received at a time: a second one meanwhile gets 503.
@@ -20,12 +21,14 @@ use std::process::Command;
 use std::time::Duration;
 
 use vellum_raft_store::codec::encode;
+use vellum_raft_store::v010::openraft::entry::RaftEntry;
 use vellum_raft_store::v010::openraft::impls::leader_id_adv::LeaderId;
+use vellum_raft_store::v010::openraft::raft::AppendEntriesRequest;
 use vellum_raft_store::v010::openraft::type_config::alias::{
     SnapshotMetaOf, StoredMembershipOf, VoteOf,
 };
 use vellum_raft_store::v010::openraft::{Membership, StoredMembership, Vote};
-use vellum_raft_store::v010::{KvNode, LogId, TypeConfig};
+use vellum_raft_store::v010::{Entry, KvNode, KvOp, KvRequest, LogId, TypeConfig};
 
 use crate::harness::{Cluster, Node, phase, vellum_bin};
 
@@ -193,6 +196,34 @@ fn bad_snapshots_are_refused_and_the_follower_keeps_replicating() {
             c.logs()
         );
     }
+
+    phase("an append whose entries skip an index");
+    let v: serde_json::Value =
+        c.http.get(follower.url("/v1/cluster/status")).send().unwrap().json().unwrap();
+    let last = v["last_log_index"].as_u64().unwrap();
+    let put = |index| {
+        let op = KvOp::Put { key: format!("gap-{index}"), value: b"x".to_vec() };
+        Entry::new_normal(log_id(t, leader_id, index), KvRequest { ops: vec![op] })
+    };
+    let gap = AppendEntriesRequest::<TypeConfig> {
+        vote,
+        // The follower's last entry, the leader's of this term once writes are done.
+        prev_log_id: Some(log_id(t, leader_id, last)),
+        entries: vec![put(last + 1), put(last + 3)],
+        leader_commit: None,
+    };
+    let r = c
+        .http
+        .post(format!("http://127.0.0.1:{}/raft/append", follower.raft))
+        .header("x-vellum-from", from.as_str())
+        .header("x-vellum-to", format!("{}:-", follower.id))
+        .body(encode(&gap).unwrap())
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400, "{:?}; {}", r.text(), c.logs());
+    let ready = c.get(&follower.url("/readyz")).unwrap().status().as_u16();
+    assert_eq!(ready, 200, "the follower stays ready; {}", c.logs());
+    assert!(replicates(&c, leader, follower, "after-gap"), "{}", c.logs());
 
     phase("bodies over the bound get 413 before they are sent");
     // An append or vote is bounded by the largest append a leader sends (a few MiB with the
