@@ -333,4 +333,7 @@ fn a_node_whose_raft_core_stops_exits_with_code_4() {
     let status = status.unwrap_or_else(|| panic!("node 3 did not exit; its log:\n{log}"));
     assert_eq!(status.code(), Some(4), "exit code 4 (not 3), log:\n{log}");
     assert!(log.contains("the Raft core stopped"), "{log}");
+    for line in log.lines().filter(|l| l.contains("the Raft core stopped")) {
+        eprintln!("node 3: {line}");
+    }
 }
