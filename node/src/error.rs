@@ -14,6 +14,10 @@ pub enum CliError {
     /// volume belongs to another node id): exit code 3, which the systemd unit does not
     /// restart.
     NotThisMember(String),
+    /// The Raft core stopped while the node ran (a storage error, or a panic inside
+    /// openraft): exit code 4, which the systemd unit restarts (a restart reopens the store
+    /// and rejoins as the same member).
+    RaftStopped(String),
 }
 
 impl CliError {
@@ -21,6 +25,7 @@ impl CliError {
     pub fn exit_code(&self) -> i32 {
         match self {
             CliError::NotThisMember(_) => 3,
+            CliError::RaftStopped(_) => 4,
             _ => 1,
         }
     }
@@ -38,6 +43,10 @@ impl fmt::Display for CliError {
             CliError::Engine(e) => write!(f, "{e}"),
             CliError::Io(e, what) => write!(f, "{what}: {e}"),
             CliError::Usage(msg) | CliError::NotThisMember(msg) => f.write_str(msg),
+            CliError::RaftStopped(why) => write!(
+                f,
+                "the Raft core stopped ({why}): exiting with code 4 so that the node is restarted"
+            ),
         }
     }
 }

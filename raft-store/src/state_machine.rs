@@ -240,6 +240,15 @@ impl<F: Flavor> KvMachine<F> {
         Ok(bytes)
     }
 
+    /// Checks that `bytes` decode as a snapshot of this machine, as [`Self::install`] will
+    /// decode them: a pure function of `bytes`, which touches no state. The node calls it
+    /// before handing a received snapshot to openraft, where a snapshot that does not decode
+    /// is a storage error that stops the Raft core. The decode is bounded by the input's
+    /// size (`codec`); it costs what the decoded map holds, in memory, until it returns.
+    pub fn check_snapshot(bytes: &[u8]) -> Result<()> {
+        decode::<SnapshotData<F>>(bytes).map(drop)
+    }
+
     /// Installs a snapshot received from the leader: checks it decodes, publishes it, and
     /// replaces the state with it.
     pub(crate) async fn install(&self, meta: &F::SnapshotMeta, bytes: Vec<u8>) -> Result<()> {

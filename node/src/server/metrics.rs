@@ -2,6 +2,16 @@
 //! histograms), its upkeep, the Raft gauges fed from openraft's metrics, HTTP timings. The
 //! store crate names, describes and buckets the metrics it shares with the node
 //! (`vellum_raft_proposals_total`, `vellum_commit_stage_duration_seconds`).
+//!
+//! The Raft core watch ([`spawn_raft_watch`], [`Health`]): openraft's core task can stop on
+//! its own (a storage error, or a panic: openraft 0.10 is an alpha and asserts on some
+//! inputs), while the process and its HTTP servers stay up. Invariant: from the moment the
+//! watch sees the core stopped (its metrics say `running_state: Err`, or their channel
+//! closes because the core task ended), [`Health::core_running`] is false for good: `/livez`
+//! and `/readyz` answer 503, local reads are refused, the gauges say so
+//! (`vellum_raft_core_running` 0, `vellum_raft_has_leader` 0), and `serve` shuts down and
+//! exits with code 4 (`CliError::RaftStopped`) so that the supervisor restarts the node. A
+//! stop during the node's own shutdown is expected and is not a failure.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -29,6 +39,8 @@ pub const LEADER_CHANGES: &str = "vellum_raft_leader_changes_total";
 pub const HTTP_DURATION: &str = "vellum_http_request_duration_seconds";
 pub const BUILD_INFO: &str = "vellum_build_info";
 pub const VOLUME_JOURNAL_LOSS: &str = "vellum_volume_journal_loss";
+pub const CORE_RUNNING: &str = "vellum_raft_core_running";
+pub const CORE_STOPPED: &str = "vellum_raft_core_stopped_total";
 
 /// The Prometheus text content type Prometheus 2 and 3 both accept.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -74,6 +86,16 @@ fn describe() {
     );
     describe_gauge!(BUILD_INFO, "Always 1; the version label names the build.");
     describe_gauge!(
+        CORE_RUNNING,
+        "1 while openraft's core task runs, 0 once it stopped (a storage error or a panic; \
+         the node then answers 503 on /livez and /readyz and exits with code 4)."
+    );
+    describe_counter!(
+        CORE_STOPPED,
+        "Times the Raft core stopped while the node was not shutting down (at most 1: the \
+         node exits)."
+    );
+    describe_gauge!(
         VOLUME_JOURNAL_LOSS,
         "1 while the volume's journal loss flag is set (the engine found its metadata journal \
          destroyed and opened it at the last checkpoint; vellum journal ack clears it), else \
@@ -113,15 +135,85 @@ pub fn spawn_volume_metrics(volume: vellum_engine::Volume) {
     });
 }
 
+/// Whether the Raft core runs (see the module's header): shared by the watch, the HTTP
+/// handlers and `serve`.
+#[derive(Debug)]
+pub struct Health {
+    /// Why the core stopped, once it did (`None` while it runs, and before it starts).
+    stopped: tokio::sync::watch::Sender<Option<String>>,
+    /// The node is shutting down: a core stop is its own doing.
+    shutting_down: AtomicBool,
+}
+
+impl Health {
+    pub fn new() -> Arc<Health> {
+        Arc::new(Health {
+            stopped: tokio::sync::watch::channel(None).0,
+            shutting_down: AtomicBool::new(false),
+        })
+    }
+
+    /// False for good once the Raft core stopped.
+    pub fn core_running(&self) -> bool {
+        self.stopped.borrow().is_none()
+    }
+
+    /// Tells of the core's stop: `Some(why)` once it stopped.
+    pub fn watch(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.stopped.subscribe()
+    }
+
+    /// The node shuts down: the core's stop that follows is not a failure.
+    pub fn begin_shutdown(&self) {
+        self.shutting_down.store(true, Ordering::Release);
+    }
+
+    /// Records the core's stop, once: the gauges, the counter, the log line.
+    fn core_stopped(&self, why: &str, ready: &AtomicBool) {
+        ready.store(false, Ordering::Release);
+        metrics::gauge!(CORE_RUNNING).set(0.0);
+        metrics::gauge!(HAS_LEADER).set(0.0);
+        metrics::gauge!(IS_LEADER).set(0.0);
+        if self.stopped.borrow().is_some() {
+            return;
+        }
+        // Said before it is logged: whoever reads the log line finds the node not live.
+        self.stopped.send_replace(Some(why.to_string()));
+        if self.shutting_down.load(Ordering::Acquire) {
+            tracing::info!(why, "the Raft core stopped (shutting down)");
+        } else {
+            metrics::counter!(CORE_STOPPED).increment(1);
+            tracing::error!(
+                why,
+                "the Raft core stopped: this node no longer serves; it shuts down and exits \
+                 with code 4 (its supervisor restarts it)"
+            );
+        }
+    }
+}
+
 /// Feeds the Raft gauges from openraft's metrics, and raises `ready` once there is a leader
 /// and the state machine has applied the commit index known at start-up. On the leader, also
 /// once a quorum acknowledged it: openraft 0.10 refuses writes until its leader lease holds.
-pub fn spawn_raft_watch(raft: KvRaft, startup_commit: u64, ready: Arc<AtomicBool>) {
+/// Watches the core: once it stopped, `health` says so (and `ready` drops for good).
+pub fn spawn_raft_watch(
+    raft: KvRaft,
+    startup_commit: u64,
+    ready: Arc<AtomicBool>,
+    health: Arc<Health>,
+) {
+    metrics::gauge!(CORE_RUNNING).set(1.0);
+    metrics::counter!(CORE_STOPPED).increment(0);
     tokio::spawn(async move {
         let mut rx = raft.metrics();
+        drop(raft); // the watch must not keep the Raft handle alive
         let mut leader = None;
         loop {
             let m = rx.borrow_and_update().clone();
+            if let Err(fatal) = &m.running_state {
+                health.core_stopped(&fatal.to_string(), &ready);
+                return;
+            }
             metrics::gauge!(TERM).set(m.current_term as f64);
             metrics::gauge!(IS_LEADER).set(if m.state == ServerState::Leader { 1.0 } else { 0.0 });
             metrics::gauge!(HAS_LEADER).set(if m.current_leader.is_some() { 1.0 } else { 0.0 });
@@ -149,6 +241,8 @@ pub fn spawn_raft_watch(raft: KvRaft, startup_commit: u64, ready: Arc<AtomicBool
                 Ordering::Release,
             );
             if rx.changed().await.is_err() {
+                // The core task ended without saying why (a panic drops its sender).
+                health.core_stopped("the Raft core task ended (panicked)", &ready);
                 return;
             }
         }

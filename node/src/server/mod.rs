@@ -9,7 +9,10 @@
 //! volume is closed clean. A node that learns from a peer that it lost its state stops too,
 //! and exits non-zero with one line that says so. So does a node whose volume's metadata
 //! journal was destroyed (the raft store refuses a log that may be rolled back): exit code 3,
-//! one line that tells the operator to replace the member.
+//! one line that tells the operator to replace the member. A node whose Raft core stops
+//! while it runs (a storage error, or a panic inside openraft; `metrics.rs` watches it)
+//! answers 503 on `/livez` and `/readyz` at once, shuts down as cleanly as it can and exits
+//! with code 4, which the systemd unit restarts.
 //!
 //! Raft is openraft 0.10 (`=0.10.0-alpha.37`, an alpha upstream) through the store's 0.10
 //! adapter (`vellum_raft_store::v010`). Client writes go through the proposal batcher:
@@ -27,6 +30,7 @@ mod member;
 pub(crate) mod metrics;
 mod network;
 mod raft_api;
+mod rpc_check;
 mod transport;
 
 use std::sync::Arc;
@@ -452,13 +456,20 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     // The Raft port first: members starting together answer each other's start-up
     // questions while they wait for one another; Raft RPCs get 503 until Raft runs.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let health = metrics::Health::new();
     let slot = Arc::new(raft_api::Slot::new(security.raft_server.is_some()));
+    // Append and vote bodies are bounded by the largest append a leader with this node's
+    // write limits sends (the same limits on every member).
+    let rpc_bytes = raft_api::rpc_body_limit(largest_entry(&http::Limits {
+        max_key_bytes: args.max_key_bytes as usize,
+        max_value_bytes: args.max_value_bytes as usize,
+    }));
     let raft_listener = TcpListener::bind(args.raft_addr)
         .await
         .map_err(|e| fail(&format!("binding {}", args.raft_addr))(e.to_string()))?;
     let raft_srv = transport::spawn(
         raft_listener,
-        raft_api::router(Arc::clone(&slot)),
+        raft_api::router(Arc::clone(&slot), rpc_bytes),
         security.raft_server.clone(),
         stop_rx.clone(),
         "raft",
@@ -468,7 +479,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
             let listener = TcpListener::bind(addr)
                 .await
                 .map_err(|e| fail(&format!("binding {addr}"))(e.to_string()))?;
-            let router = http::metrics_router(prometheus.clone());
+            let router = http::metrics_router(prometheus.clone(), Arc::clone(&health));
             Some(transport::spawn(listener, router, None, stop_rx.clone(), "metrics"))
         }
         None => None,
@@ -514,7 +525,13 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     guard.attach(raft.metrics());
     member::spawn_removal_watch(Arc::clone(&guard), raft.metrics());
     let ready = Arc::new(AtomicBool::new(false));
-    metrics::spawn_raft_watch(raft.clone(), startup_commit, Arc::clone(&ready));
+    let mut core_stopped = health.watch();
+    metrics::spawn_raft_watch(
+        raft.clone(),
+        startup_commit,
+        Arc::clone(&ready),
+        Arc::clone(&health),
+    );
 
     let api_listener = TcpListener::bind(args.api_addr)
         .await
@@ -526,12 +543,17 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         proposer: KvBatcher::start(raft.clone(), KvBatching, batch_limits(&limits)),
         limits,
         ready,
+        health: Arc::clone(&health),
         prometheus,
         http: reach.api(Duration::from_secs(10), true)?,
         auth,
         book,
     };
-    slot.ready(raft.clone(), guard);
+    let rpc_limits = raft_api::RpcLimits {
+        max_entry_bytes,
+        snapshot_bytes: raft_api::snapshot_body_limit(capacity),
+    };
+    slot.ready(raft.clone(), guard, rpc_limits);
     let api_srv = transport::spawn(
         api_listener,
         http::router(state.clone()),
@@ -572,11 +594,17 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         tokio::spawn(async move { join_cluster(&client, &join, id, &me, token.as_ref()).await });
     }
 
-    let stale = tokio::select! {
+    let failed = tokio::select! {
         () = shutdown_signal() => None,
-        changed = fatal.wait_for(Option::is_some) => changed.ok().and_then(|r| r.clone()),
+        changed = fatal.wait_for(Option::is_some) => {
+            changed.ok().and_then(|r| r.clone()).map(CliError::NotThisMember)
+        }
+        changed = core_stopped.wait_for(Option::is_some) => Some(CliError::RaftStopped(
+            changed.ok().and_then(|r| r.clone()).unwrap_or_default(),
+        )),
     };
     tracing::info!("shutting down");
+    health.begin_shutdown();
     let _ = raft.shutdown().await;
     let _ = stop_tx.send(true);
     let _ = tokio::join!(raft_srv, api_srv);
@@ -587,17 +615,22 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     drop(raft);
     // Raft's tasks own the log and state machine and are gone now; closing commits the
     // clean state and releases the carrier's lock.
-    tokio::task::spawn_blocking(move || {
+    let closed = tokio::task::spawn_blocking(move || {
         log_core.close(); // the committed id saved last, and the IO thread
         drop(log_core);
         volume.close()
     })
     .await
-    .map_err(|e| fail("closing the volume")(e.to_string()))?
-    .map_err(|e| fail("closing the volume")(e.to_string()))?;
-    match stale {
-        Some(why) => Err(CliError::NotThisMember(why)),
-        None => Ok(()),
+    .map_err(|e| fail("closing the volume")(e.to_string()))
+    .and_then(|r| r.map_err(|e| fail("closing the volume")(e.to_string())));
+    match (failed, closed) {
+        // Why the node stopped comes first: after a storage error, closing may fail too.
+        (Some(why @ CliError::RaftStopped(_)), Err(e)) => {
+            tracing::error!(error = %e, "closing the volume after the Raft core stopped");
+            Err(why)
+        }
+        (Some(why), _) => Err(why),
+        (None, closed) => closed,
     }
 }
 

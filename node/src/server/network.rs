@@ -41,7 +41,7 @@ use super::transport::PeerClients;
 /// AppendEntries one heartbeat interval (openraft's `hard_ttl`) before it counts it as failed
 /// and openraft sends it again: a payload of many large entries would fail every time. A
 /// larger payload is sent as a prefix instead.
-const APPEND_BYTES: usize = 2 << 20;
+pub(crate) const APPEND_BYTES: usize = 2 << 20;
 
 /// An upper bound of the bytes `e` adds to an RPC body.
 fn entry_bytes(e: &Entry) -> usize {

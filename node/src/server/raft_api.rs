@@ -1,15 +1,23 @@
 //! The Raft RPC endpoint: `POST /raft/{append,vote,snapshot}` with bincode bodies; the reply
 //! body is the bincode of openraft's `Result`. A snapshot comes whole, with the leader's vote
-//! and the snapshot's meta, in one POST, and goes to openraft 0.10's `install_full_snapshot`
-//! (bodies up to [`MAX_SNAPSHOT_BYTES`]). Every request must name its sender and target
-//! members and every answer names this one (`member.rs`); `GET /raft/member/{id}` tells what
-//! this member knows of node `id` and `GET /raft/members` its current members (the start-up
-//! check of a node on a fresh volume).
+//! and the snapshot's meta, in one POST, and goes to openraft 0.10's `install_full_snapshot`.
+//! Every request must name its sender and target members and every answer names this one
+//! (`member.rs`); `GET /raft/member/{id}` tells what this member knows of node `id` and
+//! `GET /raft/members` its current members (the start-up check of a node on a fresh volume).
 //!
 //! Who may speak Raft: the certificate authenticates the sender ([`authenticate`], with
 //! mutual TLS); membership authorizes it ([`authorize`], always, before the body is read and
 //! before the sender enters the peer book): see `member.rs`. The start-up questions stay open
 //! to any node certificate of the CA, as a joiner needs them.
+//!
+//! Invariants: a decoded RPC reaches openraft only once its sender is admitted and
+//! `rpc_check.rs` found it to be one a protocol-following member sends (else 400: openraft
+//! 0.10 stops its core, or panics, on some that are not). Bodies are bounded before they are
+//! read: an append or vote by the largest append a leader sends ([`rpc_body_limit`]), a
+//! snapshot by what this node's volume can hold (at most [`MAX_SNAPSHOT_BYTES`]); a larger
+//! declared body gets 413 before a byte of it is read. One snapshot is received and installed
+//! at a time (a second one meanwhile gets 503): a snapshot is held in memory whole while it
+//! is checked and installed (it is not streamed to the volume).
 
 use std::io::Cursor;
 use std::sync::Arc;
@@ -33,17 +41,34 @@ use vellum_raft_store::v010::openraft::type_config::alias::{SnapshotMetaOf, Vote
 use super::KvRaft;
 use super::codec::{decode, encode};
 use super::member::{self, Guard, Knowledge, Refused};
+use super::rpc_check;
 use super::transport::PeerCert;
 use crate::security::tls;
 use vellum_raft_store::member::PeerBook;
 
-/// Largest append or vote RPC body.
-pub const MAX_RPC_BYTES: usize = 256 << 20;
+/// What an append or vote body may take besides its entries (vote, log ids, lengths, tags).
+const RPC_OVERHEAD_BYTES: usize = 64 << 10;
+
+/// Largest append or vote RPC body, for a node whose largest single write makes entries of
+/// up to `largest_entry` bytes: a leader's append carries entries up to
+/// [`network::APPEND_BYTES`](super::network::APPEND_BYTES) in all, or one entry alone (the
+/// largest write, which every member accepts alike), plus the request's own fields.
+pub fn rpc_body_limit(largest_entry: usize) -> usize {
+    super::network::APPEND_BYTES.max(largest_entry).saturating_add(RPC_OVERHEAD_BYTES)
+}
+
 /// Largest snapshot RPC body: the whole snapshot travels in one POST (openraft 0.10 leaves
 /// chunking to the application), and both ends hold it in memory, as they hold the state
-/// machine. A follower behind a larger snapshot cannot catch up (the leader says so in its
-/// log).
+/// machine. A node also refuses one larger than its volume (which must hold it), see
+/// [`snapshot_body_limit`]. A follower behind a larger snapshot cannot catch up (the leader
+/// says so in its log).
 pub const MAX_SNAPSHOT_BYTES: usize = 1 << 30;
+
+/// Largest snapshot body a node on a volume of `capacity` bytes takes: the snapshot is
+/// written into the volume whole, so a larger one cannot be installed there.
+pub fn snapshot_body_limit(capacity: u64) -> usize {
+    usize::try_from(capacity).unwrap_or(usize::MAX).min(MAX_SNAPSHOT_BYTES)
+}
 
 /// A whole snapshot on the wire: the leader's vote, the snapshot's meta, its bytes.
 type SnapshotRpc = (VoteOf<TypeConfig>, SnapshotMetaOf<TypeConfig>, Vec<u8>);
@@ -52,6 +77,16 @@ type SnapshotRpc = (VoteOf<TypeConfig>, SnapshotMetaOf<TypeConfig>, Vec<u8>);
 pub struct RpcState {
     raft: KvRaft,
     guard: Arc<Guard>,
+    limits: RpcLimits,
+}
+
+/// What this node's store can take from an RPC.
+#[derive(Debug, Clone, Copy)]
+pub struct RpcLimits {
+    /// The largest entry this node's log holds (an append's larger entry gets 400).
+    pub max_entry_bytes: usize,
+    /// The largest snapshot body ([`snapshot_body_limit`]).
+    pub snapshot_bytes: usize,
 }
 
 /// What the Raft port can answer with, filled in as the node starts: the listener is bound
@@ -64,6 +99,8 @@ pub struct Slot {
     mtls: bool,
     known: std::sync::RwLock<Option<Known>>,
     ready: std::sync::OnceLock<RpcState>,
+    /// One snapshot at a time is received and installed.
+    installing: tokio::sync::Semaphore,
 }
 
 /// Where this node's knowledge of its peers comes from before Raft runs.
@@ -76,7 +113,12 @@ pub enum Known {
 
 impl Slot {
     pub fn new(mtls: bool) -> Slot {
-        Slot { mtls, known: std::sync::RwLock::default(), ready: std::sync::OnceLock::new() }
+        Slot {
+            mtls,
+            known: std::sync::RwLock::default(),
+            ready: std::sync::OnceLock::new(),
+            installing: tokio::sync::Semaphore::new(1),
+        }
     }
 
     /// Answers start-up questions from `known` from now on.
@@ -85,21 +127,24 @@ impl Slot {
     }
 
     /// Serves Raft RPCs from now on.
-    pub fn ready(&self, raft: KvRaft, guard: Arc<Guard>) {
-        let _ = self.ready.set(RpcState { raft, guard });
+    pub fn ready(&self, raft: KvRaft, guard: Arc<Guard>, limits: RpcLimits) {
+        let _ = self.ready.set(RpcState { raft, guard, limits });
     }
 }
 
-pub fn router(slot: Arc<Slot>) -> Router {
+/// The Raft port's routes; append and vote bodies up to `rpc_bytes` ([`rpc_body_limit`]).
+pub fn router(slot: Arc<Slot>, rpc_bytes: usize) -> Router {
     let snapshots = Router::new()
         .route("/raft/snapshot", post(snapshot))
-        .layer(DefaultBodyLimit::max(MAX_SNAPSHOT_BYTES));
+        // The snapshot handler bounds its body itself (by the volume, known once Raft runs).
+        .layer(DefaultBodyLimit::disable());
     Router::new()
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
         .route("/raft/member/{id}", get(knowledge))
         .route("/raft/members", get(members))
-        .layer(DefaultBodyLimit::max(MAX_RPC_BYTES))
+        .layer(DefaultBodyLimit::max(rpc_bytes))
+        .layer(axum::middleware::from_fn_with_state(rpc_bytes, declared_too_large))
         .merge(snapshots)
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&slot), authorize))
         .layer(axum::middleware::from_fn_with_state(Arc::clone(&slot), authenticate))
@@ -190,6 +235,42 @@ fn not_ready() -> Response {
     refuse(StatusCode::SERVICE_UNAVAILABLE, &json!({ "error": "not_ready" }))
 }
 
+/// 413 at once for an append or vote whose declared body is over `limit`, before a byte of
+/// it is read (axum's own limit would read up to it first).
+async fn declared_too_large(
+    State(limit): State<usize>,
+    req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    match declared_len(req.headers()) {
+        Some(len) if len > limit as u64 => too_large(len, limit),
+        _ => next.run(req).await,
+    }
+}
+
+fn declared_len(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+}
+
+fn too_large(len: u64, limit: usize) -> Response {
+    let mut resp = refuse(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        &json!({ "error": "body_too_large", "len": len, "max": limit }),
+    );
+    // The unread rest of the body: the connection is not reused.
+    resp.headers_mut().insert(axum::http::header::CONNECTION, HeaderValue::from_static("close"));
+    resp
+}
+
+/// 400 for an RPC `rpc_check.rs` refused.
+fn bad_rpc(error: &str, reason: &str) -> Response {
+    tracing::warn!(error, reason, "refused a Raft RPC");
+    refuse(StatusCode::BAD_REQUEST, &json!({ "error": error, "reason": reason }))
+}
+
 fn reply<T: Serialize>(value: &T) -> Response {
     match encode(value) {
         Ok(bytes) => (StatusCode::OK, bytes).into_response(),
@@ -218,14 +299,21 @@ pub fn stale_member(
     )
 }
 
-/// The sender a Raft request names in its body (the candidate or leader of its vote).
+/// The sender a Raft request names in its body (the candidate or leader of its vote), and
+/// the check of its fields (`rpc_check.rs`) once the sender is admitted.
 trait Sender {
     fn sender(&self) -> Option<u64>;
+    fn well_formed(&self, _limits: &RpcLimits) -> Result<(), rpc_check::Refusal> {
+        Ok(())
+    }
 }
 
 impl Sender for AppendEntriesRequest<TypeConfig> {
     fn sender(&self) -> Option<u64> {
         Some(self.vote.leader_id().node_id)
+    }
+    fn well_formed(&self, limits: &RpcLimits) -> Result<(), rpc_check::Refusal> {
+        rpc_check::append(self, limits.max_entry_bytes)
     }
 }
 
@@ -233,11 +321,8 @@ impl Sender for VoteRequest<TypeConfig> {
     fn sender(&self) -> Option<u64> {
         Some(self.vote.leader_id().node_id)
     }
-}
-
-impl Sender for SnapshotRpc {
-    fn sender(&self) -> Option<u64> {
-        Some(self.0.leader_id().node_id)
+    fn well_formed(&self, _limits: &RpcLimits) -> Result<(), rpc_check::Refusal> {
+        rpc_check::vote(self)
     }
 }
 
@@ -313,7 +398,10 @@ where
         ),
         Ok(req) => match check(s, headers, req.sender()).await {
             Err(r) => r,
-            Ok(()) => reply(&call(s.raft.clone(), req).await),
+            Ok(()) => match req.well_formed(&s.limits) {
+                Err(why) => bad_rpc("bad_rpc", &why),
+                Ok(()) => reply(&call(s.raft.clone(), req).await),
+            },
         },
     };
     if let Ok(v) = HeaderValue::from_str(&s.guard.me_header()) {
@@ -343,13 +431,84 @@ async fn vote(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) ->
     .await
 }
 
-async fn snapshot(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) -> Response {
-    // The member checks run first: `install_full_snapshot` panics on a snapshot that no
-    // protocol-following leader of this cluster could send (e.g. one of a former incarnation).
-    handle(&slot, &headers, &body, |raft, (vote, meta, data): SnapshotRpc| async move {
-        raft.install_full_snapshot(vote, Snapshot { meta, snapshot: Cursor::new(data) }).await
+/// A whole snapshot: one at a time (503 meanwhile), its body bounded by the volume (413 at
+/// once for a larger declared one, or as soon as a body without a declared length passes
+/// it). The member checks run first, then `rpc_check::snapshot`: `install_full_snapshot`
+/// panics on a snapshot that no protocol-following leader of this cluster could send (e.g.
+/// one of a former incarnation), and a snapshot whose data does not decode would be a
+/// storage error that stops the Raft core. Decoding and checking run off the async workers.
+async fn snapshot(
+    State(slot): State<Arc<Slot>>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Response {
+    let Some(s) = slot.ready.get() else { return not_ready() };
+    let mut resp = snapshot_inner(&slot, s, &headers, body).await;
+    if let Ok(v) = HeaderValue::from_str(&s.guard.me_header()) {
+        resp.headers_mut().insert(member::MEMBER, v);
+    }
+    resp
+}
+
+async fn snapshot_inner(
+    slot: &Slot,
+    s: &RpcState,
+    headers: &HeaderMap,
+    body: axum::body::Body,
+) -> Response {
+    let limit = s.limits.snapshot_bytes;
+    if let Some(len) = declared_len(headers).filter(|&n| n > limit as u64) {
+        return too_large(len, limit);
+    }
+    let Ok(_installing) = slot.installing.try_acquire() else {
+        let mut r = refuse(
+            StatusCode::SERVICE_UNAVAILABLE,
+            &json!({ "error": "snapshot_busy", "reason": "a snapshot is being installed" }),
+        );
+        r.headers_mut().insert(axum::http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return r;
+    };
+    let body = {
+        use http_body_util::BodyExt;
+        match http_body_util::Limited::new(body, limit).collect().await {
+            Ok(b) => b.to_bytes(),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                return too_large(limit as u64 + 1, limit);
+            }
+            Err(e) => {
+                return refuse(
+                    StatusCode::BAD_REQUEST,
+                    &json!({ "error": "bad_rpc", "reason": format!("reading the body: {e}") }),
+                );
+            }
+        }
+    };
+    let decoded = tokio::task::spawn_blocking(move || decode::<SnapshotRpc>(&body)).await;
+    let (vote, meta, data) = match decoded {
+        Ok(Ok(rpc)) => rpc,
+        Ok(Err(e)) => {
+            return refuse(
+                StatusCode::BAD_REQUEST,
+                &json!({ "error": "bad_rpc", "reason": format!("undecodable RPC body: {e}") }),
+            );
+        }
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    };
+    if let Err(r) = check(s, headers, Some(vote.leader_id().node_id)).await {
+        return r;
+    }
+    let committed = s.raft.metrics().borrow_watched().local_committed;
+    let checked = tokio::task::spawn_blocking(move || {
+        let r = rpc_check::snapshot(&vote, &meta, &data, committed.as_ref());
+        (r, vote, meta, data)
     })
-    .await
+    .await;
+    let (vote, meta, data) = match checked {
+        Ok((Ok(()), vote, meta, data)) => (vote, meta, data),
+        Ok((Err(why), ..)) => return bad_rpc("bad_snapshot", &why),
+        Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    };
+    reply(&s.raft.install_full_snapshot(vote, Snapshot { meta, snapshot: Cursor::new(data) }).await)
 }
 
 /// The current members of this node's configuration (503 until Raft runs).

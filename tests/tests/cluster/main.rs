@@ -11,6 +11,7 @@ mod rpc;
 mod t100_tokens;
 mod t10_basic;
 mod t110_mtls;
+mod t120_bad_snapshot;
 mod t120_raft_authority;
 mod t20_membership;
 mod t30_crash_restart;

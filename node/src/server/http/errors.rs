@@ -21,6 +21,8 @@ pub enum ApiError {
     },
     /// The node has no leader yet, or has not applied what it committed before.
     NotReady,
+    /// The Raft core stopped: the node serves nothing and is about to exit (code 4).
+    RaftStopped,
     NotFound,
     NoRoute,
     MethodNotAllowed,
@@ -73,6 +75,13 @@ impl IntoResponse for ApiError {
             ApiError::NotReady => {
                 (StatusCode::SERVICE_UNAVAILABLE, json!({ "error": "not_ready" }))
             }
+            ApiError::RaftStopped => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                json!({
+                    "error": "raft_stopped",
+                    "reason": "this node's Raft core stopped; the node is exiting (code 4)",
+                }),
+            ),
             ApiError::NotFound => (StatusCode::NOT_FOUND, json!({ "error": "not_found" })),
             ApiError::NoRoute => (StatusCode::NOT_FOUND, json!({ "error": "no_route" })),
             ApiError::MethodNotAllowed => {

@@ -143,6 +143,9 @@ async fn write_inner(
     body: Bytes,
     op: KvOp,
 ) -> Response {
+    if !s.health.core_running() {
+        return ApiError::RaftStopped.into_response();
+    }
     let leader = match s.leader() {
         Leader::Me => match propose(&s, op).await {
             Ok(r) => return r,
@@ -210,6 +213,10 @@ pub async fn get(
 ) -> Response {
     if let Err(e) = check_key(&s, &key) {
         return e.into_response();
+    }
+    if !s.health.core_running() {
+        // The local state machine no longer follows the log: nothing is served from it.
+        return ApiError::RaftStopped.into_response();
     }
     match params.consistency.as_deref() {
         Some("local") => return value_response(s.kv.get(&key)),

@@ -8,6 +8,11 @@
 //! right role (`server/auth.rs`), checked before the body is read. A forwarded request
 //! carries the caller's `Authorization` header: the leader checks the caller's authority
 //! again, so every node needs the same token file.
+//!
+//! `/livez` and `/readyz` answer 503 from the moment the Raft core stopped (`metrics.rs`,
+//! [`m::Health`]): the process is about to exit and must not be taken for a live member;
+//! reads of the local state machine (`?consistency=local`) are refused then too, as they
+//! would be served from a state that no longer follows the log.
 
 mod auth;
 mod cluster;
@@ -56,6 +61,8 @@ pub struct AppState {
     pub proposer: KvBatcher,
     pub limits: Limits,
     pub ready: Arc<AtomicBool>,
+    /// Whether the Raft core runs.
+    pub health: Arc<m::Health>,
     pub prometheus: PrometheusHandle,
     /// Client for forwarding to the leader (TLS as the cluster's APIs are served).
     pub http: ApiClient,
@@ -171,23 +178,39 @@ async fn declared_too_large(
 
 /// `/metrics` alone (and `/livez`), for `--metrics-addr`: Prometheus scrapes it without a
 /// token.
-pub fn metrics_router(prometheus: PrometheusHandle) -> Router {
+pub fn metrics_router(prometheus: PrometheusHandle, health: Arc<m::Health>) -> Router {
     Router::new()
         .route("/metrics", get(metrics_only))
-        .route("/livez", get(livez))
+        .route("/livez", get(metrics_livez))
         .fallback(not_found)
-        .with_state(prometheus)
+        .with_state((prometheus, health))
 }
 
-async fn metrics_only(State(p): State<PrometheusHandle>) -> Response {
+async fn metrics_only(State((p, _)): State<(PrometheusHandle, Arc<m::Health>)>) -> Response {
     ([(header::CONTENT_TYPE, m::CONTENT_TYPE)], p.render()).into_response()
 }
 
-async fn livez() -> Response {
-    axum::Json(serde_json::json!({ "status": "ok" })).into_response()
+async fn metrics_livez(State((_, health)): State<(PrometheusHandle, Arc<m::Health>)>) -> Response {
+    live(&health)
+}
+
+async fn livez(State(s): State<AppState>) -> Response {
+    live(&s.health)
+}
+
+/// 200 while the Raft core runs (or has not started yet); 503 once it stopped.
+fn live(health: &m::Health) -> Response {
+    if health.core_running() {
+        axum::Json(serde_json::json!({ "status": "ok" })).into_response()
+    } else {
+        ApiError::RaftStopped.into_response()
+    }
 }
 
 async fn readyz(State(s): State<AppState>) -> Response {
+    if !s.health.core_running() {
+        return ApiError::RaftStopped.into_response();
+    }
     if s.ready.load(Ordering::Acquire) {
         axum::Json(serde_json::json!({ "status": "ready" })).into_response()
     } else {
