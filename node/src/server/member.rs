@@ -273,6 +273,12 @@ impl Guard {
         self.claims.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Whether this node neither sends to nor hears from `peer`: on the deny list, or removed
+    /// (its answers would count toward quorums as much as its requests).
+    pub fn shuns(&self, peer: u64) -> bool {
+        self.deny.contains(&peer) || self.book.is_removed(peer)
+    }
+
     /// Whether `from` may send `kind` now (see [`authority`]); before Raft runs nobody may.
     pub fn authorize(&self, kind: RpcKind, from: u64) -> Result<(), Unauthorized> {
         let members = match self.metrics.get() {

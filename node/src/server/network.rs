@@ -13,6 +13,7 @@
 //! incarnation of the target than the peer book holds is dropped (never counted), and an
 //! answer that names this node as the stale member is a claim that this node lost its state,
 //! which stops it only when one peer cannot forge it (`member.rs`).
+//! Nothing is sent to a denied (`--deny-peer`) or removed id, so no answer of it counts.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -148,6 +149,13 @@ impl Peer {
         E: std::error::Error + DeserializeOwned,
     {
         let (client, base) = self.client.as_ref().map_err(|why| unreachable(why.clone()))?;
+        if self.guard.shuns(self.target) {
+            return Err(unreachable(format!(
+                "node {} is denied (--deny-peer) or removed: nothing is sent to it, and no \
+                 answer of it counts",
+                self.target
+            )));
+        }
         let sent = client
             .post(format!("{base}/raft/{path}"))
             .timeout(timeout)
