@@ -339,24 +339,7 @@ fn tokens_on_the_command_line_warn() {
     let out =
         vellum_env(&["kv", "get", "k", "--endpoint", "127.0.0.1:1"], &[("VELLUM_TOKEN", "abc")]);
     assert!(!String::from_utf8_lossy(&out.stderr).contains("command line"));
-    let (api, raft) = (format!("127.0.0.1:{}", free_port()), format!("127.0.0.1:{}", free_port()));
-    let dir = tempfile::tempdir().unwrap();
-    let volume = dir.path().join("missing-dir").join("x.vlm");
-    let args = [
-        "serve",
-        "--join-token=abc",
-        "--id",
-        "1",
-        "--api-addr",
-        &api,
-        "--raft-addr",
-        &raft,
-        "--volume",
-        s(&volume),
-        "--initial-cluster",
-        "not-a-cluster",
-    ];
-    let err = String::from_utf8_lossy(&within(Duration::from_secs(30), &args).stderr).into_owned();
+    let err = serve_past_the_flags("127.0.0.1", &["--join-token=abc"], &[]);
     assert!(
         err.contains("--join-token on the command line") && err.contains("VELLUM_JOIN_TOKEN"),
         "{err}"
@@ -368,27 +351,8 @@ fn tokens_on_the_command_line_warn() {
 /// "invalid value '1'").
 #[test]
 fn boolean_environment_variables_take_one_and_zero() {
-    let dir = tempfile::tempdir().unwrap();
-    let volume = dir.path().join("missing-dir").join("x.vlm");
-    let (api, raft) = (format!("0.0.0.0:{}", free_port()), format!("127.0.0.1:{}", free_port()));
-    let serve = |insecure: &str| {
-        let args = [
-            "serve",
-            "--id",
-            "1",
-            "--api-addr",
-            &api,
-            "--raft-addr",
-            &raft,
-            "--volume",
-            s(&volume),
-            "--initial-cluster",
-            "not-a-cluster",
-        ];
-        let env = [("VELLUM_INSECURE", insecure)];
-        let out = within_env(Duration::from_secs(30), &args, &env);
-        String::from_utf8_lossy(&out.stderr).into_owned()
-    };
+    let serve =
+        |insecure: &str| serve_past_the_flags("0.0.0.0", &[], &[("VELLUM_INSECURE", insecure)]);
     for off in ["0", "false"] {
         let err = serve(off);
         assert!(err.contains("refusing to serve plain HTTP off loopback"), "{off}: {err}");
@@ -401,4 +365,19 @@ fn boolean_environment_variables_take_one_and_zero() {
         );
         assert!(err.contains("--initial-cluster"), "{on}: got past the flags: {err}");
     }
+}
+
+/// Runs `vellum serve` with `extra` flags and `env`, on a missing volume with a bad
+/// `--initial-cluster`: a node that gets past its flags stops there, with one line about
+/// `--initial-cluster`. Returns its stderr.
+fn serve_past_the_flags(api_host: &str, extra: &[&str], env: &[(&str, &str)]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let volume = dir.path().join("missing-dir").join("x.vlm");
+    let api = format!("{api_host}:{}", free_port());
+    let raft = format!("127.0.0.1:{}", free_port());
+    let mut args = vec!["serve", "--id", "1", "--api-addr", &api, "--raft-addr", &raft];
+    args.extend_from_slice(&["--volume", s(&volume), "--initial-cluster", "not-a-cluster"]);
+    args.extend_from_slice(extra);
+    let out = within_env(Duration::from_secs(30), &args, env);
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::harness::{Cluster, free_port, phase, vellum_bin};
+use crate::harness::{Cluster, Node, free_port, phase, vellum_bin};
 
 fn vellum(args: &[&str]) -> std::process::Output {
     Command::new(vellum_bin()).args(args).output().unwrap()
@@ -87,18 +87,7 @@ fn an_mtls_cluster_serves_and_refuses_strangers() {
     for n in &mut c.nodes {
         let (cert, key) =
             (pki.join(format!("node-{}.pem", n.id)), pki.join(format!("node-{}-key.pem", n.id)));
-        for (flag, path) in [
-            ("--peer-cert", &cert),
-            ("--peer-key", &key),
-            ("--peer-ca", &ca),
-            ("--api-cert", &cert),
-            ("--api-key", &key),
-            ("--api-ca", &ca),
-        ] {
-            n.extra.push(flag.into());
-            n.extra.push(path.to_str().unwrap().into());
-        }
-        n.https = true;
+        use_mtls(n, &cert, &key, &ca);
     }
     c.http = tls_client(&ca, Some((&pki.join("client.pem"), &pki.join("client-key.pem"))));
     phase("start with mutual TLS on both ports");
@@ -304,4 +293,21 @@ fn the_raft_port_answers_forged_bodies_with_json_errors() {
         assert_eq!(v["error"], "bad_rpc");
     }
     assert!(c.put(n, "still", "serving"));
+}
+
+/// Serves both of `n`'s ports with mutual TLS: `cert` and `key` as its identity, `ca` as the
+/// CA of its peers and of its API's clients.
+pub fn use_mtls(n: &mut Node, cert: &Path, key: &Path, ca: &Path) {
+    for (flag, path) in [
+        ("--peer-cert", cert),
+        ("--peer-key", key),
+        ("--peer-ca", ca),
+        ("--api-cert", cert),
+        ("--api-key", key),
+        ("--api-ca", ca),
+    ] {
+        n.extra.push(flag.into());
+        n.extra.push(path.to_str().unwrap().into());
+    }
+    n.https = true;
 }

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use crate::harness::{Cluster, phase};
 use crate::rpc::{self, Answer, append_body, post_raw, snapshot_body, vote_body};
-use crate::t110_mtls::{pki, term, tls_client};
+use crate::t110_mtls::{pki, term, tls_client, use_mtls};
 
 fn cert(pki: &Path, id: u64) -> (PathBuf, PathBuf) {
     (pki.join(format!("node-{id}.pem")), pki.join(format!("node-{id}-key.pem")))
@@ -32,18 +32,7 @@ fn mtls_cluster(certs: &[u64]) -> (Cluster, PathBuf) {
     let ca = pki.join("ca.pem");
     for n in &mut c.nodes {
         let (cert, key) = cert(&pki, n.id);
-        for (flag, path) in [
-            ("--peer-cert", &cert),
-            ("--peer-key", &key),
-            ("--peer-ca", &ca),
-            ("--api-cert", &cert),
-            ("--api-key", &key),
-            ("--api-ca", &ca),
-        ] {
-            n.extra.push(flag.into());
-            n.extra.push(path.to_str().unwrap().into());
-        }
-        n.https = true;
+        use_mtls(n, &cert, &key, &ca);
     }
     c.http = tls_client(&ca, Some((&pki.join("client.pem"), &pki.join("client-key.pem"))));
     phase("a 3-node mTLS cluster takes a write");
