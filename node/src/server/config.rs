@@ -122,6 +122,9 @@ pub struct ServeArgs {
     /// read, write, vote and change membership.
     #[arg(long, env = "VELLUM_INSECURE", help_heading = "Security")]
     pub insecure: bool,
+    /// Connection caps and deadlines of the ports (`listener.rs`).
+    #[command(flatten)]
+    pub conn: crate::server::listener::ConnArgs,
 }
 
 /// Whether the cluster this member starts in exists already (etcd's flag of that name).

@@ -24,6 +24,7 @@ pub(crate) mod auth;
 mod codec;
 pub mod config;
 pub mod http;
+pub mod listener;
 mod member;
 pub(crate) mod metrics;
 mod network;
@@ -35,7 +36,6 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use axum::http::HeaderValue;
-use tokio::net::TcpListener;
 use vellum_raft_store::member::{Identity, PeerBook};
 use vellum_raft_store::v010::openraft::errors::{InitializeError, RaftError};
 use vellum_raft_store::v010::openraft::{Config, Raft, SnapshotPolicy};
@@ -451,9 +451,9 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     // The Raft port first: members starting together answer each other's start-up
     // questions while they wait for one another; Raft RPCs get 503 until Raft runs.
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let conn = listener::Plan::new(&args.conn);
     let slot = Arc::new(raft_api::Slot::new(security.raft_server.is_some()));
-    let raft_listener = TcpListener::bind(args.raft_addr)
-        .await
+    let raft_listener = listener::bind(args.raft_addr)
         .map_err(|e| fail(&format!("binding {}", args.raft_addr))(e.to_string()))?;
     let raft_srv = transport::spawn(
         raft_listener,
@@ -461,14 +461,14 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         security.raft_server.clone(),
         stop_rx.clone(),
         "raft",
+        conn.raft,
     );
     let metrics_srv = match args.metrics_addr {
         Some(addr) => {
-            let listener = TcpListener::bind(addr)
-                .await
+            let listener = listener::bind(addr)
                 .map_err(|e| fail(&format!("binding {addr}"))(e.to_string()))?;
             let router = http::metrics_router(prometheus.clone());
-            Some(transport::spawn(listener, router, None, stop_rx.clone(), "metrics"))
+            Some(transport::spawn(listener, router, None, stop_rx.clone(), "metrics", conn.metrics))
         }
         None => None,
     };
@@ -509,8 +509,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     let ready = Arc::new(AtomicBool::new(false));
     metrics::spawn_raft_watch(raft.clone(), startup_commit, Arc::clone(&ready));
 
-    let api_listener = TcpListener::bind(args.api_addr)
-        .await
+    let api_listener = listener::bind(args.api_addr)
         .map_err(|e| fail(&format!("binding {}", args.api_addr))(e.to_string()))?;
     let state = http::AppState {
         id: args.id,
@@ -530,6 +529,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         security.api_server.clone(),
         stop_rx.clone(),
         "api",
+        conn.api,
     );
     let scheme = |tls: bool| if tls { "https" } else { "http" };
     tracing::info!(

@@ -10,6 +10,7 @@ mod harness;
 mod t100_tokens;
 mod t10_basic;
 mod t110_mtls;
+mod t130_flood;
 mod t20_membership;
 mod t30_crash_restart;
 mod t35_lost_quorum;

@@ -20,7 +20,7 @@ fn vellum(args: &[&str]) -> std::process::Output {
 }
 
 /// `vellum cert init DIR`, then node certificates for `ids` on 127.0.0.1.
-fn pki(dir: &Path, ids: &[u64]) -> PathBuf {
+pub(crate) fn pki(dir: &Path, ids: &[u64]) -> PathBuf {
     let d = dir.to_str().unwrap();
     let out = vellum(&["cert", "init", d]);
     assert!(out.status.success(), "cert init: {}", String::from_utf8_lossy(&out.stderr));
@@ -32,7 +32,7 @@ fn pki(dir: &Path, ids: &[u64]) -> PathBuf {
 }
 
 /// A blocking client trusting `ca`, presenting `cert`/`key` when given.
-fn tls_client(ca: &Path, identity: Option<(&Path, &Path)>) -> reqwest::blocking::Client {
+pub(crate) fn tls_client(ca: &Path, identity: Option<(&Path, &Path)>) -> reqwest::blocking::Client {
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_file_iter(ca).unwrap() {
         roots.add(c.unwrap()).unwrap();
@@ -64,7 +64,7 @@ fn term(c: &Cluster, n: &crate::harness::Node) -> u64 {
 }
 
 /// A vote RPC to `raft` on 127.0.0.1 claiming to come from node `from`, through `client`.
-fn forged_vote(
+pub(crate) fn forged_vote(
     client: &reqwest::blocking::Client,
     raft: u16,
     from: u64,
