@@ -481,15 +481,16 @@ impl Port {
         let port = self.name;
         let reason = why.label();
         let interval_s = self.limits.log_interval.as_secs();
-        match (why, detail) {
-            (Refusal::HandshakeFailed, Some(e)) => tracing::warn!(
+        if let (Refusal::HandshakeFailed, Some(e)) = (why, detail) {
+            tracing::warn!(
                 port, peer = %peer, error = %e, interval_s,
                 "refused a TLS connection (more this interval are summarised)"
-            ),
-            _ => tracing::warn!(
+            );
+        } else {
+            tracing::warn!(
                 port, peer = %peer, reason, interval_s,
                 "refused a connection (more this interval are summarised)"
-            ),
+            );
         }
     }
 
@@ -765,12 +766,12 @@ impl ConnTask {
         // Set once the connection is told to finish: it gets DRAIN_TIMEOUT more.
         let mut draining: Option<Instant> = None;
         loop {
-            let wake = if !conn.is_established() {
-                deadline
-            } else {
+            let wake = if conn.is_established() {
                 activity
                     .idle_at(limits.idle_timeout)
                     .unwrap_or_else(|| Instant::now() + limits.idle_timeout)
+            } else {
+                deadline
             };
             let mut shut = false;
             tokio::select! {
@@ -928,7 +929,7 @@ mod tests {
         let mut s = Summary::new(Duration::from_secs(1));
         let t0 = Instant::now();
         for i in 0..(SUMMARY_SOURCES as u32 + 500) {
-            s.record(IpAddr::from(i.to_be_bytes()), Refusal::HandshakeTimeout, t0);
+            s.record(IpAddr::from(std::net::Ipv4Addr::from(i)), Refusal::HandshakeTimeout, t0);
         }
         assert_eq!(s.by_source.len(), SUMMARY_SOURCES);
         assert_eq!(s.others, 500);
