@@ -49,6 +49,8 @@ use tokio::time::Instant;
 use super::metrics as m;
 use super::transport::PeerCert;
 
+/// The longest any `--conn-*` duration may be.
+const MAX_DURATION: Duration = Duration::from_secs(86_400);
 /// How long open connections get to finish at shutdown.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
 /// Descriptors kept out of the ports' caps: the volume, outgoing connections to peers and
@@ -93,7 +95,12 @@ fn duration_arg(s: &str) -> Result<Duration, String> {
     if n == 0 {
         return Err("a duration of 0 turns nothing off here: give a positive one".into());
     }
-    Ok(Duration::from_millis(n.saturating_mul(scale)))
+    let d = Duration::from_millis(n.saturating_mul(scale));
+    // Bounded, so that deadlines computed from it (`Instant + d`) cannot overflow.
+    if d > MAX_DURATION {
+        return Err(format!("'{s}' is longer than a day"));
+    }
+    Ok(d)
 }
 
 /// Connection limits of the client API and Raft ports (`vellum serve`); the metrics port's
@@ -942,5 +949,7 @@ mod tests {
         assert_eq!(duration_arg("7"), Ok(Duration::from_secs(7)));
         assert!(duration_arg("0s").is_err());
         assert!(duration_arg("soon").is_err());
+        assert!(duration_arg("86401s").is_err());
+        assert!(duration_arg("18446744073709551615s").is_err(), "no overflow, no panic");
     }
 }
