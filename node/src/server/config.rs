@@ -141,6 +141,9 @@ pub struct ServeArgs {
         help_heading = "Security"
     )]
     pub deny_peers: Vec<u64>,
+    /// Connection caps and deadlines of the ports (`listener.rs`).
+    #[command(flatten)]
+    pub conn: crate::server::listener::ConnArgs,
 }
 
 /// Whether the cluster this member starts in exists already (etcd's flag of that name).

@@ -41,6 +41,11 @@ pub const BUILD_INFO: &str = "vellum_build_info";
 pub const VOLUME_JOURNAL_LOSS: &str = "vellum_volume_journal_loss";
 pub const CORE_RUNNING: &str = "vellum_raft_core_running";
 pub const CORE_STOPPED: &str = "vellum_raft_core_stopped_total";
+pub const CONN_OPEN: &str = "vellum_connections_open";
+pub const CONN_HANDSHAKES: &str = "vellum_connection_handshakes_in_flight";
+pub const CONN_ACCEPTED: &str = "vellum_connections_accepted_total";
+pub const CONN_REJECTED: &str = "vellum_connections_rejected_total";
+pub const CONN_CLOSED: &str = "vellum_connections_closed_total";
 
 /// The Prometheus text content type Prometheus 2 and 3 both accept.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -100,6 +105,26 @@ fn describe() {
         "1 while the volume's journal loss flag is set (the engine found its metadata journal \
          destroyed and opened it at the last checkpoint; vellum journal ack clears it), else \
          0. The raft store refuses such a volume: the member must be replaced."
+    );
+    describe_gauge!(
+        CONN_OPEN,
+        "Established connections, by port (api, raft, metrics): past their handshake and \
+         first request."
+    );
+    describe_gauge!(
+        CONN_HANDSHAKES,
+        "Connections in their handshake phase (TLS handshake, then the first request's \
+         headers), by port."
+    );
+    describe_counter!(CONN_ACCEPTED, "Connections that became established, by port.");
+    describe_counter!(
+        CONN_REJECTED,
+        "Connections refused or dropped before they were established, by port and reason: \
+         total_cap, source_cap, handshake_budget, handshake_timeout, handshake_failed."
+    );
+    describe_counter!(
+        CONN_CLOSED,
+        "Established connections the node closed, by port and reason (idle_timeout)."
     );
 }
 

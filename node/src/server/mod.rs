@@ -26,6 +26,7 @@
 mod codec;
 pub mod config;
 pub mod http;
+pub mod listener;
 mod member;
 pub(crate) mod metrics;
 mod network;
@@ -38,7 +39,6 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use axum::http::HeaderValue;
-use tokio::net::TcpListener;
 use vellum_raft_store::member::{Identity, PeerBook};
 use vellum_raft_store::v010::openraft::errors::{InitializeError, RaftError};
 use vellum_raft_store::v010::openraft::{Config, Raft, SnapshotPolicy};
@@ -464,8 +464,8 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         max_key_bytes: args.max_key_bytes as usize,
         max_value_bytes: args.max_value_bytes as usize,
     }));
-    let raft_listener = TcpListener::bind(args.raft_addr)
-        .await
+    let conn = listener::Plan::new(&args.conn);
+    let raft_listener = listener::bind(args.raft_addr)
         .map_err(|e| fail(&format!("binding {}", args.raft_addr))(e.to_string()))?;
     let raft_srv = transport::spawn(
         raft_listener,
@@ -473,14 +473,14 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         security.raft_server.clone(),
         stop_rx.clone(),
         "raft",
+        conn.raft,
     );
     let metrics_srv = match args.metrics_addr {
         Some(addr) => {
-            let listener = TcpListener::bind(addr)
-                .await
+            let listener = listener::bind(addr)
                 .map_err(|e| fail(&format!("binding {addr}"))(e.to_string()))?;
             let router = http::metrics_router(prometheus.clone(), Arc::clone(&health));
-            Some(transport::spawn(listener, router, None, stop_rx.clone(), "metrics"))
+            Some(transport::spawn(listener, router, None, stop_rx.clone(), "metrics", conn.metrics))
         }
         None => None,
     };
@@ -533,8 +533,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         Arc::clone(&health),
     );
 
-    let api_listener = TcpListener::bind(args.api_addr)
-        .await
+    let api_listener = listener::bind(args.api_addr)
         .map_err(|e| fail(&format!("binding {}", args.api_addr))(e.to_string()))?;
     let state = http::AppState {
         id: args.id,
@@ -560,6 +559,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         security.api_server.clone(),
         stop_rx.clone(),
         "api",
+        conn.api,
     );
     let scheme = |tls: bool| if tls { "https" } else { "http" };
     tracing::info!(

@@ -42,7 +42,7 @@ use super::KvRaft;
 use super::codec::{decode, encode};
 use super::member::{self, Guard, Knowledge, Refused};
 use super::rpc_check;
-use super::transport::PeerCert;
+use super::transport::{PeerAddr, PeerCert};
 use crate::security::tls;
 use vellum_raft_store::member::PeerBook;
 
@@ -180,7 +180,10 @@ async fn authenticate(
     if allowed {
         return next.run(req).await;
     }
+    let peer =
+        req.extensions().get::<PeerAddr>().map_or_else(|| "unknown".into(), |a| a.0.to_string());
     tracing::warn!(
+        peer = %peer,
         claimed = ?from,
         path = %req.uri().path(),
         "refused a Raft request: its certificate does not name the member it says it comes from"

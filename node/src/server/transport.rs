@@ -14,6 +14,8 @@
 //!   present this node's API certificate.
 //! - Secure by default: a non-loopback address is served only with TLS on both ports, unless
 //!   `--insecure` says plain HTTP is wanted (`security/exposure.rs`).
+//! - Every port, plain or TLS, is served by the one accept loop of `listener.rs`, with its
+//!   connection caps and deadlines; every request carries its connection's [`PeerAddr`].
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -28,17 +30,8 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::config::ServeArgs;
+pub use super::listener::{Limits, PeerAddr};
 use crate::security::tls;
-
-/// How long a TLS handshake may take before the connection is dropped.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long open connections get to finish at shutdown.
-const DRAIN_TIMEOUT: Duration = Duration::from_secs(5);
-/// How long a request's headers may take to arrive on a TLS connection.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(30);
-/// Connections one TLS port serves at once; more are closed at accept (file descriptors are
-/// the node's, its volume and peers need them too).
-const MAX_CONNECTIONS: usize = 4096;
 
 /// The client certificate of the TLS connection a request came on (`None` when the port
 /// does not ask for one). Present on every request of a TLS port, absent on plain ones.
@@ -198,84 +191,17 @@ fn plain_client() -> reqwest::Result<reqwest::Client> {
     reqwest::Client::builder().no_proxy().pool_max_idle_per_host(4).tcp_nodelay(true).build()
 }
 
-/// Serves `router` on `listener` until `stop` turns true: plain HTTP without `tls`, TLS with
-/// it (each request carrying the connection's [`PeerCert`]). `port` names the port in logs.
+/// Serves `router` on `listener` until `stop` turns true, through the one accept loop of
+/// every port (`listener.rs`: caps per port and per source address, handshake budget and
+/// deadline, idle timeout): plain HTTP without `tls`, TLS with it (each request carrying the
+/// connection's [`PeerCert`]). `port` names the port in logs and metrics.
 pub fn spawn(
     listener: TcpListener,
     router: Router,
     tls: Option<Arc<ServerConfig>>,
-    mut stop: watch::Receiver<bool>,
+    stop: watch::Receiver<bool>,
     port: &'static str,
+    limits: Limits,
 ) -> JoinHandle<()> {
-    let Some(config) = tls else {
-        let srv = axum::serve(listener, router).with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        });
-        return tokio::spawn(async move {
-            let _ = srv.await;
-        });
-    };
-    let acceptor = tokio_rustls::TlsAcceptor::from(config);
-    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
-    tokio::spawn(async move {
-        let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-        loop {
-            let (tcp, addr) = tokio::select! {
-                () = async { let _ = stop.wait_for(|s| *s).await; } => break,
-                accepted = listener.accept() => match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        // Out of file descriptors and the like: wait, do not spin.
-                        tracing::warn!(port, error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                },
-            };
-            let Ok(slot) = Arc::clone(&slots).try_acquire_owned() else {
-                tracing::warn!(port, peer = %addr, MAX_CONNECTIONS, "too many connections: closed one at accept");
-                continue;
-            };
-            let _ = tcp.set_nodelay(true);
-            let (acceptor, router, watcher) =
-                (acceptor.clone(), router.clone(), graceful.watcher());
-            tokio::spawn(async move {
-                let stream = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp))
-                    .await
-                {
-                    Ok(Ok(s)) => s,
-                    Ok(Err(e)) => {
-                        tracing::warn!(port, peer = %addr, error = %e, "refused a TLS connection");
-                        return;
-                    }
-                    Err(_) => {
-                        tracing::warn!(port, peer = %addr, "dropped a TLS connection: no handshake in time");
-                        return;
-                    }
-                };
-                let cert = PeerCert(
-                    stream.get_ref().1.peer_certificates().and_then(|c| c.first()).cloned(),
-                );
-                let service = hyper::service::service_fn(
-                    move |mut req: hyper::Request<hyper::body::Incoming>| {
-                        req.extensions_mut().insert(cert.clone());
-                        tower_service::Service::call(&mut router.clone(), req)
-                    },
-                );
-                let mut builder = hyper_util::server::conn::auto::Builder::new(
-                    hyper_util::rt::TokioExecutor::new(),
-                );
-                builder
-                    .http1()
-                    .timer(hyper_util::rt::TokioTimer::new())
-                    .header_read_timeout(HEADER_TIMEOUT);
-                let conn = builder
-                    .serve_connection_with_upgrades(hyper_util::rt::TokioIo::new(stream), service);
-                let _ = watcher.watch(conn.into_owned()).await;
-                drop(slot);
-            });
-        }
-        drop(listener);
-        let _ = tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown()).await;
-    })
+    super::listener::spawn(listener, router, tls, stop, port, limits)
 }

@@ -6,8 +6,12 @@ use std::time::{Duration, Instant};
 
 use reqwest::blocking::Client;
 
-/// The `vellum` binary next to this test's target directory.
+/// The `vellum` binary next to this test's target directory (`VELLUM_TEST_BIN` names
+/// another, e.g. an older build to compare a benchmark with).
 pub fn vellum_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("VELLUM_TEST_BIN") {
+        return PathBuf::from(bin);
+    }
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().and_then(Path::parent).unwrap();
     let bin = dir.join("vellum");
@@ -59,6 +63,8 @@ pub struct Node {
     pub log: PathBuf,
     child: Option<Child>,
     pub extra: Vec<String>,
+    /// Environment variables of the process (`VELLUM_*` settings an older binary ignores).
+    pub env: Vec<(String, String)>,
     /// The API is served over TLS (`--api-cert`).
     pub https: bool,
 }
@@ -90,6 +96,7 @@ impl Node {
                 vec!["--volume-size", "128MiB", "--heartbeat-ms", "50"]
             })
             .args(&self.extra)
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -211,6 +218,7 @@ impl Cluster {
             log: dir.join(format!("n{id}.log")),
             child: None,
             extra,
+            env: Vec::new(),
             https: false,
         }
     }

@@ -64,7 +64,7 @@ pub fn term(c: &Cluster, n: &crate::harness::Node) -> u64 {
 }
 
 /// A vote RPC to `raft` on 127.0.0.1 claiming to come from node `from`, through `client`.
-fn forged_vote(
+pub(crate) fn forged_vote(
     client: &reqwest::blocking::Client,
     raft: u16,
     from: u64,
