@@ -41,13 +41,13 @@ use std::time::Duration;
 
 use axum::Router;
 use rustls::ServerConfig;
+use rustls::pki_types::CertificateDer;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::metrics as m;
-use super::transport::PeerCert;
 
 /// The longest any `--conn-*` duration may be.
 const MAX_DURATION: Duration = Duration::from_secs(86_400);
@@ -77,6 +77,11 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     socket.bind(addr)?;
     socket.listen(BACKLOG)
 }
+
+/// The client certificate of the TLS connection a request came on (`None` when the port
+/// does not ask for one). Present on every request of a TLS port, `PeerCert(None)` on plain ones.
+#[derive(Clone, Debug)]
+pub struct PeerCert(pub Option<CertificateDer<'static>>);
 
 /// The address a request's connection came from. Present on every request of every port.
 #[derive(Clone, Copy, Debug)]

@@ -32,17 +32,10 @@ use vellum_raft_store::v010::openraft::type_config::alias::{SnapshotOf, VoteOf};
 use vellum_raft_store::v010::openraft::{EntryPayload, OptionalSend, RaftNetworkV2};
 use vellum_raft_store::v010::{Entry, KvNode, KvOp, SnapshotData, TypeConfig};
 
+use super::codec::{APPEND_BYTES, MAX_SNAPSHOT_BYTES};
 use super::codec::{decode, encode};
 use super::member::{self, Guard};
-use super::raft_api::MAX_SNAPSHOT_BYTES;
 use super::transport::PeerClients;
-
-/// Bytes of entries one AppendEntries RPC carries (at least one entry). openraft bounds a
-/// payload by its number of entries only (`max_payload_entries`), and Vellum gives an
-/// AppendEntries one heartbeat interval (openraft's `hard_ttl`) before it counts it as failed
-/// and openraft sends it again: a payload of many large entries would fail every time. A
-/// larger payload is sent as a prefix instead.
-pub(crate) const APPEND_BYTES: usize = 2 << 20;
 
 /// An upper bound of the bytes `e` adds to an RPC body.
 fn entry_bytes(e: &Entry) -> usize {

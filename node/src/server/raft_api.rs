@@ -39,7 +39,7 @@ use vellum_raft_store::v010::openraft::raft::{AppendEntriesRequest, VoteRequest}
 use vellum_raft_store::v010::openraft::type_config::alias::{SnapshotMetaOf, VoteOf};
 
 use super::KvRaft;
-use super::codec::{decode, encode};
+use super::codec::{APPEND_BYTES, MAX_SNAPSHOT_BYTES, decode, encode};
 use super::member::{self, Guard, Knowledge, Refused};
 use super::rpc_check;
 use super::transport::{PeerAddr, PeerCert};
@@ -51,18 +51,11 @@ const RPC_OVERHEAD_BYTES: usize = 64 << 10;
 
 /// Largest append or vote RPC body, for a node whose largest single write makes entries of
 /// up to `largest_entry` bytes: a leader's append carries entries up to
-/// [`network::APPEND_BYTES`](super::network::APPEND_BYTES) in all, or one entry alone (the
+/// [`APPEND_BYTES`] in all, or one entry alone (the
 /// largest write, which every member accepts alike), plus the request's own fields.
 pub fn rpc_body_limit(largest_entry: usize) -> usize {
-    super::network::APPEND_BYTES.max(largest_entry).saturating_add(RPC_OVERHEAD_BYTES)
+    APPEND_BYTES.max(largest_entry).saturating_add(RPC_OVERHEAD_BYTES)
 }
-
-/// Largest snapshot RPC body: the whole snapshot travels in one POST (openraft 0.10 leaves
-/// chunking to the application), and both ends hold it in memory, as they hold the state
-/// machine. A node also refuses one larger than its volume (which must hold it), see
-/// [`snapshot_body_limit`]. A follower behind a larger snapshot cannot catch up (the leader
-/// says so in its log).
-pub const MAX_SNAPSHOT_BYTES: usize = 1 << 30;
 
 /// Largest snapshot body a node on a volume of `capacity` bytes takes: the snapshot is
 /// written into the volume whole, so a larger one cannot be installed there.

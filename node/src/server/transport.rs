@@ -23,20 +23,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::Router;
-use rustls::pki_types::CertificateDer;
 use rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::config::ServeArgs;
-pub use super::listener::{Limits, PeerAddr};
+pub use super::listener::{Limits, PeerAddr, PeerCert};
 use crate::security::tls;
-
-/// The client certificate of the TLS connection a request came on (`None` when the port
-/// does not ask for one). Present on every request of a TLS port, absent on plain ones.
-#[derive(Clone, Debug)]
-pub struct PeerCert(pub Option<CertificateDer<'static>>);
 
 /// The TLS settings of both ports, loaded once at start-up.
 pub struct Security {
