@@ -298,13 +298,20 @@ fn the_raft_port_answers_forged_bodies_with_json_errors() {
 /// Serves both of `n`'s ports with mutual TLS: `cert` and `key` as its identity, `ca` as the
 /// CA of its peers and of its API's clients.
 pub fn use_mtls(n: &mut Node, cert: &Path, key: &Path, ca: &Path) {
+    use_tls(n, cert, key, ca);
+    n.extra.push("--api-ca".into());
+    n.extra.push(ca.to_str().unwrap().into());
+}
+
+/// Serves `n`'s Raft port with mutual TLS (`ca` as its peers' CA) and its API with TLS that
+/// asks no client certificate: `cert` and `key` as its identity on both.
+pub fn use_tls(n: &mut Node, cert: &Path, key: &Path, ca: &Path) {
     for (flag, path) in [
         ("--peer-cert", cert),
         ("--peer-key", key),
         ("--peer-ca", ca),
         ("--api-cert", cert),
         ("--api-key", key),
-        ("--api-ca", ca),
     ] {
         n.extra.push(flag.into());
         n.extra.push(path.to_str().unwrap().into());

@@ -24,7 +24,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
 
 use crate::harness::{Cluster, free_port, phase};
-use crate::t110_mtls::{forged_vote, pki, tls_client};
+use crate::t110_mtls::{forged_vote, pki, tls_client, use_tls};
 
 const FLOODER: [u8; 4] = [127, 0, 0, 2];
 
@@ -220,18 +220,8 @@ fn tls_refusals_are_summarised_and_mismatches_name_the_peer() {
     let ca = pki.join("ca.pem");
     let n = &mut c.nodes[0];
     let (cert, key) = (pki.join("node-1.pem"), pki.join("node-1-key.pem"));
-    for (flag, path) in [
-        ("--peer-cert", &cert),
-        ("--peer-key", &key),
-        ("--peer-ca", &ca),
-        ("--api-cert", &cert),
-        ("--api-key", &key),
-    ] {
-        n.extra.push(flag.into());
-        n.extra.push(path.to_str().unwrap().into());
-    }
+    use_tls(n, &cert, &key, &ca);
     n.env = env(&[("VELLUM_CONN_LOG_INTERVAL", "2s")]);
-    n.https = true;
     c.http = tls_client(&ca, None);
     c.start_all();
     c.wait_ready();
@@ -419,17 +409,7 @@ fn flood_bench() {
     for n in &mut c.nodes {
         let (cert, key) =
             (pki.join(format!("node-{}.pem", n.id)), pki.join(format!("node-{}-key.pem", n.id)));
-        for (flag, path) in [
-            ("--peer-cert", &cert),
-            ("--peer-key", &key),
-            ("--peer-ca", &ca),
-            ("--api-cert", &cert),
-            ("--api-key", &key),
-        ] {
-            n.extra.push(flag.into());
-            n.extra.push(path.to_str().unwrap().into());
-        }
-        n.https = true;
+        use_tls(n, &cert, &key, &ca);
     }
     c.http = tls_client(&ca, None);
     c.start_all();
