@@ -66,6 +66,19 @@ pub enum Error {
     /// Stored bytes could not be decoded.
     #[error("decoding failed: {0}")]
     Decode(#[from] bincode::error::DecodeError),
+    /// The volume is too small for the log: use a volume of at least `min` bytes (with
+    /// segments derived from the volume, [`MIN_VOLUME_BYTES`](crate::MIN_VOLUME_BYTES)), or
+    /// smaller segments (`LogConfig::segment_bytes`).
+    #[error(
+        "the volume holds {capacity} bytes; the raft store needs a volume of at least {min} \
+         bytes (or smaller log segments)"
+    )]
+    VolumeTooSmall {
+        /// The volume's capacity.
+        capacity: u64,
+        /// The smallest capacity that works with this log's segment size.
+        min: u64,
+    },
     /// A configuration value is unusable.
     #[error("invalid configuration: {0}")]
     Config(&'static str),
@@ -100,7 +113,8 @@ impl Error {
     }
 }
 
-/// Maps to openraft's `StorageError` with the subject and verb of the failed operation.
+/// Maps to openraft 0.9's `StorageError` with the subject and verb of the failed operation.
+#[cfg(feature = "openraft-v09")]
 pub fn storage_error<NID: openraft::NodeId>(
     subject: openraft::ErrorSubject<NID>,
     verb: openraft::ErrorVerb,

@@ -17,12 +17,12 @@
 //! See `raft-store/examples/embed.rs` for a one-node openraft cluster on it, and
 //! `docs/RAFT-LOG.md` for the on-disk log format and the torn-write design.
 
+mod adapter;
 pub mod batcher;
 /// The store's encoding (bincode 2 over serde), decoded with a limit bound to the input.
 pub mod codec;
 pub mod error;
 pub mod log;
-mod log_store;
 pub mod member;
 pub mod metrics;
 mod snapshot;
@@ -32,11 +32,19 @@ mod sync;
 pub mod types;
 #[cfg(feature = "openraft-v010")]
 pub mod v010;
+#[cfg(feature = "openraft-v09")]
+pub mod v09;
 
-pub use batcher::{BatchLimits, Batcher, Batching, KvBatcher, KvBatching, ProposeError, Proposed};
+pub use batcher::{BatchLimits, Batcher, Batching, KvBatching, ProposeError, Proposed};
 pub use error::{Error, Result};
-pub use log::{LogConfig, LogCore, LogEntry};
-pub use log_store::LogStore;
-pub use state_machine::{Flavor, KvMachine, KvReader, KvReaderOf, KvStateMachine, V09};
-pub use store::{StoreOptions, open_store, open_volume, open_volume_with};
-pub use types::{KvNode, KvOp, KvRequest, KvResponse, TypeConfig};
+pub use log::{LogConfig, LogCore, LogEntry, MIN_VOLUME_BYTES};
+pub use state_machine::{Flavor, KvMachine, KvReaderOf};
+pub use store::{Store, StoreConfig, StoreOptions, open_volume, open_volume_with};
+pub use types::{KvNode, KvOp, KvRequest, KvResponse, NodeId};
+/// The volume types a caller of [`open_volume`] needs (from `vellum-engine`).
+pub use vellum_engine::{FormatOptions, Volume, VolumeOptions};
+// The 0.9 adapter at the crate root, where it was before `v010` existed.
+#[cfg(feature = "openraft-v09")]
+pub use types::TypeConfig;
+#[cfg(feature = "openraft-v09")]
+pub use v09::{KvBatcher, KvReader, KvStateMachine, LogStore, V09, open_store};

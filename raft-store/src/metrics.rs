@@ -154,7 +154,7 @@ pub fn describe() {
     );
     describe_counter!(
         PROPOSALS_TOTAL,
-        "Client operations proposed, by result (committed, not_leader, failed; unknown: appended, then lost to a new leader's log)."
+        "Client operations proposed, by result (committed, not_leader, failed, too_large: refused before it became an entry; unknown: appended, then lost to a new leader's log)."
     );
     describe_histogram!(
         STAGE_DURATION,
