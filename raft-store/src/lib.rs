@@ -1,21 +1,24 @@
-//! # vellum-raft-store: openraft storage on a write-through Vellum volume
+#![doc = include_str!("../README.md")]
 //!
-//! A durable append is one write-through carrier write returning: no `fsync`, no
-//! `fdatasync`, no metadata commit. The log lives in preallocated segment files inside a
-//! volume opened preallocated, non-sparse, with direct IO and write-through.
+//! ## Modules
 //!
 //! - [`log`]: the openraft-agnostic log core (entries as index, term, bytes; group commit;
 //!   torn-tail recovery; vote / committed / purged records).
-//! - [`LogStore`]: openraft 0.9 `RaftLogStorage` + `RaftLogReader` on the core.
-//! - [`v010`] (feature `openraft-v010`): the same for openraft 0.10 (`=0.10.0-alpha.37`).
-//! - [`KvStateMachine`]: the KV state machine with snapshots written into the volume.
-//! - [`batcher`]: proposal batching for openraft 0.9 (one entry in flight, everything that
-//!   arrives meanwhile in the next), generic over the application's types.
+//! - [`v010`] (feature `openraft-v010`, default): openraft 0.10 `RaftLogStorage`,
+//!   `RaftStateMachine`, the one-call open, the KV batcher.
+//! - `v09` (feature `openraft-v09`): the same for openraft 0.9.
+//! - [`KvMachine`]: the KV state machine with snapshots written into the volume, shared by
+//!   both adapters.
+//! - [`batcher`]: proposal batching for openraft 0.9 and 0.10 (a bounded number of entries
+//!   in flight, everything that arrives meanwhile in the next), generic over the
+//!   application's types.
 //! - [`member`]: the store's identity (node id, incarnation) and the peer book a member uses
 //!   to refuse a peer that lost its state.
 //!
-//! See `raft-store/examples/embed.rs` for a one-node openraft cluster on it, and
-//! `docs/RAFT-LOG.md` for the on-disk log format and the torn-write design.
+//! `raft-store/examples/embed_v010.rs` is the one-node program above with timings;
+//! `docs/RAFT-LOG.md` describes the on-disk log format and the torn-write design.
+
+#![warn(missing_docs)]
 
 mod adapter;
 pub mod batcher;
