@@ -51,7 +51,9 @@ pub trait Proposals: Send + Sync + 'static {
     type D: Send + 'static;
     /// The applied entry's response (`RaftTypeConfig::R`).
     type R: Send + 'static;
+    /// A member's id.
     type NodeId: Clone + fmt::Debug + Send + Sync + 'static;
+    /// A member's node record.
     type Node: Clone + fmt::Debug + Send + Sync + 'static;
     /// What raft answers a failed `client_write` with (other than "not the leader").
     type Error: Clone + fmt::Display + Send + Sync + 'static;

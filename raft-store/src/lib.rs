@@ -22,7 +22,6 @@
 
 mod adapter;
 pub mod batcher;
-/// The store's encoding (bincode 2 over serde), decoded with a limit bound to the input.
 pub mod codec;
 pub mod error;
 pub mod log;

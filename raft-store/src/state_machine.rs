@@ -28,8 +28,11 @@ use crate::types::KvOp;
 /// The openraft types the state machine stores: its log position, its membership and the
 /// meta of its snapshots. One implementation per supported openraft version.
 pub trait Flavor: Debug + Send + Sync + 'static {
+    /// A log id.
     type LogId: Clone + PartialOrd + Debug + Serialize + DeserializeOwned + Send + Sync;
+    /// A stored membership.
     type Membership: Clone + Default + Debug + Serialize + DeserializeOwned + Send + Sync;
+    /// A snapshot's meta.
     type SnapshotMeta: Clone + Debug + Serialize + DeserializeOwned + Send + Sync;
     /// The last log id and membership a snapshot's meta covers.
     fn meta_position(meta: &Self::SnapshotMeta) -> (Option<Self::LogId>, Self::Membership);
@@ -98,14 +101,17 @@ impl<F: Flavor> KvReaderOf<F> {
         self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// The value of `key` as applied on this member (a follower's may lag the leader's).
     pub fn get(&self, key: &str) -> Option<Vec<u8>> {
         self.read().data.get(key).cloned()
     }
 
+    /// Keys in the map.
     pub fn len(&self) -> usize {
         self.read().data.len()
     }
 
+    /// Whether the map is empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -173,6 +179,7 @@ impl<F: Flavor> KvMachine<F> {
         })
     }
 
+    /// A reader of the applied map (cheap to clone; shares the machine's state).
     pub fn reader(&self) -> KvReaderOf<F> {
         KvReaderOf(Arc::clone(&self.state))
     }
@@ -217,7 +224,7 @@ impl<F: Flavor> KvMachine<F> {
         Ok(bytes)
     }
 
-    /// Checks that `bytes` decode as a snapshot of this machine, as [`Self::install`] will
+    /// Checks that `bytes` decode as a snapshot of this machine, as installing it will
     /// decode them: a pure function of `bytes`, which touches no state. The node calls it
     /// before handing a received snapshot to openraft, where a snapshot that does not decode
     /// is a storage error that stops the Raft core. The decode is bounded by the input's

@@ -105,8 +105,11 @@ impl Default for LogConfig {
 /// One log entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogEntry {
+    /// Its log index.
     pub index: u64,
+    /// The term it was proposed in.
     pub term: u64,
+    /// The encoded entry (opaque to the log).
     pub payload: Arc<[u8]>,
 }
 
@@ -167,9 +170,13 @@ pub struct Torn {
 /// What recovery found (for logs and tests).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
+    /// Segments holding entries.
     pub segments: usize,
+    /// Entries found.
     pub entries: usize,
+    /// Bytes scanned.
     pub scanned_bytes: u64,
+    /// The torn tail found and cut, if any.
     pub torn: Option<Torn>,
     /// The size of the log's segments (read from the log when it has any).
     pub segment_bytes: u64,

@@ -28,6 +28,7 @@ use crate::log::{Callback, LogCore, LogEntry};
 /// The term a committed leader id carries: the log writes it into every frame header and
 /// checks it on reads. Implemented for openraft's default (`leader_id_adv`) leader id.
 pub trait CommittedTerm {
+    /// The term.
     fn term_u64(&self) -> u64;
 }
 
