@@ -94,8 +94,6 @@ impl<F: Flavor> Clone for KvReaderOf<F> {
     }
 }
 
-/// The reader of the openraft 0.9 machine.
-
 impl<F: Flavor> KvReaderOf<F> {
     fn read(&self) -> std::sync::RwLockReadGuard<'_, State<F>> {
         self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner)

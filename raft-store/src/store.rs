@@ -64,7 +64,7 @@ impl StoreConfig {
     pub(crate) fn open_volume(&self, location: impl AsRef<std::ffi::OsStr>) -> Result<Volume> {
         let format =
             FormatOptions { journal: self.journal, ..FormatOptions::journaled(self.volume_bytes) };
-        open_volume_with(location, &format, self.volume.clone())
+        open_volume_with(location, &format, self.volume)
     }
 }
 
