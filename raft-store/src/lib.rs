@@ -19,6 +19,8 @@
 //! `docs/RAFT-LOG.md` describes the on-disk log format and the torn-write design.
 
 #![warn(missing_docs)]
+// `internals` exposes the log's decoders to the fuzz targets, field by field: not an API.
+#![cfg_attr(feature = "internals", allow(missing_docs))]
 // Without an adapter, what only the adapters call (snapshot publication, applying) is unused:
 // the log core alone (`--no-default-features`) is still a valid build.
 #![cfg_attr(not(any(feature = "openraft-v09", feature = "openraft-v010")), allow(dead_code))]
