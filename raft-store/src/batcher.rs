@@ -264,6 +264,34 @@ struct Pending<C: Proposals, B: Batching<C>> {
 
 /// The handle callers propose through; clone it freely. The batching task stops once every
 /// handle is dropped.
+///
+/// Here on a stand-in for `Raft` (any [`Submit`]; with openraft, [`Batcher::start`] takes the
+/// `Raft` handle itself): concurrent requests share entries, and a request too large for one
+/// entry is refused alone.
+///
+/// ```
+/// use vellum_raft_store::batcher::{Submit, SubmitResult, Written};
+/// use vellum_raft_store::v010::{Proposals010, TypeConfig};
+/// use vellum_raft_store::{BatchLimits, Batcher, KvBatching, KvOp, KvRequest, KvResponse, ProposeError};
+///
+/// /// Commits every entry at once, at index 1.
+/// struct Stand;
+/// impl Submit<Proposals010<TypeConfig>> for Stand {
+///     async fn submit(&self, data: KvRequest) -> SubmitResult<Proposals010<TypeConfig>> {
+///         Ok(Written { log_index: 1, response: KvResponse { applied: data.ops.len() } })
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let limits = BatchLimits { max_entry_bytes: 64 << 10, ..BatchLimits::default() };
+/// let batcher = Batcher::start_on(Stand, KvBatching, limits);
+/// let put = |len| KvOp::Put { key: "k".into(), value: vec![0; len] };
+/// assert_eq!(batcher.propose(put(10)).await.unwrap().log_index, 1);
+/// let refused = batcher.propose(put(1 << 20)).await;
+/// assert!(matches!(refused, Err(ProposeError::TooLarge { max: 65536, .. })));
+/// # }
+/// ```
 pub struct Batcher<C: Proposals, B: Batching<C>> {
     tx: mpsc::Sender<Pending<C, B>>,
     batching: Arc<B>,

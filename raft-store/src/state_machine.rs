@@ -84,7 +84,27 @@ impl<F: Flavor> State<F> {
     }
 }
 
-/// Read access to the applied KV map (the node serves reads from it).
+/// Read access to the applied KV map (the node serves reads from it): what this member has
+/// applied, which may lag the leader (for a read that must see every acknowledged write,
+/// call openraft's `ensure_linearizable` first). `v010::KvReader` and `v09::KvReader` name it
+/// for each adapter.
+///
+/// ```
+/// use vellum_raft_store::{MIN_VOLUME_BYTES, StoreConfig};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = tempfile::tempdir()?;
+/// let store = vellum_raft_store::v010::open_store_at(
+///     dir.path().join("node.vlm"),
+///     StoreConfig::with_volume_bytes(MIN_VOLUME_BYTES),
+/// )?;
+/// let reader = store.reader.clone(); // or store.state_machine.reader()
+/// assert_eq!(reader.get("hello"), None); // nothing applied yet
+/// assert!(reader.is_empty());
+/// assert_eq!(reader.last_applied(), None);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct KvReaderOf<F: Flavor>(Arc<RwLock<State<F>>>);
 
