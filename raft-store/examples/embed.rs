@@ -2,7 +2,7 @@
 //! and state machine live in a volume file, one write through Raft, one read back, then 64
 //! concurrent writers through a proposal batcher.
 //!
-//! Run: `cargo run --release -p vellum-raft-store --example embed`
+//! Run: `cargo run --release -p vellum-raft-store --features openraft-v09 --example embed`
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

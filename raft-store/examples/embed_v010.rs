@@ -4,7 +4,7 @@
 //! writers calling `client_write` directly: 0.10 batches them into few durable writes by
 //! itself.
 //!
-//! Run: `cargo run --release -p vellum-raft-store --features openraft-v010 --example embed_v010`
+//! Run: `cargo run --release -p vellum-raft-store --example embed_v010`
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -20,8 +20,8 @@ use vellum_raft_store::v010::openraft::raft::{
 };
 use vellum_raft_store::v010::openraft::type_config::alias::SnapshotOf;
 use vellum_raft_store::v010::openraft::{Config, Raft, RaftNetworkV2};
-use vellum_raft_store::v010::{SnapshotData, TypeConfig, Vote, open_store};
-use vellum_raft_store::{KvNode, KvOp, KvRequest, LogConfig, open_volume};
+use vellum_raft_store::v010::{SnapshotData, TypeConfig, Vote, open_store_at};
+use vellum_raft_store::{KvNode, KvOp, KvRequest, StoreConfig};
 
 /// A one-node cluster has no peers to talk to; a real application sends these RPCs over its
 /// network (the KV node in `node/` does, over HTTP with bincode bodies).
@@ -72,15 +72,16 @@ impl RaftNetworkV2<TypeConfig> for NoPeers {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
-    // Production knobs: preallocated, zero-filled, direct IO, write-through.
-    let volume = open_volume(
-        dir.path().join("node.vlm"),
-        64 << 20,
-        vellum_engine::VolumeOptions::default(),
-    )?;
-    let (log, state_machine) =
-        open_store(&volume, LogConfig { segment_bytes: 8 << 20, ..LogConfig::default() })?;
-    let kv = state_machine.reader();
+    // One call: the volume (created with production knobs: preallocated, zero-filled, direct
+    // IO, write-through), the log store and the state machine; segments sized from the volume.
+    let store =
+        open_store_at(dir.path().join("node.vlm"), StoreConfig::with_volume_bytes(64 << 20))?;
+    let (log, state_machine, kv, volume) = (
+        store.log_store.clone(),
+        store.state_machine.clone(),
+        store.reader.clone(),
+        store.volume.clone(),
+    );
 
     let config = Config {
         heartbeat_interval: 100,
@@ -128,6 +129,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let ops = volume.carrier_stats() - before;
     println!("64 concurrent writes committed with {} durable writes", ops.durable_writes);
 
+    // Shutdown order: client traffic has stopped; Raft, then the store (raft-store/README.md).
     raft.shutdown().await?;
+    drop(store);
     Ok(())
 }

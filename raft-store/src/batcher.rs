@@ -21,8 +21,11 @@
 //!   in another order (each caller is still answered only once its own entry is committed
 //!   and applied). Requests keep their arrival order inside a batch.
 //! - A batch holds at most `max_ops` requests and at most `max_bytes` bytes, except that a
-//!   single request heavier than `max_bytes` goes alone (the application must refuse what
-//!   cannot fit an entry before it gets here).
+//!   single request heavier than `max_bytes` goes alone; and its entry fits
+//!   `max_entry_bytes`: a request whose entry alone would be larger is refused
+//!   ([`ProposeError::TooLarge`]) before it becomes an entry, so it fails alone (openraft
+//!   0.10 stops its core when the log store refuses an append). Set `max_entry_bytes` to the
+//!   log store's `max_entry_bytes()`.
 //! - Every caller gets exactly one answer: its own response, or the batch's error.
 
 use std::fmt;
@@ -30,13 +33,16 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
+#[cfg(feature = "openraft-v09")]
 use openraft::error::{ClientWriteError, RaftError};
+#[cfg(feature = "openraft-v09")]
 use openraft::raft::responder::Responder;
+#[cfg(feature = "openraft-v09")]
 use openraft::{Raft, RaftTypeConfig};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 
 use crate::metrics as m;
-use crate::types::{KvOp, KvRequest, KvResponse, TypeConfig};
+use crate::types::{KvOp, KvRequest, KvResponse};
 
 /// The types of an openraft version's write path a batcher deals in. Every openraft 0.9
 /// `RaftTypeConfig` is one; `v010::Proposals010<C>` wraps an openraft 0.10 one.
@@ -45,7 +51,9 @@ pub trait Proposals: Send + Sync + 'static {
     type D: Send + 'static;
     /// The applied entry's response (`RaftTypeConfig::R`).
     type R: Send + 'static;
+    /// A member's id.
     type NodeId: Clone + fmt::Debug + Send + Sync + 'static;
+    /// A member's node record.
     type Node: Clone + fmt::Debug + Send + Sync + 'static;
     /// What raft answers a failed `client_write` with (other than "not the leader").
     type Error: Clone + fmt::Display + Send + Sync + 'static;
@@ -56,6 +64,7 @@ pub trait Proposals: Send + Sync + 'static {
     }
 }
 
+#[cfg(feature = "openraft-v09")]
 impl<C: RaftTypeConfig> Proposals for C {
     type D = C::D;
     type R = C::R;
@@ -72,8 +81,19 @@ pub trait Batching<C: Proposals>: Send + Sync + 'static {
     /// One caller's share of the entry's response.
     type Response: Send + 'static;
 
-    /// What `request` adds to an entry, in bytes, for the byte bound.
+    /// What `request` adds to an entry, in bytes, for the byte bounds: never less than
+    /// what it adds to the encoded entry.
     fn request_bytes(&self, request: &Self::Request) -> usize;
+
+    /// What an entry's encoding adds besides its requests' [`request_bytes`]: an entry of
+    /// requests weighing `B` in all encodes to at most `B + entry_overhead()` bytes. The
+    /// batcher checks [`BatchLimits::max_entry_bytes`] with it. The default, 0, suits an
+    /// application whose `request_bytes` already count it.
+    ///
+    /// [`request_bytes`]: Batching::request_bytes
+    fn entry_overhead(&self) -> usize {
+        0
+    }
 
     /// The entry that applies `requests` in order (never empty).
     fn merge(&self, requests: Vec<Self::Request>) -> C::D;
@@ -86,7 +106,9 @@ pub trait Batching<C: Proposals>: Send + Sync + 'static {
 /// An entry committed and applied: where it is in the log, and its response.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Written<R> {
+    /// The entry's log index.
     pub log_index: u64,
+    /// What applying it returned.
     pub response: R,
 }
 
@@ -95,9 +117,11 @@ pub type SubmitResult<C> = Result<Written<<C as Proposals>::R>, ProposeError<C>>
 
 /// Where a batcher sends its entries: a `Raft` handle (0.9 or 0.10), or a stand-in in tests.
 pub trait Submit<C: Proposals>: Send + Sync + 'static {
+    /// Proposes `data` as one entry; resolves once it is committed and applied (or failed).
     fn submit(&self, data: C::D) -> impl Future<Output = SubmitResult<C>> + Send;
 }
 
+#[cfg(feature = "openraft-v09")]
 impl<C, E> Submit<C> for Raft<C>
 where
     C: RaftTypeConfig,
@@ -125,18 +149,29 @@ pub struct BatchLimits {
     pub max_bytes: usize,
     /// Entries proposed and not yet committed (at least 1).
     pub max_in_flight: usize,
+    /// The largest encoded entry the log accepts: the log store's `max_entry_bytes()`
+    /// (default: unchecked, `usize::MAX`). A request whose entry alone would be larger is
+    /// refused with [`ProposeError::TooLarge`]; batches stay within it.
+    pub max_entry_bytes: usize,
 }
 
 impl Default for BatchLimits {
     fn default() -> Self {
-        BatchLimits { max_ops: 1024, max_bytes: 1 << 20, max_in_flight: 1 }
+        BatchLimits {
+            max_ops: 1024,
+            max_bytes: 1 << 20,
+            max_in_flight: 1,
+            max_entry_bytes: usize::MAX,
+        }
     }
 }
 
 /// A committed request: where its entry is in the log, and its share of the response.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Proposed<T> {
+    /// The log index of the entry that carried the request.
     pub log_index: u64,
+    /// The request's share of the entry's response.
     pub response: T,
 }
 
@@ -146,13 +181,36 @@ pub struct Proposed<T> {
 pub enum ProposeError<C: Proposals> {
     /// This node is not the leader (any more): send the request to `leader_id` if known.
     #[error("not the leader (leader: {leader_id:?})")]
-    NotLeader { leader_id: Option<C::NodeId>, leader_node: Option<C::Node> },
+    NotLeader {
+        /// The leader this node knows of.
+        leader_id: Option<C::NodeId>,
+        /// Its node record (addresses).
+        leader_node: Option<C::Node>,
+    },
+    /// The request alone makes an entry larger than the log holds
+    /// ([`BatchLimits::max_entry_bytes`]): refused before it became an entry; nothing else
+    /// failed. Split it, or keep large values outside the log.
+    #[error(
+        "the request makes a log entry of up to {bytes} bytes; one entry of this log holds \
+         {max} bytes"
+    )]
+    TooLarge {
+        /// The entry's size, at most (request plus entry overhead).
+        bytes: usize,
+        /// [`BatchLimits::max_entry_bytes`].
+        max: usize,
+    },
     /// Raft refused or failed the write (storage error, shutdown, ...).
     #[error("raft failed the write: {0}")]
     Raft(C::Error),
     /// [`Batching::split`] returned `got` responses for `expected` requests.
     #[error("the application split the response into {got} parts for {expected} requests")]
-    Split { expected: usize, got: usize },
+    Split {
+        /// Requests in the batch.
+        expected: usize,
+        /// Responses `split` returned.
+        got: usize,
+    },
     /// The batcher's task has stopped (the runtime is shutting down).
     #[error("the batcher has stopped")]
     Stopped,
@@ -175,6 +233,9 @@ impl<C: Proposals> Clone for ProposeError<C> {
             ProposeError::Split { expected, got } => {
                 ProposeError::Split { expected: *expected, got: *got }
             }
+            ProposeError::TooLarge { bytes, max } => {
+                ProposeError::TooLarge { bytes: *bytes, max: *max }
+            }
             ProposeError::Stopped => ProposeError::Stopped,
         }
     }
@@ -186,6 +247,7 @@ impl<C: Proposals> ProposeError<C> {
         match self {
             ProposeError::NotLeader { .. } => "not_leader",
             ProposeError::Raft(e) => C::error_label(e),
+            ProposeError::TooLarge { .. } => "too_large",
             _ => "failed",
         }
     }
@@ -202,14 +264,47 @@ struct Pending<C: Proposals, B: Batching<C>> {
 
 /// The handle callers propose through; clone it freely. The batching task stops once every
 /// handle is dropped.
+///
+/// Here on a stand-in for `Raft` (any [`Submit`]; with openraft, [`Batcher::start`] takes the
+/// `Raft` handle itself): concurrent requests share entries, and a request too large for one
+/// entry is refused alone.
+///
+/// ```
+/// use vellum_raft_store::batcher::{Submit, SubmitResult, Written};
+/// use vellum_raft_store::v010::{Proposals010, TypeConfig};
+/// use vellum_raft_store::{BatchLimits, Batcher, KvBatching, KvOp, KvRequest, KvResponse, ProposeError};
+///
+/// /// Commits every entry at once, at index 1.
+/// struct Stand;
+/// impl Submit<Proposals010<TypeConfig>> for Stand {
+///     async fn submit(&self, data: KvRequest) -> SubmitResult<Proposals010<TypeConfig>> {
+///         Ok(Written { log_index: 1, response: KvResponse { applied: data.ops.len() } })
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let limits = BatchLimits { max_entry_bytes: 64 << 10, ..BatchLimits::default() };
+/// let batcher = Batcher::start_on(Stand, KvBatching, limits);
+/// let put = |len| KvOp::Put { key: "k".into(), value: vec![0; len] };
+/// assert_eq!(batcher.propose(put(10)).await.unwrap().log_index, 1);
+/// let refused = batcher.propose(put(1 << 20)).await;
+/// assert!(matches!(refused, Err(ProposeError::TooLarge { max: 65536, .. })));
+/// # }
+/// ```
 pub struct Batcher<C: Proposals, B: Batching<C>> {
     tx: mpsc::Sender<Pending<C, B>>,
     batching: Arc<B>,
+    max_entry_bytes: usize,
 }
 
 impl<C: Proposals, B: Batching<C>> Clone for Batcher<C, B> {
     fn clone(&self) -> Self {
-        Batcher { tx: self.tx.clone(), batching: Arc::clone(&self.batching) }
+        Batcher {
+            tx: self.tx.clone(),
+            batching: Arc::clone(&self.batching),
+            max_entry_bytes: self.max_entry_bytes,
+        }
     }
 }
 
@@ -227,22 +322,32 @@ impl<C: Proposals, B: Batching<C>> Batcher<C, B> {
     pub fn start_on<S: Submit<C>>(submit: S, batching: B, limits: BatchLimits) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let batching = Arc::new(batching);
+        // A batch's requests and the entry's own overhead must fit one entry.
+        let room = limits.max_entry_bytes.saturating_sub(batching.entry_overhead());
         let limits = BatchLimits {
             max_ops: limits.max_ops.max(1),
             max_in_flight: limits.max_in_flight.max(1),
+            max_bytes: limits.max_bytes.min(room),
             ..limits
         };
         tokio::spawn(run(Arc::new(submit), Arc::clone(&batching), rx, limits));
-        Batcher { tx, batching }
+        Batcher { tx, batching, max_entry_bytes: limits.max_entry_bytes }
     }
 
-    /// Proposes `request`; resolves once its entry is committed and applied.
+    /// Proposes `request`; resolves once its entry is committed and applied. A request
+    /// whose entry alone would exceed [`BatchLimits::max_entry_bytes`] is refused at once
+    /// with [`ProposeError::TooLarge`] (the Raft instance is not involved).
     pub async fn propose(
         &self,
         request: B::Request,
     ) -> Result<Proposed<B::Response>, ProposeError<C>> {
-        let (reply, rx) = oneshot::channel();
         let bytes = self.batching.request_bytes(&request);
+        let entry = bytes.saturating_add(self.batching.entry_overhead());
+        if entry > self.max_entry_bytes {
+            metrics::counter!(m::PROPOSALS_TOTAL, "result" => "too_large").increment(1);
+            return Err(ProposeError::TooLarge { bytes: entry, max: self.max_entry_bytes });
+        }
+        let (reply, rx) = oneshot::channel();
         let pending = Pending { request, bytes, reply, queued: Instant::now() };
         self.tx.send(pending).await.map_err(|_| ProposeError::Stopped)?;
         rx.await.map_err(|_| ProposeError::Stopped)?
@@ -350,7 +455,8 @@ async fn propose_batch<C: Proposals, B: Batching<C>, S: Submit<C>>(
     }
 }
 
-/// Bytes one KV operation adds to an entry besides its key and value.
+/// Bytes one KV operation adds to an entry besides its key and value (its tag and two length
+/// varints: 11 bytes at most for keys and values under 4 GiB).
 const KV_OP_OVERHEAD: usize = 16;
 
 /// The KV store's batching: operations in, one [`KvRequest`] per entry, nothing per operation
@@ -375,6 +481,10 @@ where
             }
     }
 
+    fn entry_overhead(&self) -> usize {
+        crate::types::ENTRY_ENVELOPE_BYTES
+    }
+
     fn merge(&self, ops: Vec<KvOp>) -> KvRequest {
         KvRequest { ops }
     }
@@ -384,8 +494,5 @@ where
     }
 }
 
-/// The KV store's batcher.
-pub type KvBatcher = Batcher<TypeConfig, KvBatching>;
-
-#[cfg(test)]
+#[cfg(all(test, feature = "openraft-v09"))]
 mod tests;

@@ -20,6 +20,7 @@ use crate::error::Result;
 
 use bincode::error::DecodeError;
 
+/// Encodes `value` (bincode 2, standard configuration: varints).
 pub fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>> {
     Ok(bincode::serde::encode_to_vec(value, bincode::config::standard())?)
 }

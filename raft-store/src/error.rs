@@ -12,7 +12,14 @@ pub enum Error {
     /// The log is damaged where no crash can have left it (mid-log, or in a sealed segment):
     /// the store refuses to open rather than silently drop acknowledged entries.
     #[error("raft log file {file} is corrupt at byte {offset}: {reason}")]
-    Corrupt { file: String, offset: u64, reason: &'static str },
+    Corrupt {
+        /// The file.
+        file: String,
+        /// Where in it.
+        offset: u64,
+        /// What is wrong.
+        reason: &'static str,
+    },
     /// An earlier durable write failed; reopen the store.
     #[error("an earlier log write failed; reopen the store: {0}")]
     Poisoned(Arc<Error>),
@@ -22,17 +29,34 @@ pub enum Error {
     /// One entry does not fit into a segment: that append alone is refused (nothing was
     /// queued or written, the log keeps working). Propose smaller entries.
     #[error("an entry of {len} bytes is larger than the {max} bytes one log segment holds")]
-    EntryTooLarge { len: usize, max: u64 },
+    EntryTooLarge {
+        /// The entry's encoded size.
+        len: usize,
+        /// The largest the log holds (`max_entry_bytes`).
+        max: u64,
+    },
     /// The log's files use a format newer than this build reads: upgrade, do not rewrite.
     #[error("raft log file {file} uses {what} ({found}); this build cannot read it")]
-    Unsupported { file: String, what: &'static str, found: u64 },
+    Unsupported {
+        /// The file.
+        file: String,
+        /// What is too new (a format version, flags).
+        what: &'static str,
+        /// The value found.
+        found: u64,
+    },
     /// The carrier's physical sector is larger than the log's write alignment, so a torn
     /// write could damage an acknowledged frame: use a carrier with sectors of at most 4 KiB.
     #[error(
         "the carrier writes {sector}-byte physical sectors; the raft log needs {align} bytes \
          or less"
     )]
-    SectorTooLarge { sector: u32, align: usize },
+    SectorTooLarge {
+        /// The carrier's physical sector size.
+        sector: u32,
+        /// The log's write alignment.
+        align: usize,
+    },
     /// No spare segment could be prepared (the maker keeps retrying; the metric
     /// `vellum_log_spare_failures_total` counts its attempts): usually the volume is full.
     #[error("no spare log segment is ready: {0}")]
@@ -40,7 +64,12 @@ pub enum Error {
     /// The store belongs to another node: start it with that node's id (a store never
     /// changes owner).
     #[error("this raft store belongs to node {volume_node}, not to node {asked}")]
-    WrongMember { volume_node: u64, asked: u64 },
+    WrongMember {
+        /// The node the store belongs to.
+        volume_node: u64,
+        /// The node id it was opened as.
+        asked: u64,
+    },
     /// A peer presented another incarnation than the one this member recorded for it: one of
     /// the two lost its state (or two processes share an id). Its messages are refused.
     #[error(
@@ -48,8 +77,11 @@ pub enum Error {
          {known}: that member lost its state"
     )]
     PeerConflict {
+        /// The peer's node id.
         peer: u64,
+        /// The incarnation this member recorded for it.
         known: crate::member::Incarnation,
+        /// The one it presented.
         presented: crate::member::Incarnation,
     },
     /// The log writer panicked (a bug, reported with the panic message on stderr): every
@@ -59,13 +91,33 @@ pub enum Error {
     /// An append that would leave a hole or reach before the log's first entry, entries that
     /// are not consecutive, or an index outside the log: refused, the log unchanged.
     #[error("log index {index} is outside the log ({first}..={last})")]
-    OutOfRange { index: u64, first: u64, last: u64 },
+    OutOfRange {
+        /// The index asked for.
+        index: u64,
+        /// The log's first index.
+        first: u64,
+        /// Its last index.
+        last: u64,
+    },
     /// A value could not be encoded.
     #[error("encoding failed: {0}")]
     Encode(#[from] bincode::error::EncodeError),
     /// Stored bytes could not be decoded.
     #[error("decoding failed: {0}")]
     Decode(#[from] bincode::error::DecodeError),
+    /// The volume is too small for the log: use a volume of at least `min` bytes (with
+    /// segments derived from the volume, [`MIN_VOLUME_BYTES`](crate::MIN_VOLUME_BYTES)), or
+    /// smaller segments (`LogConfig::segment_bytes`).
+    #[error(
+        "the volume holds {capacity} bytes; the raft store needs a volume of at least {min} \
+         bytes (or smaller log segments)"
+    )]
+    VolumeTooSmall {
+        /// The volume's capacity.
+        capacity: u64,
+        /// The smallest capacity that works with this log's segment size.
+        min: u64,
+    },
     /// A configuration value is unusable.
     #[error("invalid configuration: {0}")]
     Config(&'static str),
@@ -81,7 +133,10 @@ pub enum Error {
          treat this member as lost: remove it from the cluster (vellum cluster remove ID) \
          and rejoin the machine as a new member, with a new id, on a fresh volume"
     )]
-    VolumeRolledBack { lost_from: u64 },
+    VolumeRolledBack {
+        /// The first journal sequence that may be lost.
+        lost_from: u64,
+    },
 }
 
 /// `Result` with the raft store's [`Error`].
@@ -100,7 +155,8 @@ impl Error {
     }
 }
 
-/// Maps to openraft's `StorageError` with the subject and verb of the failed operation.
+/// Maps to openraft 0.9's `StorageError` with the subject and verb of the failed operation.
+#[cfg(feature = "openraft-v09")]
 pub fn storage_error<NID: openraft::NodeId>(
     subject: openraft::ErrorSubject<NID>,
     verb: openraft::ErrorVerb,

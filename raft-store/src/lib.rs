@@ -1,28 +1,35 @@
-//! # vellum-raft-store: openraft storage on a write-through Vellum volume
+#![doc = include_str!("../README.md")]
 //!
-//! A durable append is one write-through carrier write returning: no `fsync`, no
-//! `fdatasync`, no metadata commit. The log lives in preallocated segment files inside a
-//! volume opened preallocated, non-sparse, with direct IO and write-through.
+//! ## Modules
 //!
 //! - [`log`]: the openraft-agnostic log core (entries as index, term, bytes; group commit;
 //!   torn-tail recovery; vote / committed / purged records).
-//! - [`LogStore`]: openraft 0.9 `RaftLogStorage` + `RaftLogReader` on the core.
-//! - [`v010`] (feature `openraft-v010`): the same for openraft 0.10 (`=0.10.0-alpha.37`).
-//! - [`KvStateMachine`]: the KV state machine with snapshots written into the volume.
-//! - [`batcher`]: proposal batching for openraft 0.9 (one entry in flight, everything that
-//!   arrives meanwhile in the next), generic over the application's types.
+//! - [`v010`] (feature `openraft-v010`, default): openraft 0.10 `RaftLogStorage`,
+//!   `RaftStateMachine`, the one-call open, the KV batcher.
+//! - `v09` (feature `openraft-v09`): the same for openraft 0.9.
+//! - [`KvMachine`]: the KV state machine with snapshots written into the volume, shared by
+//!   both adapters.
+//! - [`batcher`]: proposal batching for openraft 0.9 and 0.10 (a bounded number of entries
+//!   in flight, everything that arrives meanwhile in the next), generic over the
+//!   application's types.
 //! - [`member`]: the store's identity (node id, incarnation) and the peer book a member uses
 //!   to refuse a peer that lost its state.
 //!
-//! See `raft-store/examples/embed.rs` for a one-node openraft cluster on it, and
-//! `docs/RAFT-LOG.md` for the on-disk log format and the torn-write design.
+//! `raft-store/examples/embed_v010.rs` is the one-node program above with timings;
+//! `docs/RAFT-LOG.md` describes the on-disk log format and the torn-write design.
 
+#![warn(missing_docs)]
+// `internals` exposes the log's decoders to the fuzz targets, field by field: not an API.
+#![cfg_attr(feature = "internals", allow(missing_docs))]
+// Without an adapter, what only the adapters call (snapshot publication, applying) is unused:
+// the log core alone (`--no-default-features`) is still a valid build.
+#![cfg_attr(not(any(feature = "openraft-v09", feature = "openraft-v010")), allow(dead_code))]
+
+mod adapter;
 pub mod batcher;
-/// The store's encoding (bincode 2 over serde), decoded with a limit bound to the input.
 pub mod codec;
 pub mod error;
 pub mod log;
-mod log_store;
 pub mod member;
 pub mod metrics;
 mod snapshot;
@@ -32,11 +39,19 @@ mod sync;
 pub mod types;
 #[cfg(feature = "openraft-v010")]
 pub mod v010;
+#[cfg(feature = "openraft-v09")]
+pub mod v09;
 
-pub use batcher::{BatchLimits, Batcher, Batching, KvBatcher, KvBatching, ProposeError, Proposed};
+pub use batcher::{BatchLimits, Batcher, Batching, KvBatching, ProposeError, Proposed};
 pub use error::{Error, Result};
-pub use log::{LogConfig, LogCore, LogEntry};
-pub use log_store::LogStore;
-pub use state_machine::{Flavor, KvMachine, KvReader, KvReaderOf, KvStateMachine, V09};
-pub use store::{StoreOptions, open_store, open_volume, open_volume_with};
-pub use types::{KvNode, KvOp, KvRequest, KvResponse, TypeConfig};
+pub use log::{LogConfig, LogCore, LogEntry, MIN_VOLUME_BYTES};
+pub use state_machine::{Flavor, KvMachine, KvReaderOf};
+pub use store::{Store, StoreConfig, StoreOptions, open_volume, open_volume_with};
+pub use types::{KvNode, KvOp, KvRequest, KvResponse, NodeId};
+/// The volume types a caller of [`open_volume`] needs (from `vellum-engine`).
+pub use vellum_engine::{FormatOptions, Volume, VolumeOptions};
+// The 0.9 adapter at the crate root, where it was before `v010` existed.
+#[cfg(feature = "openraft-v09")]
+pub use types::TypeConfig;
+#[cfg(feature = "openraft-v09")]
+pub use v09::{KvBatcher, KvReader, KvStateMachine, LogStore, V09, open_store};

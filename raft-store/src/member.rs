@@ -82,7 +82,10 @@ impl std::str::FromStr for Incarnation {
 /// The node a store belongs to, and its incarnation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Identity {
+    /// The member's node id.
     pub node_id: u64,
+    /// Random, drawn when the store was created: a member that lost its state comes back
+    /// with another.
     pub incarnation: Incarnation,
 }
 

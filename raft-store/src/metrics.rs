@@ -7,23 +7,41 @@ pub use vellum_engine::carrier::stats_names::{
     DURABLE_WRITE_DURATION, FLUSH_DURATION, FLUSHES_TOTAL, WRITES_TOTAL, WRITTEN_BYTES_TOTAL,
 };
 
+/// Time from an append's submission to its durable write (histogram).
 pub const APPEND_DURATION: &str = "vellum_log_append_duration_seconds";
+/// Entries per durable log write (histogram).
 pub const APPEND_BATCH_ENTRIES: &str = "vellum_log_append_batch_entries";
+/// Entries appended to the log (counter).
 pub const APPENDED_ENTRIES_TOTAL: &str = "vellum_log_appended_entries_total";
+/// Duration of one write of the log writer (histogram).
 pub const WRITER_BATCH_DURATION: &str = "vellum_log_writer_batch_duration_seconds";
+/// Committed ids that rode on a log write (counter).
 pub const COMMITTED_CARRIED_TOTAL: &str = "vellum_log_committed_carried_total";
+/// Committed ids saved with a meta write of their own (counter).
 pub const COMMITTED_SAVES_TOTAL: &str = "vellum_log_committed_saves_total";
+/// Segments the log moved on from (counter).
 pub const SEGMENTS_ROLLED_TOTAL: &str = "vellum_log_segments_rolled_total";
+/// Segments removed by purges (counter).
 pub const SEGMENTS_PURGED_TOTAL: &str = "vellum_log_segments_purged_total";
+/// Failed attempts to prepare a spare segment (counter).
 pub const SPARE_FAILURES_TOTAL: &str = "vellum_log_spare_failures_total";
+/// 1 when a spare segment is ready (gauge).
 pub const SPARE_READY: &str = "vellum_log_spare_ready";
+/// Entry reads served from the volume rather than the hot window (counter).
 pub const COLD_READS_TOTAL: &str = "vellum_log_cold_reads_total";
+/// Duration of the log's recovery at open (histogram).
 pub const RECOVERY_DURATION: &str = "vellum_log_recovery_duration_seconds";
+/// Bytes the recovery scanned (gauge).
 pub const RECOVERY_SCANNED_BYTES: &str = "vellum_log_recovery_scanned_bytes";
+/// Duration of one state machine apply call (histogram).
 pub const APPLY_DURATION: &str = "vellum_raft_apply_duration_seconds";
+/// Duration of a snapshot build (histogram).
 pub const SNAPSHOT_BUILD_DURATION: &str = "vellum_snapshot_build_duration_seconds";
+/// Size of the current snapshot (gauge).
 pub const SNAPSHOT_BYTES: &str = "vellum_snapshot_bytes";
+/// Client operations per proposed entry (histogram, the batcher).
 pub const PROPOSAL_BATCH_ENTRIES: &str = "vellum_raft_proposal_batch_entries";
+/// Client operations proposed, by label `result` (counter, the batcher).
 pub const PROPOSALS_TOTAL: &str = "vellum_raft_proposals_total";
 /// One stage of a client write's commit path, by label `stage` (docs/METRICS.md).
 pub const STAGE_DURATION: &str = "vellum_commit_stage_duration_seconds";
@@ -154,7 +172,7 @@ pub fn describe() {
     );
     describe_counter!(
         PROPOSALS_TOTAL,
-        "Client operations proposed, by result (committed, not_leader, failed; unknown: appended, then lost to a new leader's log)."
+        "Client operations proposed, by result (committed, not_leader, failed, too_large: refused before it became an entry; unknown: appended, then lost to a new leader's log)."
     );
     describe_histogram!(
         STAGE_DURATION,

@@ -12,46 +12,30 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Debug;
-use std::io::Cursor;
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
-use openraft::storage::RaftStateMachine;
-use openraft::{
-    EntryPayload, ErrorSubject, ErrorVerb, LogId, OptionalSend, RaftSnapshotBuilder, Snapshot,
-    SnapshotMeta, StorageError, StoredMembership,
-};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use vellum_engine::Volume;
 
 use crate::codec::{decode, encode};
-use crate::error::{Error, Result, storage_error};
+use crate::error::{Error, Result};
 use crate::metrics as m;
 use crate::snapshot;
-use crate::types::{KvNode, KvOp, KvResponse, NodeId, TypeConfig};
+use crate::types::KvOp;
 
 /// The openraft types the state machine stores: its log position, its membership and the
 /// meta of its snapshots. One implementation per supported openraft version.
 pub trait Flavor: Debug + Send + Sync + 'static {
+    /// A log id.
     type LogId: Clone + PartialOrd + Debug + Serialize + DeserializeOwned + Send + Sync;
+    /// A stored membership.
     type Membership: Clone + Default + Debug + Serialize + DeserializeOwned + Send + Sync;
+    /// A snapshot's meta.
     type SnapshotMeta: Clone + Debug + Serialize + DeserializeOwned + Send + Sync;
     /// The last log id and membership a snapshot's meta covers.
     fn meta_position(meta: &Self::SnapshotMeta) -> (Option<Self::LogId>, Self::Membership);
-}
-
-/// openraft 0.9's types.
-#[derive(Debug)]
-pub enum V09 {}
-
-impl Flavor for V09 {
-    type LogId = LogId<NodeId>;
-    type Membership = StoredMembership<NodeId, KvNode>;
-    type SnapshotMeta = SnapshotMeta<NodeId, KvNode>;
-    fn meta_position(meta: &Self::SnapshotMeta) -> (Option<Self::LogId>, Self::Membership) {
-        (meta.last_log_id, meta.last_membership.clone())
-    }
 }
 
 /// What a snapshot holds.
@@ -100,7 +84,27 @@ impl<F: Flavor> State<F> {
     }
 }
 
-/// Read access to the applied KV map (the node serves reads from it).
+/// Read access to the applied KV map (the node serves reads from it): what this member has
+/// applied, which may lag the leader (for a read that must see every acknowledged write,
+/// call openraft's `ensure_linearizable` first). `v010::KvReader` and `v09::KvReader` name it
+/// for each adapter.
+///
+/// ```
+/// use vellum_raft_store::{MIN_VOLUME_BYTES, StoreConfig};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = tempfile::tempdir()?;
+/// let store = vellum_raft_store::v010::open_store_at(
+///     dir.path().join("node.vlm"),
+///     StoreConfig::with_volume_bytes(MIN_VOLUME_BYTES),
+/// )?;
+/// let reader = store.reader.clone(); // or store.state_machine.reader()
+/// assert_eq!(reader.get("hello"), None); // nothing applied yet
+/// assert!(reader.is_empty());
+/// assert_eq!(reader.last_applied(), None);
+/// # Ok(())
+/// # }
+/// ```
 #[derive(Debug)]
 pub struct KvReaderOf<F: Flavor>(Arc<RwLock<State<F>>>);
 
@@ -110,22 +114,22 @@ impl<F: Flavor> Clone for KvReaderOf<F> {
     }
 }
 
-/// The reader of the openraft 0.9 machine.
-pub type KvReader = KvReaderOf<V09>;
-
 impl<F: Flavor> KvReaderOf<F> {
     fn read(&self) -> std::sync::RwLockReadGuard<'_, State<F>> {
         self.0.read().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// The value of `key` as applied on this member (a follower's may lag the leader's).
     pub fn get(&self, key: &str) -> Option<Vec<u8>> {
         self.read().data.get(key).cloned()
     }
 
+    /// Keys in the map.
     pub fn len(&self) -> usize {
         self.read().data.len()
     }
 
+    /// Whether the map is empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
@@ -149,9 +153,6 @@ pub struct KvMachine<F: Flavor> {
     #[cfg(test)]
     hook: Option<Hook>,
 }
-
-/// The state machine of the openraft 0.9 adapter.
-pub type KvStateMachine = KvMachine<V09>;
 
 impl<F: Flavor> Clone for KvMachine<F> {
     fn clone(&self) -> Self {
@@ -196,6 +197,7 @@ impl<F: Flavor> KvMachine<F> {
         })
     }
 
+    /// A reader of the applied map (cheap to clone; shares the machine's state).
     pub fn reader(&self) -> KvReaderOf<F> {
         KvReaderOf(Arc::clone(&self.state))
     }
@@ -240,7 +242,7 @@ impl<F: Flavor> KvMachine<F> {
         Ok(bytes)
     }
 
-    /// Checks that `bytes` decode as a snapshot of this machine, as [`Self::install`] will
+    /// Checks that `bytes` decode as a snapshot of this machine, as installing it will
     /// decode them: a pure function of `bytes`, which touches no state. The node calls it
     /// before handing a received snapshot to openraft, where a snapshot that does not decode
     /// is a storage error that stops the Raft core. The decode is bounded by the input's
@@ -303,104 +305,7 @@ impl<F: Flavor> KvMachine<F> {
     fn stage(&self, _stage: &'static str) {}
 }
 
-// ---- the openraft 0.9 adapter ----
-
-fn snap_error(
-    meta: Option<&SnapshotMeta<NodeId, KvNode>>,
-    verb: ErrorVerb,
-    e: &Error,
-) -> StorageError<NodeId> {
-    storage_error(ErrorSubject::Snapshot(meta.map(SnapshotMeta::signature)), verb, e)
-}
-
-impl RaftSnapshotBuilder<TypeConfig> for KvMachine<V09> {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
-        let (snap, id) = self.snapshot_data();
-        let snapshot_id = match snap.last_applied {
-            Some(l) => format!("{}-{}-{}-{id}", l.leader_id.term, l.leader_id.node_id, l.index),
-            None => format!("none-{id}"),
-        };
-        let meta = SnapshotMeta {
-            last_log_id: snap.last_applied,
-            last_membership: snap.membership.clone(),
-            snapshot_id,
-        };
-        let bytes = self
-            .build(&meta, &snap)
-            .await
-            .map_err(|e| snap_error(Some(&meta), ErrorVerb::Write, &e))?;
-        Ok(Snapshot { meta, snapshot: Box::new(Cursor::new(bytes)) })
-    }
-}
-
-impl RaftStateMachine<TypeConfig> for KvMachine<V09> {
-    type SnapshotBuilder = Self;
-
-    async fn applied_state(
-        &mut self,
-    ) -> Result<(Option<LogId<NodeId>>, StoredMembership<NodeId, KvNode>), StorageError<NodeId>>
-    {
-        let s = self.read_state();
-        Ok((s.last_applied, s.membership.clone()))
-    }
-
-    async fn apply<I>(&mut self, entries: I) -> Result<Vec<KvResponse>, StorageError<NodeId>>
-    where
-        I: IntoIterator<Item = openraft::Entry<TypeConfig>> + OptionalSend,
-        I::IntoIter: OptionalSend,
-    {
-        let started = Instant::now();
-        let mut s = self.write_state();
-        let mut out = Vec::new();
-        for entry in entries {
-            s.last_applied = Some(entry.log_id);
-            let applied = match entry.payload {
-                EntryPayload::Blank => 0,
-                EntryPayload::Normal(req) => s.apply_ops(req.ops),
-                EntryPayload::Membership(mem) => {
-                    s.membership = StoredMembership::new(Some(entry.log_id), mem);
-                    0
-                }
-            };
-            out.push(KvResponse { applied });
-        }
-        drop(s);
-        metrics::histogram!(m::APPLY_DURATION).record(started.elapsed().as_secs_f64());
-        Ok(out)
-    }
-
-    async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        self.clone()
-    }
-
-    async fn begin_receiving_snapshot(
-        &mut self,
-    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
-    }
-
-    async fn install_snapshot(
-        &mut self,
-        meta: &SnapshotMeta<NodeId, KvNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
-    ) -> Result<(), StorageError<NodeId>> {
-        let bytes = snapshot.into_inner();
-        self.install(meta, bytes).await.map_err(|e| {
-            let verb =
-                if matches!(e, Error::Decode(_)) { ErrorVerb::Read } else { ErrorVerb::Write };
-            snap_error(Some(meta), verb, &e)
-        })
-    }
-
-    async fn get_current_snapshot(
-        &mut self,
-    ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
-        let current = self.current_snapshot().map_err(|e| snap_error(None, ErrorVerb::Read, &e))?;
-        Ok(current.map(|(meta, data)| Snapshot { meta, snapshot: Box::new(Cursor::new(data)) }))
-    }
-}
-
-#[cfg(test)]
+#[cfg(all(test, feature = "openraft-v09"))]
 mod tests {
     #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -411,7 +316,11 @@ mod tests {
     use vellum_engine::{FormatOptions, VolumeOptions};
 
     use super::*;
-    use crate::types::KvRequest;
+    use crate::types::{KvRequest, NodeId, TypeConfig};
+    use crate::v09::{KvStateMachine, V09};
+    use openraft::storage::RaftStateMachine;
+    use openraft::{EntryPayload, LogId, RaftSnapshotBuilder, SnapshotMeta, StoredMembership};
+    use std::io::Cursor;
 
     fn log_id(index: u64) -> LogId<NodeId> {
         LogId::new(CommittedLeaderId::new(1, 1), index)

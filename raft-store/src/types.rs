@@ -1,21 +1,75 @@
-//! The openraft type configuration of the KV store and its requests.
-
-use std::io::Cursor;
+//! The KV store's requests and members, and its openraft 0.9 type configuration (feature
+//! `openraft-v09`; the 0.10 one is [`v010::TypeConfig`](crate::v010::TypeConfig)).
 
 use serde::{Deserialize, Serialize};
 
 /// One KV operation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum KvOp {
-    Put { key: String, value: Vec<u8> },
-    Delete { key: String },
+    /// Sets `key` to `value`.
+    Put {
+        /// The key.
+        key: String,
+        /// The value.
+        value: Vec<u8>,
+    },
+    /// Removes `key` (nothing happens when it is absent).
+    Delete {
+        /// The key.
+        key: String,
+    },
 }
 
 /// A client proposal: several operations applied together, in order (the node batches
 /// concurrent client writes into one entry).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct KvRequest {
+    /// The operations, applied in order.
     pub ops: Vec<KvOp>,
+}
+
+/// What an entry's encoding adds to its [`KvRequest`]'s ops at most: the log id (term,
+/// node id, index: three varints of up to 9 bytes), the payload's variant tag (up to 5) and
+/// the ops' count (up to 9). The same for the 0.9 and the 0.10 entry.
+pub const ENTRY_ENVELOPE_BYTES: usize = 27 + 5 + 9;
+
+/// bincode's varint length of `n`.
+fn varint_len(n: usize) -> usize {
+    match n as u64 {
+        0..=250 => 1,
+        251..=0xffff => 3,
+        0x1_0000..=0xffff_ffff => 5,
+        _ => 9,
+    }
+}
+
+impl KvOp {
+    /// Bytes this operation takes in an encoded entry, exactly.
+    pub fn encoded_bytes(&self) -> usize {
+        match self {
+            KvOp::Put { key, value } => {
+                1 + varint_len(key.len()) + key.len() + varint_len(value.len()) + value.len()
+            }
+            KvOp::Delete { key } => 1 + varint_len(key.len()) + key.len(),
+        }
+    }
+}
+
+impl KvRequest {
+    /// The encoded size of a log entry carrying this request, at most: compare it with the
+    /// log store's `max_entry_bytes()` before a direct `client_write` (an append the log
+    /// refuses stops openraft 0.10's core). At most [`ENTRY_ENVELOPE_BYTES`] more than the
+    /// entry takes.
+    ///
+    /// ```
+    /// use vellum_raft_store::{KvOp, KvRequest};
+    ///
+    /// let request = KvRequest { ops: vec![KvOp::Put { key: "k".into(), value: vec![0; 1000] }] };
+    /// assert!(request.entry_bytes() >= 1000 && request.entry_bytes() < 1100);
+    /// ```
+    pub fn entry_bytes(&self) -> usize {
+        ENTRY_ENVELOPE_BYTES + self.ops.iter().map(KvOp::encoded_bytes).sum::<usize>()
+    }
 }
 
 impl std::fmt::Display for KvRequest {
@@ -36,7 +90,9 @@ impl std::fmt::Display for KvRequest {
 /// A cluster member: where its peers reach its Raft RPC, and where clients reach its API.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct KvNode {
+    /// Where peers reach this member's Raft RPC (`host:port`).
     pub raft_addr: String,
+    /// Where clients reach this member's API (`host:port`).
     pub api_addr: String,
 }
 
@@ -59,19 +115,27 @@ pub struct KvResponse {
     pub applied: usize,
 }
 
+#[cfg(feature = "openraft-v09")]
 openraft::declare_raft_types!(
-    /// The KV store's openraft types.
+    /// The KV store's openraft 0.9 types (feature `openraft-v09`).
     pub TypeConfig:
         D = KvRequest,
         R = KvResponse,
         NodeId = u64,
         Node = KvNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = std::io::Cursor<Vec<u8>>,
         AsyncRuntime = openraft::TokioRuntime,
 );
 
+/// A member's id.
 pub type NodeId = u64;
+/// A log id of the 0.9 [`TypeConfig`].
+#[cfg(feature = "openraft-v09")]
 pub type LogId = openraft::LogId<NodeId>;
+/// A vote of the 0.9 [`TypeConfig`].
+#[cfg(feature = "openraft-v09")]
 pub type Vote = openraft::Vote<NodeId>;
+/// openraft 0.9's storage error for [`TypeConfig`].
+#[cfg(feature = "openraft-v09")]
 pub type StorageError = openraft::StorageError<NodeId>;

@@ -191,7 +191,7 @@ impl ServeArgs {
 
     /// Segment size for a new log on a volume of `capacity` bytes.
     pub fn segment_bytes(&self, capacity: u64) -> u64 {
-        let auto = (capacity / 16).clamp(1 << 20, 64 << 20) / 4096 * 4096;
+        let auto = vellum_raft_store::LogConfig::segment_bytes_for(capacity);
         self.segment_size.map_or(auto, |s| s.next_multiple_of(4096))
     }
 }

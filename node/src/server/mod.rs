@@ -167,6 +167,7 @@ fn batch_limits(limits: &http::Limits) -> BatchLimits {
         max_ops: BATCH_OPS,
         max_bytes: BATCH_BYTES.min(largest_entry(limits) - ENTRY_OVERHEAD),
         max_in_flight: PROPOSALS_IN_FLIGHT,
+        ..BatchLimits::default()
     }
 }
 

@@ -7,7 +7,8 @@ use openraft::error::Fatal;
 use tokio::sync::Semaphore;
 
 use super::*;
-use crate::types::KvNode;
+use crate::types::{KvNode, TypeConfig};
+use crate::v09::KvBatcher;
 
 /// How the stand-in answers.
 #[derive(Clone, Copy)]
@@ -135,8 +136,10 @@ async fn concurrent_callers_share_one_entry_and_each_gets_its_answer() {
 
 #[tokio::test]
 async fn a_batch_stops_at_its_operation_bound() {
-    let f =
-        fixture(Answer::Commit, BatchLimits { max_ops: 4, max_bytes: 1 << 20, max_in_flight: 1 });
+    let f = fixture(
+        Answer::Commit,
+        BatchLimits { max_ops: 4, max_bytes: 1 << 20, max_in_flight: 1, ..BatchLimits::default() },
+    );
     let first = f.callers(1, 8);
     f.until_submitted(1).await;
     let rest = f.callers(10, 8);
@@ -150,8 +153,10 @@ async fn a_batch_stops_at_its_operation_bound() {
 #[tokio::test]
 async fn a_batch_stays_under_its_byte_bound_and_a_large_value_goes_alone() {
     // Each put weighs its value + a one- or two-byte key + 16 bytes of overhead.
-    let f =
-        fixture(Answer::Commit, BatchLimits { max_ops: 100, max_bytes: 1000, max_in_flight: 1 });
+    let f = fixture(
+        Answer::Commit,
+        BatchLimits { max_ops: 100, max_bytes: 1000, max_in_flight: 1, ..BatchLimits::default() },
+    );
     let first = f.callers(1, 8);
     f.until_submitted(1).await;
     let mut rest = Vec::new();

@@ -36,9 +36,13 @@ const KNOWN_FLAGS: u32 = 0b1_1111;
 /// The state the meta file holds (opaque bytes: the openraft layer encodes them).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct MetaState {
+    /// The save's sequence number (the newer of the two slots wins).
     pub seq: u64,
+    /// The encoded vote.
     pub vote: Option<Vec<u8>>,
+    /// The encoded committed log id.
     pub committed: Option<Vec<u8>>,
+    /// The encoded last purged log id.
     pub purged: Option<Vec<u8>>,
     /// The purged index, kept decoded for recovery.
     pub purged_index: Option<u64>,

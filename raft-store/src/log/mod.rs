@@ -45,7 +45,7 @@ use vellum_engine::Volume;
 
 pub use meta::MetaState;
 pub use segments::SpareStatus;
-pub use state::{Callback, LogConfig, LogEntry, LogIo, RecoveryReport, Torn};
+pub use state::{Callback, LogConfig, LogEntry, LogIo, MIN_VOLUME_BYTES, RecoveryReport, Torn};
 
 use crate::error::{Error, Result};
 use crate::metrics as m;

@@ -33,6 +33,7 @@ use super::index::{Index, Loc};
 use super::meta::{self, MetaState};
 use super::recovery::{self, ScannedCommit, SegmentScan};
 use super::segments::{SegInfo, Segments, Spare, SpareMaker};
+use super::state::MIN_VOLUME_BYTES;
 use super::state::{LogConfig, MetaCell, RecoveryReport, Shared, Torn, join};
 use super::writer::{Current, Writer};
 use crate::error::{Error, Result};
@@ -64,7 +65,16 @@ struct Classified {
     removed: usize,
 }
 
-pub(super) fn open(volume: Volume, config: LogConfig) -> Result<Opened> {
+pub(super) fn open(volume: Volume, mut config: LogConfig) -> Result<Opened> {
+    let capacity = volume.info().layout.capacity_bytes();
+    if config.segment_bytes == 0 {
+        // Derived from the volume (the default): refused below the documented minimum, where
+        // the first writes would find the volume full and stop the raft instance.
+        if capacity < MIN_VOLUME_BYTES {
+            return Err(Error::VolumeTooSmall { capacity, min: MIN_VOLUME_BYTES });
+        }
+        config.segment_bytes = LogConfig::segment_bytes_for(capacity);
+    }
     if config.segment_bytes < 2 * SEGMENT_HEADER_LEN as u64
         || !config.segment_bytes.is_multiple_of(ALIGN as u64)
     {
@@ -92,6 +102,10 @@ pub(super) fn open(volume: Volume, config: LogConfig) -> Result<Opened> {
     let meta_state = MetaState::recover(&meta_file.read_to_end()?, &config.dir)?;
     let classified = classify(&volume, &log_dir, config.segment_bytes)?;
     let segment_bytes = log_segment_bytes(&classified, &config);
+    // The current segment and its spare must fit, or the log stops at its first roll.
+    if capacity < 2 * segment_bytes {
+        return Err(Error::VolumeTooSmall { capacity, min: 2 * segment_bytes });
+    }
     let mut report = RecoveryReport {
         scanned_bytes: classified.scanned_bytes,
         segment_bytes,

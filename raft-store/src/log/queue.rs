@@ -26,7 +26,9 @@ use crate::sync::{Mutex, TryLockError, yield_point};
 
 /// Something the writer completes once it is durable (or failed).
 pub trait Complete {
+    /// What a failed write reports to each of its items.
     type Error: Clone;
+    /// Reports the write's outcome to this item.
     fn complete(self, result: Result<(), Self::Error>);
     /// The error of the items of a write that panicked, and of every item after it.
     fn writer_panicked() -> Self::Error;
@@ -66,6 +68,7 @@ fn lock<X>(m: &Mutex<X>) -> crate::sync::MutexGuard<'_, X> {
 }
 
 impl<T: Complete, W> Combiner<T, W> {
+    /// A combiner whose writes `writer` performs.
     pub fn new(writer: W) -> Self {
         Combiner {
             state: Mutex::new(State { items: VecDeque::new(), closed: false, failed: None }),

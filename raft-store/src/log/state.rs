@@ -18,13 +18,30 @@ use super::queue::Complete;
 use super::segments::Segments;
 use crate::error::{Error, SharedError};
 
-/// Tuning of the log.
+/// Tuning of the log. The default sizes segments from the volume ([`LogConfig::segment_bytes_for`])
+/// and needs a volume of at least [`MIN_VOLUME_BYTES`].
+///
+/// ```
+/// use vellum_raft_store::{LogConfig, MIN_VOLUME_BYTES};
+///
+/// // Segments derived from the volume: 1/16 of it, between 1 MiB and 64 MiB.
+/// assert_eq!(LogConfig::segment_bytes_for(MIN_VOLUME_BYTES), 1 << 20);
+/// assert_eq!(LogConfig::segment_bytes_for(256 << 20), 16 << 20);
+/// assert_eq!(LogConfig::segment_bytes_for(8 << 30), 64 << 20);
+///
+/// // Or a fixed size (a multiple of 4096), and the log under another directory.
+/// let config = LogConfig { segment_bytes: 4 << 20, dir: "/raft-b".into(), ..LogConfig::default() };
+/// # let _ = config;
+/// ```
 #[derive(Debug, Clone)]
 pub struct LogConfig {
     /// Directory of the volume holding `meta` and `log/`.
     pub dir: String,
-    /// Bytes of one preallocated segment file, for a log that has none yet. An existing log
-    /// keeps the size its segments have (it is read from the log, never from here).
+    /// Bytes of one preallocated segment file, for a log that has none yet: a multiple of
+    /// 4096, at least 8192, or `0` (the default) for [`LogConfig::segment_bytes_for`] the
+    /// volume's capacity. An existing log keeps the size its segments have (it is read from
+    /// the log, never from here). One entry must fit one segment
+    /// ([`LogCore::max_entry_bytes`](super::LogCore::max_entry_bytes)).
     pub segment_bytes: u64,
     /// Bytes of payload the hot tail window keeps in memory.
     pub hot_window_bytes: usize,
@@ -39,6 +56,19 @@ pub struct LogConfig {
     /// own (a meta save, between one and two lags after it was saved). Only the `Thread` mode
     /// keeps this timer; otherwise the id waits for the next write or `close`.
     pub commit_lag: Duration,
+}
+
+/// The smallest volume the store opens on with segments derived from its size
+/// ([`LogConfig::segment_bytes_for`], `segment_bytes: 0`, the default): 16 MiB, which gives
+/// 1 MiB segments (entries of up to 1 MiB less 4136 bytes). Below it, opening is refused.
+pub const MIN_VOLUME_BYTES: u64 = 16 << 20;
+
+impl LogConfig {
+    /// The segment size for a new log on a volume of `capacity_bytes`: a sixteenth of it,
+    /// between 1 MiB and 64 MiB, rounded down to 4096 bytes. The rule `vellum serve` uses.
+    pub fn segment_bytes_for(capacity_bytes: u64) -> u64 {
+        (capacity_bytes / 16).clamp(1 << 20, 64 << 20) / 4096 * 4096
+    }
 }
 
 /// Which thread performs the log's write-through writes (the combining queue is the same in
@@ -62,7 +92,7 @@ impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
             dir: "/raft".into(),
-            segment_bytes: 64 << 20,
+            segment_bytes: 0,
             hot_window_bytes: 16 << 20,
             max_batch_bytes: 4 << 20,
             background_spares: true,
@@ -75,8 +105,11 @@ impl Default for LogConfig {
 /// One log entry.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LogEntry {
+    /// Its log index.
     pub index: u64,
+    /// The term it was proposed in.
     pub term: u64,
+    /// The encoded entry (opaque to the log).
     pub payload: Arc<[u8]>,
 }
 
@@ -137,9 +170,13 @@ pub struct Torn {
 /// What recovery found (for logs and tests).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RecoveryReport {
+    /// Segments holding entries.
     pub segments: usize,
+    /// Entries found.
     pub entries: usize,
+    /// Bytes scanned.
     pub scanned_bytes: u64,
+    /// The torn tail found and cut, if any.
     pub torn: Option<Torn>,
     /// The size of the log's segments (read from the log when it has any).
     pub segment_bytes: u64,

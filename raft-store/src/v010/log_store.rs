@@ -20,14 +20,15 @@ use openraft010::{OptionalSend, RaftTypeConfig};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::adapter::{completed, range_bounds};
 use crate::codec::{decode, encode};
 use crate::error::{Error, LogIoError, Result};
 use crate::log::{Callback, LogCore, LogEntry};
-use crate::log_store::{completed, range_bounds};
 
 /// The term a committed leader id carries: the log writes it into every frame header and
 /// checks it on reads. Implemented for openraft's default (`leader_id_adv`) leader id.
 pub trait CommittedTerm {
+    /// The term.
     fn term_u64(&self) -> u64;
 }
 
@@ -71,8 +72,37 @@ where
     VoteOf<C>: Serialize + DeserializeOwned,
     CommittedLeaderIdOf<C>: CommittedTerm,
 {
+    /// The log store on `core` (what [`open_store`](super::open_store) builds).
     pub fn new(core: LogCore) -> Self {
         LogStore { core, _c: PhantomData }
+    }
+
+    /// The largest encoded entry (bincode of openraft's entry: log id and payload) this log
+    /// accepts: an entry's frame must fit an empty segment
+    /// ([`LogCore::max_entry_bytes`]). openraft 0.10 treats an `append` this store refuses
+    /// as a fatal storage error: the `Raft` instance shuts down and every later call fails
+    /// until the store is reopened. So check a request before a direct `client_write`, or
+    /// propose through a [`KvBatcher`](super::KvBatcher) (which refuses such a request
+    /// alone).
+    ///
+    /// ```
+    /// use vellum_raft_store::{KvOp, KvRequest, StoreConfig};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let dir = tempfile::tempdir()?;
+    /// let store = vellum_raft_store::v010::open_store_at(
+    ///     dir.path().join("node.vlm"),
+    ///     StoreConfig::with_volume_bytes(16 << 20),
+    /// )?;
+    /// let big = KvRequest { ops: vec![KvOp::Put { key: "k".into(), value: vec![0; 2 << 20] }] };
+    /// // Refuse it before `client_write`: the log would refuse the append, and openraft 0.10
+    /// // would stop.
+    /// assert!(big.entry_bytes() > store.log_store.max_entry_bytes());
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn max_entry_bytes(&self) -> usize {
+        self.core.max_entry_bytes()
     }
 
     /// Index of the committed log id last saved (what the node had committed at start-up).

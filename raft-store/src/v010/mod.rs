@@ -42,15 +42,38 @@ openraft010::declare_raft_types!(
 
 /// The snapshot data the state machine hands openraft.
 pub type SnapshotData = Cursor<Vec<u8>>;
+/// A log id of [`TypeConfig`].
 pub type LogId = openraft010::type_config::alias::LogIdOf<TypeConfig>;
+/// A vote of [`TypeConfig`].
 pub type Vote = openraft010::type_config::alias::VoteOf<TypeConfig>;
+/// A log entry of [`TypeConfig`].
 pub type Entry = openraft010::type_config::alias::EntryOf<TypeConfig>;
 /// The state machine of the 0.10 adapter.
 pub type KvStateMachine = crate::state_machine::KvMachine<V010>;
 /// Read access to its applied map.
 pub type KvReader = crate::state_machine::KvReaderOf<V010>;
 
-/// The log storage and state machine of one node, on `volume`, for openraft 0.10.
+/// The KV store's batcher on openraft 0.10 is [`KvBatcher`]; an open store is a [`Store`].
+pub type Store = crate::store::Store<LogStore<TypeConfig>, V010>;
+
+/// The log storage and state machine of one node, on `volume`, for openraft 0.10: the
+/// second step of [`open_store_at`], for a volume opened with
+/// [`open_volume`](crate::open_volume).
+///
+/// ```
+/// use vellum_raft_store::v010::open_store;
+/// use vellum_raft_store::{LogConfig, MIN_VOLUME_BYTES, VolumeOptions, open_volume};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = tempfile::tempdir()?;
+/// let volume = open_volume(dir.path().join("node.vlm"), MIN_VOLUME_BYTES, VolumeOptions::default())?;
+/// let (log_store, state_machine) = open_store(&volume, LogConfig::default())?;
+/// // Segments of 1 MiB on a 16 MiB volume: an entry of up to 1 MiB less 4136 bytes.
+/// assert_eq!(log_store.max_entry_bytes(), (1 << 20) - 4096 - 40);
+/// # drop(state_machine);
+/// # Ok(())
+/// # }
+/// ```
 pub fn open_store(
     volume: &vellum_engine::Volume,
     log: LogConfig,
@@ -59,4 +82,43 @@ pub fn open_store(
     let core = LogCore::open(volume.clone(), log)?;
     let sm = KvStateMachine::open(volume.clone(), &dir)?;
     Ok((LogStore::new(core), sm))
+}
+
+/// Opens (or creates) the volume at `location` and the store in it, for openraft 0.10: the
+/// one-call open. Blocking (a new volume is preallocated and zero-filled): call it before
+/// the runtime's work starts, or from `spawn_blocking`. Refused with one line
+/// ([`Error::VolumeTooSmall`](crate::Error::VolumeTooSmall)) on a volume below
+/// [`MIN_VOLUME_BYTES`](crate::MIN_VOLUME_BYTES) with the default log settings.
+///
+/// ```
+/// use vellum_raft_store::{MIN_VOLUME_BYTES, StoreConfig};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = tempfile::tempdir()?;
+/// let store = vellum_raft_store::v010::open_store_at(
+///     dir.path().join("node.vlm"),
+///     StoreConfig::with_volume_bytes(MIN_VOLUME_BYTES),
+/// )?;
+/// assert!(store.reader.is_empty());
+/// assert_eq!(store.max_entry_bytes(), (1 << 20) - 4096 - 40);
+///
+/// // Too small for the default settings: refused at open, naming the minimum.
+/// let err = vellum_raft_store::v010::open_store_at(
+///     dir.path().join("tiny.vlm"),
+///     StoreConfig::with_volume_bytes(8 << 20),
+/// )
+/// .unwrap_err();
+/// assert!(err.to_string().contains("at least 16777216 bytes"), "{err}");
+/// # Ok(())
+/// # }
+/// ```
+pub fn open_store_at(
+    location: impl AsRef<std::ffi::OsStr>,
+    config: crate::StoreConfig,
+) -> Result<Store> {
+    let volume = config.open_volume(location)?;
+    let (log_store, state_machine) = open_store(&volume, config.log)?;
+    let reader = state_machine.reader();
+    let max_entry_bytes = log_store.max_entry_bytes();
+    Ok(Store { log_store, state_machine, reader, volume, max_entry_bytes })
 }

@@ -59,5 +59,26 @@ where
     }
 }
 
-/// The KV store's batcher on openraft 0.10.
+/// The KV store's batcher on openraft 0.10: [`KvOp`](crate::KvOp)s in, one
+/// [`KvRequest`](crate::KvRequest) per entry. Give it the store's `max_entry_bytes()`, so
+/// that a request too large for the log fails alone instead of stopping openraft.
+///
+/// ```
+/// use vellum_raft_store::v010::openraft::Raft;
+/// use vellum_raft_store::v010::{KvBatcher, KvStateMachine, Store, TypeConfig};
+/// use vellum_raft_store::{BatchLimits, KvBatching, KvOp, ProposeError};
+///
+/// /// Starts the batcher on a running `Raft` of `store`, and writes one key through it.
+/// async fn put(
+///     raft: &Raft<TypeConfig, KvStateMachine>,
+///     store: &Store,
+/// ) -> Result<u64, ProposeError<vellum_raft_store::v010::Proposals010<TypeConfig>>> {
+///     let limits = BatchLimits { max_entry_bytes: store.max_entry_bytes(), ..BatchLimits::default() };
+///     let batcher = KvBatcher::start(raft.clone(), KvBatching, limits); // clone it per task
+///     let done = batcher.propose(KvOp::Put { key: "k".into(), value: b"v".to_vec() }).await?;
+///     Ok(done.log_index)
+/// }
+/// ```
+///
+/// `raft-store/README.md` runs it in a complete program.
 pub type KvBatcher = Batcher<Proposals010<TypeConfig>, KvBatching>;

@@ -4,7 +4,7 @@
 
 use std::fmt::Debug;
 use std::marker::PhantomData;
-use std::ops::{Bound, RangeBounds};
+use std::ops::RangeBounds;
 use std::sync::Arc;
 
 use openraft::storage::{LogFlushed, RaftLogStorage};
@@ -13,6 +13,7 @@ use openraft::{
     RaftTypeConfig, StorageError, Vote,
 };
 
+use crate::adapter::{completed, range_bounds};
 use crate::codec::{decode, encode};
 use crate::error::{Error, LogIoError, Result, storage_error};
 use crate::log::{Callback, LogCore, LogEntry};
@@ -35,22 +36,18 @@ impl<C: RaftTypeConfig> Debug for LogStore<C> {
     }
 }
 
-/// Waits for a core callback without blocking the async runtime.
-pub(crate) async fn completed(start: impl FnOnce(Callback) -> Result<()>) -> Result<()> {
-    let (tx, rx) = tokio::sync::oneshot::channel();
-    start(Box::new(move |r| {
-        let _ = tx.send(r);
-    }))?;
-    match rx.await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(e)) => Err(Error::shared(&e)),
-        Err(_) => Err(Error::Closed),
-    }
-}
-
 impl<C: RaftTypeConfig> LogStore<C> {
+    /// The log store on `core` (what [`open_store`](super::open_store) builds).
     pub fn new(core: LogCore) -> Self {
         LogStore { core, _c: PhantomData }
+    }
+
+    /// The largest encoded entry (bincode of openraft's `Entry<C>`: log id and payload) this
+    /// log accepts; see [`LogCore::max_entry_bytes`]. An `append` with a larger entry is
+    /// refused with a storage error, which stops openraft's core: check before
+    /// `client_write`, or propose through a [`Batcher`](crate::batcher::Batcher).
+    pub fn max_entry_bytes(&self) -> usize {
+        self.core.max_entry_bytes()
     }
 
     /// Index of the committed log id last saved (what the node had committed at start-up).
@@ -80,20 +77,6 @@ impl<C: RaftTypeConfig> LogStore<C> {
     fn meta_log_id(bytes: Option<&Vec<u8>>) -> Result<Option<LogId<C::NodeId>>> {
         bytes.map(|b| decode::<LogId<C::NodeId>>(b)).transpose()
     }
-}
-
-pub(crate) fn range_bounds(range: &impl RangeBounds<u64>) -> (u64, u64) {
-    let lo = match range.start_bound() {
-        Bound::Included(&x) => x,
-        Bound::Excluded(&x) => x.saturating_add(1),
-        Bound::Unbounded => 0,
-    };
-    let hi = match range.end_bound() {
-        Bound::Included(&x) => x.saturating_add(1),
-        Bound::Excluded(&x) => x,
-        Bound::Unbounded => u64::MAX,
-    };
-    (lo, hi)
 }
 
 // openraft's `StorageError` is large; it is the trait's error type, not ours to box.
