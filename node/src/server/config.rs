@@ -353,19 +353,19 @@ mod tests {
         serve: ServeArgs,
     }
 
-    /// `vellum serve` with `extra` after the required flags.
+    /// `vellum serve` with `extra`, and the required flags `extra` does not give.
     fn serve(extra: &[&str]) -> ServeArgs {
-        let mut args = vec![
-            "serve",
-            "--id",
-            "1",
-            "--api-addr",
-            "127.0.0.1:8001",
-            "--raft-addr",
-            "127.0.0.1:7001",
-            "--volume",
-            "memory:",
-        ];
+        let mut args = vec!["serve"];
+        for (flag, value) in [
+            ("--id", "1"),
+            ("--api-addr", "127.0.0.1:8001"),
+            ("--raft-addr", "127.0.0.1:7001"),
+            ("--volume", "memory:"),
+        ] {
+            if !extra.contains(&flag) {
+                args.extend([flag, value]);
+            }
+        }
         args.extend_from_slice(extra);
         Cli::try_parse_from(args).unwrap().serve
     }
@@ -420,7 +420,8 @@ mod tests {
         assert!(why.contains("api address 127.0.0.1:8001") && why.contains("--api-addr"), "{why}");
         // Advertised: the entry must name the advertised address, not the bind one.
         let adv = serve(&["--initial-cluster", c, "--advertise-raft-addr", "10.0.0.1:7001"]);
-        assert!(adv.check_addresses().unwrap_err().contains("--advertise-raft-addr 10.0.0.1"));
+        let why = adv.check_addresses().unwrap_err();
+        assert!(why.contains("--advertise-raft-addr is 10.0.0.1:7001"), "{why}");
         let adv = serve(&[
             "--initial-cluster",
             "1=10.0.0.1:7001/127.0.0.1:8001",

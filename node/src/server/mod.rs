@@ -947,16 +947,16 @@ mod tests {
         let mut log = FillLog::new();
         let t0 = log.started;
         let at = |ms: u64| t0 + Duration::from_millis(ms);
-        let gib = 1u64 << 30;
+        let total = 1000;
         // A fast fill: 10 % after 0.5 s is too soon after the start line.
-        assert_eq!(log.step(gib / 10, gib, at(500)), None);
-        assert_eq!(log.step(gib / 5, gib, at(1100)), Some(20));
-        assert_eq!(log.step(gib / 4, gib, at(2500)), None, "still in the same tenth");
-        assert_eq!(log.step(gib * 3 / 10, gib, at(2600)), Some(30));
+        assert_eq!(log.step(100, total, at(500)), None);
+        assert_eq!(log.step(200, total, at(1100)), Some(20));
+        assert_eq!(log.step(250, total, at(2500)), None, "still in the same tenth");
+        assert_eq!(log.step(300, total, at(2600)), Some(30));
         // A stalled fill still says where it is.
-        assert_eq!(log.step(gib * 3 / 10 + 1, gib, at(7700)), Some(30));
+        assert_eq!(log.step(301, total, at(7700)), Some(30));
         // The end is the done line's.
-        assert_eq!(log.step(gib, gib, at(20_000)), None);
+        assert_eq!(log.step(total, total, at(20_000)), None);
         assert_eq!(log.step(0, 0, at(20_000)), None);
     }
 
