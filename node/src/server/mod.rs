@@ -5,7 +5,10 @@
 //! starts only if no peer knows this node id), start Raft, serve the Raft RPC and the client
 //! API, then bootstrap (every node of `--initial-cluster` calls `initialize` with the same
 //! members: safe, the first wins and the others are told it is done) or join (`--join`:
-//! learner first, then voter). SIGINT / SIGTERM stop it cleanly: Raft shuts down, then the
+//! learner first, then voter). With neither, the node is a single-node cluster of its own
+//! (`lone_cluster`: initialized once on a store with no raft state, restarted as the member
+//! it is afterwards, refused when the store's membership does not hold it). The membership
+//! holds the advertised addresses (`--advertise-*-addr`, else the bind ones). SIGINT / SIGTERM stop it cleanly: Raft shuts down, then the
 //! volume is closed clean. A node that learns from a peer that it lost its state stops too,
 //! and exits non-zero with one line that says so. So does a node whose volume's metadata
 //! journal was destroyed (the raft store refuses a log that may be rolled back): exit code 3,
