@@ -28,6 +28,16 @@ pub struct ServeArgs {
     /// Address of the Raft RPC endpoint (HTTP, bincode bodies).
     #[arg(long, env = "VELLUM_RAFT_ADDR")]
     pub raft_addr: SocketAddr,
+    /// The client API address other members and clients reach this node at, when it is not
+    /// --api-addr (NAT, a container's port mapping, a bind to 0.0.0.0): it goes into the
+    /// cluster's membership (etcd's --advertise-client-urls). Default: --api-addr.
+    #[arg(long, env = "VELLUM_ADVERTISE_API_ADDR", value_name = "IP:PORT")]
+    pub advertise_api_addr: Option<SocketAddr>,
+    /// The Raft address other members reach this node at, when it is not --raft-addr: it
+    /// goes into the cluster's membership (etcd's --initial-advertise-peer-urls). Default:
+    /// --raft-addr.
+    #[arg(long, env = "VELLUM_ADVERTISE_RAFT_ADDR", value_name = "IP:PORT")]
+    pub advertise_raft_addr: Option<SocketAddr>,
     /// The carrier: a file (formatted if missing), a block device, or `memory:` (a volume in
     /// process memory, gone at exit: for tests and benchmarks only).
     #[arg(long, env = "VELLUM_VOLUME")]
@@ -37,7 +47,10 @@ pub struct ServeArgs {
     #[arg(long, env = "VELLUM_VOLUME_SIZE", value_parser = size_arg)]
     pub volume_size: Option<u64>,
     /// Bootstrap members: `1=RAFT_ADDR/API_ADDR,2=RAFT_ADDR/API_ADDR,...` (the same on every
-    /// node; safe to pass on every start).
+    /// node; safe to pass on every start). This node's own entry must name its advertised
+    /// addresses. Without it and without --join, a new volume starts a single-node cluster
+    /// with this node as its only member (grow it with `vellum cluster add`), and a volume
+    /// with raft state restarts as the member it is.
     #[arg(long, env = "VELLUM_INITIAL_CLUSTER")]
     pub initial_cluster: Option<String>,
     /// `new`: this member may start on a volume with no raft state once its peers confirm
@@ -90,9 +103,19 @@ pub struct ServeArgs {
     /// Log entries kept behind a snapshot (followers further behind get the snapshot).
     #[arg(long, env = "VELLUM_SNAPSHOT_KEEP", default_value_t = 1000)]
     pub snapshot_keep: u64,
-    /// Raft heartbeat interval in milliseconds (elections time out after 4x to 8x this).
+    /// Raft heartbeat interval in milliseconds (from 10).
     #[arg(long, env = "VELLUM_HEARTBEAT_MS", default_value_t = 100)]
     pub heartbeat_ms: u64,
+    /// Raft election timeout in milliseconds: a follower that hears no leader for a random
+    /// time between this and twice this starts an election. At least 3x --heartbeat-ms
+    /// [default: 4x --heartbeat-ms]. Use the same value on every member.
+    #[arg(
+        long,
+        visible_alias = "election-timeout",
+        env = "VELLUM_ELECTION_TIMEOUT_MS",
+        value_name = "MS"
+    )]
+    pub election_timeout_ms: Option<u64>,
     /// This node's certificate (PEM) on the Raft port, presented to connecting peers and in
     /// its own Raft RPCs. It must be valid for the name `node-ID.vellum` (vellum cert node
     /// makes one). With --peer-key and --peer-ca: mutual TLS between members.
@@ -156,9 +179,109 @@ pub enum ClusterState {
 /// Capacity of a volume created without `--volume-size`.
 pub const DEFAULT_VOLUME_BYTES: u64 = 1 << 30;
 
+/// An election timeout must be at least this many heartbeats: a follower must be able to
+/// miss one or two heartbeats (a slow disk, a lost packet) without starting an election.
+pub const MIN_ELECTION_HEARTBEATS: u64 = 3;
+
 impl ServeArgs {
-    pub fn me(&self) -> KvNode {
-        KvNode { raft_addr: self.raft_addr.to_string(), api_addr: self.api_addr.to_string() }
+    /// The API address that goes into the membership: `--advertise-api-addr`, else
+    /// `--api-addr`.
+    pub fn public_api_addr(&self) -> SocketAddr {
+        self.advertise_api_addr.unwrap_or(self.api_addr)
+    }
+
+    /// The Raft address that goes into the membership: `--advertise-raft-addr`, else
+    /// `--raft-addr`.
+    pub fn public_raft_addr(&self) -> SocketAddr {
+        self.advertise_raft_addr.unwrap_or(self.raft_addr)
+    }
+
+    /// This node's membership entry: its advertised addresses. `Err` (one line) when an
+    /// address is a wildcard bind (`0.0.0.0`, `[::]`) with nothing advertised: no peer can
+    /// reach that.
+    pub fn me(&self) -> Result<KvNode, String> {
+        for (flag, bind, advertised) in [
+            ("api", self.api_addr, self.advertise_api_addr),
+            ("raft", self.raft_addr, self.advertise_raft_addr),
+        ] {
+            if bind.ip().is_unspecified() && advertised.is_none() {
+                return Err(format!(
+                    "--{flag}-addr {bind} is no address peers can reach, and it would go into \
+                     the cluster's membership: pass --advertise-{flag}-addr IP:PORT (the \
+                     address the others reach this node's {flag} port at)"
+                ));
+            }
+        }
+        Ok(KvNode {
+            raft_addr: self.public_raft_addr().to_string(),
+            api_addr: self.public_api_addr().to_string(),
+        })
+    }
+
+    /// Checks the addresses this node advertises: never a wildcard, and, when
+    /// `--initial-cluster` names this node, the same as its entry there (a wildcard bind
+    /// with nothing advertised matches any entry with its port).
+    pub fn check_addresses(&self) -> Result<(), String> {
+        for (flag, advertised) in
+            [("api", self.advertise_api_addr), ("raft", self.advertise_raft_addr)]
+        {
+            if let Some(a) = advertised.filter(|a| a.ip().is_unspecified() || a.port() == 0) {
+                return Err(format!(
+                    "--advertise-{flag}-addr {a} is no address peers can reach: give the \
+                     IP:PORT the others reach this node's {flag} port at"
+                ));
+            }
+        }
+        let Some(spec) = &self.initial_cluster else { return Ok(()) };
+        let members = parse_initial_cluster(spec).map_err(|e| format!("--initial-cluster: {e}"))?;
+        let Some(entry) = members.get(&self.id) else {
+            return Err(format!("--initial-cluster does not contain this node's id {}", self.id));
+        };
+        for (flag, listed, bind, advertised) in [
+            ("raft", &entry.raft_addr, self.raft_addr, self.advertise_raft_addr),
+            ("api", &entry.api_addr, self.api_addr, self.advertise_api_addr),
+        ] {
+            let listed: SocketAddr =
+                listed.parse().map_err(|_| format!("'{listed}' is not HOST:PORT"))?;
+            let matches = match advertised {
+                Some(a) => a == listed,
+                None if bind.ip().is_unspecified() => bind.port() == listed.port(),
+                None => bind == listed,
+            };
+            if !matches {
+                let (what, addr) = match advertised {
+                    Some(a) => (format!("--advertise-{flag}-addr"), a),
+                    None => (format!("--{flag}-addr"), bind),
+                };
+                return Err(format!(
+                    "--initial-cluster names node {} at {flag} address {listed}, but {what} is \
+                     {addr}: they must be the same (pass --advertise-{flag}-addr {listed} when \
+                     the others reach this node at another address than it binds)",
+                    self.id
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// openraft's election timeout range `(min, max)` in milliseconds, from the heartbeat and
+    /// `--election-timeout-ms` (default: 4x to 8x the heartbeat).
+    pub fn election_timeouts(&self) -> Result<(u64, u64), String> {
+        let hb = self.heartbeat_ms();
+        let Some(min) = self.election_timeout_ms else { return Ok((hb * 4, hb * 8)) };
+        let least = hb * MIN_ELECTION_HEARTBEATS;
+        if min < least {
+            return Err(format!(
+                "--election-timeout-ms {min} must be at least {MIN_ELECTION_HEARTBEATS}x \
+                 --heartbeat-ms {hb}: {least} or more"
+            ));
+        }
+        Ok((min, min.saturating_mul(2)))
+    }
+
+    /// The heartbeat interval in milliseconds (10 at least).
+    pub fn heartbeat_ms(&self) -> u64 {
+        self.heartbeat_ms.max(10)
     }
 
     /// The ports this node opens and how each is protected (`security/exposure.rs`).
@@ -220,7 +343,102 @@ pub fn parse_initial_cluster(text: &str) -> Result<BTreeMap<u64, KvNode>, String
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+
     use super::*;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeArgs,
+    }
+
+    /// `vellum serve` with `extra`, and the required flags `extra` does not give.
+    fn serve(extra: &[&str]) -> ServeArgs {
+        let mut args = vec!["serve"];
+        for (flag, value) in [
+            ("--id", "1"),
+            ("--api-addr", "127.0.0.1:8001"),
+            ("--raft-addr", "127.0.0.1:7001"),
+            ("--volume", "memory:"),
+        ] {
+            if !extra.contains(&flag) {
+                args.extend([flag, value]);
+            }
+        }
+        args.extend_from_slice(extra);
+        Cli::try_parse_from(args).unwrap().serve
+    }
+
+    #[test]
+    fn election_timeout_defaults_to_four_to_eight_heartbeats() {
+        assert_eq!(serve(&[]).election_timeouts(), Ok((400, 800)));
+        assert_eq!(serve(&["--heartbeat-ms", "50"]).election_timeouts(), Ok((200, 400)));
+        let set = serve(&["--heartbeat-ms", "50", "--election-timeout-ms", "1000"]);
+        assert_eq!(set.election_timeouts(), Ok((1000, 2000)));
+        assert_eq!(serve(&["--election-timeout", "300"]).election_timeouts(), Ok((300, 600)));
+        let low = serve(&["--election-timeout-ms", "299"]).election_timeouts().unwrap_err();
+        assert!(low.contains("at least 3x") && low.contains("300 or more"), "{low}");
+    }
+
+    #[test]
+    fn the_membership_entry_is_the_advertised_addresses() {
+        let plain = serve(&[]).me().unwrap();
+        assert_eq!(
+            (plain.api_addr.as_str(), plain.raft_addr.as_str()),
+            ("127.0.0.1:8001", "127.0.0.1:7001")
+        );
+        let adv =
+            serve(&["--advertise-api-addr", "10.0.0.1:80", "--advertise-raft-addr", "10.0.0.1:81"]);
+        let me = adv.me().unwrap();
+        assert_eq!((me.api_addr.as_str(), me.raft_addr.as_str()), ("10.0.0.1:80", "10.0.0.1:81"));
+        assert!(adv.check_addresses().is_ok());
+    }
+
+    #[test]
+    fn wildcards_never_reach_the_membership() {
+        let wild = serve(&["--raft-addr", "0.0.0.0:7001"]);
+        let why = wild.me().unwrap_err();
+        assert!(why.contains("--advertise-raft-addr"), "{why}");
+        let told =
+            serve(&["--raft-addr", "0.0.0.0:7001", "--advertise-raft-addr", "10.0.0.1:7001"]);
+        assert_eq!(told.me().unwrap().raft_addr, "10.0.0.1:7001");
+        for flag in ["--advertise-api-addr", "--advertise-raft-addr"] {
+            for addr in ["0.0.0.0:7001", "[::]:7001"] {
+                let why = serve(&[flag, addr]).check_addresses().unwrap_err();
+                assert!(why.contains(flag) && why.contains("no address"), "{why}");
+            }
+        }
+    }
+
+    #[test]
+    fn an_initial_cluster_entry_must_name_the_advertised_addresses() {
+        let c = "1=127.0.0.1:7001/127.0.0.1:8001,2=127.0.0.1:7002/127.0.0.1:8002";
+        assert!(serve(&["--initial-cluster", c]).check_addresses().is_ok());
+        let other = serve(&["--initial-cluster", c, "--api-addr", "127.0.0.1:9001"]);
+        let why = other.check_addresses().unwrap_err();
+        assert!(why.contains("api address 127.0.0.1:8001") && why.contains("--api-addr"), "{why}");
+        // Advertised: the entry must name the advertised address, not the bind one.
+        let adv = serve(&["--initial-cluster", c, "--advertise-raft-addr", "10.0.0.1:7001"]);
+        let why = adv.check_addresses().unwrap_err();
+        assert!(why.contains("--advertise-raft-addr is 10.0.0.1:7001"), "{why}");
+        let adv = serve(&[
+            "--initial-cluster",
+            "1=10.0.0.1:7001/127.0.0.1:8001",
+            "--raft-addr",
+            "0.0.0.0:7001",
+            "--advertise-raft-addr",
+            "10.0.0.1:7001",
+        ]);
+        assert!(adv.check_addresses().is_ok());
+        // A wildcard bind with nothing advertised: the entry's port must match.
+        let wild = serve(&["--initial-cluster", c, "--api-addr", "0.0.0.0:8001"]);
+        assert!(wild.check_addresses().is_ok());
+        let wild = serve(&["--initial-cluster", c, "--api-addr", "0.0.0.0:9001"]);
+        assert!(wild.check_addresses().is_err());
+        let absent = serve(&["--initial-cluster", "2=127.0.0.1:7002/127.0.0.1:8002"]);
+        assert!(absent.check_addresses().unwrap_err().contains("does not contain"));
+    }
 
     #[test]
     fn initial_cluster_syntax() {

@@ -5,7 +5,10 @@
 //! starts only if no peer knows this node id), start Raft, serve the Raft RPC and the client
 //! API, then bootstrap (every node of `--initial-cluster` calls `initialize` with the same
 //! members: safe, the first wins and the others are told it is done) or join (`--join`:
-//! learner first, then voter). SIGINT / SIGTERM stop it cleanly: Raft shuts down, then the
+//! learner first, then voter). With neither, the node is a single-node cluster of its own
+//! (`lone_cluster`: initialized once on a store with no raft state, restarted as the member
+//! it is afterwards, refused when the store's membership does not hold it). The membership
+//! holds the advertised addresses (`--advertise-*-addr`, else the bind ones). SIGINT / SIGTERM stop it cleanly: Raft shuts down, then the
 //! volume is closed clean. A node that learns from a peer that it lost its state stops too,
 //! and exits non-zero with one line that says so. So does a node whose volume's metadata
 //! journal was destroyed (the raft store refuses a log that may be rolled back): exit code 3,
@@ -89,12 +92,13 @@ const ENTRY_OVERHEAD: usize = 256;
 const OP_OVERHEAD: usize = 16;
 
 fn raft_config(args: &ServeArgs) -> Result<Arc<Config>, CliError> {
-    let hb = args.heartbeat_ms.max(10);
+    let (election_timeout_min, election_timeout_max) =
+        args.election_timeouts().map_err(CliError::Usage)?;
     let config = Config {
         cluster_name: "vellum".into(),
-        heartbeat_interval: hb,
-        election_timeout_min: hb * 4,
-        election_timeout_max: hb * 8,
+        heartbeat_interval: args.heartbeat_ms(),
+        election_timeout_min,
+        election_timeout_max,
         install_snapshot_timeout: 10_000,
         snapshot_policy: SnapshotPolicy::LogsSinceLast(args.snapshot_entries.max(10)),
         max_in_snapshot_log_to_keep: args.snapshot_keep,
@@ -171,19 +175,83 @@ fn batch_limits(limits: &http::Limits) -> BatchLimits {
     }
 }
 
-/// Opens (or formats) the volume the node runs on.
-async fn volume(args: &ServeArgs) -> Result<vellum_engine::Volume, CliError> {
+/// Logs the zero-fill of a new volume file: a line at each tenth done, at most one a second
+/// (and one every [`FILL_QUIET`] whatever the progress), so a large first start is never
+/// silent and a small one stays short.
+struct FillLog {
+    started: std::time::Instant,
+    last: std::time::Instant,
+    /// The last tenth logged.
+    tenth: u64,
+}
+
+/// The longest a zero-fill goes without a line.
+const FILL_QUIET: Duration = Duration::from_secs(5);
+
+impl FillLog {
+    fn new() -> FillLog {
+        let now = std::time::Instant::now();
+        FillLog { started: now, last: now, tenth: 0 }
+    }
+
+    /// The percentage to log now that `done` of `total` bytes are written, if any.
+    fn step(&mut self, done: u64, total: u64, now: std::time::Instant) -> Option<u64> {
+        if total == 0 || done >= total {
+            return None; // the done line says it
+        }
+        let percent = done.saturating_mul(100) / total;
+        let since = now.saturating_duration_since(self.last);
+        let next_tenth = percent / 10 > self.tenth && since >= Duration::from_secs(1);
+        if !(next_tenth || since >= FILL_QUIET) {
+            return None;
+        }
+        self.tenth = percent / 10;
+        self.last = now;
+        Some(percent)
+    }
+}
+
+/// Opens (or formats, when `creating`: a file that does not exist yet) the volume the node
+/// runs on. Formatting a file zero-fills it, which takes seconds on a large volume: logged as
+/// it goes, as `vellum format` shows a bar.
+async fn volume(args: &ServeArgs, creating: bool) -> Result<vellum_engine::Volume, CliError> {
     let (location, format) = (args.volume.clone(), args.format());
     let options = vellum_engine::VolumeOptions {
         cache_bytes: args.cache_size.map(|b| usize::try_from(b).unwrap_or(usize::MAX)),
         ..vellum_engine::VolumeOptions::default()
     };
-    let volume = tokio::task::spawn_blocking(move || open_volume_with(&location, &format, options))
-        .await
-        .map_err(|e| fail("opening the volume")(e.to_string()))?
-        .map_err(|e| {
-            fail(&format!("opening the volume {}", args.volume.display()))(e.to_string())
-        })?;
+    let creating = creating
+        && matches!(
+            vellum_engine::carrier::Location::parse(&location),
+            vellum_engine::carrier::Location::Path(_)
+        );
+    let size = crate::size::human(args.create_bytes());
+    if creating {
+        tracing::info!("formatting {size} volume at {} (zero-filling it once)", location.display());
+    }
+    let volume = tokio::task::spawn_blocking(move || {
+        let log = std::sync::Mutex::new(FillLog::new());
+        let progress = |done: u64, total: u64| {
+            let mut log = log.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some(percent) = log.step(done, total, std::time::Instant::now()) {
+                tracing::info!("formatting the volume: {percent}% zero-filled");
+            }
+        };
+        let format = vellum_engine::FormatOptions { progress: Some(&progress), ..format };
+        let opened = open_volume_with(&location, &format, options);
+        if creating && opened.is_ok() {
+            let started = log.lock().unwrap_or_else(std::sync::PoisonError::into_inner).started;
+            tracing::info!(
+                "formatted the {size} volume at {} in {:.1} s",
+                location.display(),
+                started.elapsed().as_secs_f64()
+            );
+        }
+        opened
+    })
+    .await
+    .map_err(|e| fail("opening the volume")(e.to_string()))?
+    .map_err(|e| fail(&format!("opening the volume {}", args.volume.display()))(e.to_string()))?;
     let info = volume.info();
     if !info.medium.is_durable() {
         // For tests and as the benchmarks' upper bound.
@@ -445,6 +513,13 @@ impl Reach {
 pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     let exposure = args.exposure();
     exposure::check(&exposure).map_err(CliError::Usage)?;
+    args.check_addresses().map_err(CliError::Usage)?;
+    let raft_config = raft_config(&args)?;
+    // Neither --initial-cluster nor --join: a single-node cluster of this node (`lone`).
+    let lone = args.initial_cluster.is_none() && args.join.is_none();
+    if args.join.is_some() {
+        args.me().map_err(CliError::Usage)?; // what --join asks the cluster to add
+    }
     let security = Arc::new(Security::load(&args).map_err(fail("TLS"))?);
     for warning in exposure::warnings(&exposure) {
         tracing::warn!("{warning}");
@@ -489,10 +564,13 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     // start fresh before formatting (and zero-filling) one.
     let missing = !vellum_engine::carrier::Location::parse(&args.volume).exists();
     if missing {
+        if lone {
+            args.me().map_err(CliError::Usage)?; // the single-node cluster's membership
+        }
         slot.know(raft_api::Known::Nobody);
         fresh_start_allowed(&args, &reach).await?;
     }
-    let volume = volume(&args).await?;
+    let volume = volume(&args, missing).await?;
     metrics::spawn_volume_metrics(volume.clone());
     let capacity = volume.info().layout.capacity_bytes();
     let log_config =
@@ -520,9 +598,23 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     let log_core = log.core().clone();
     let kv = sm.reader();
     let network = network::Network::new(Arc::clone(&guard), reach.peers.clone());
-    let raft = Raft::new(args.id, raft_config(&args)?, network, log, sm)
+    let raft = Raft::new(args.id, raft_config, network, log, sm)
         .await
         .map_err(|e| fail("starting raft")(e.to_string()))?;
+    if lone && let Err(refused) = lone_cluster(&args, &raft).await {
+        // Nothing served yet: stop Raft and close the volume clean, then say why.
+        let _ = raft.shutdown().await;
+        let _ = stop_tx.send(true);
+        let _ = raft_srv.await;
+        if let Some(srv) = metrics_srv {
+            let _ = srv.await;
+        }
+        drop(raft);
+        if let Err(e) = close_store(log_core, volume).await {
+            tracing::warn!(error = %e, "closing the volume");
+        }
+        return Err(refused);
+    }
     guard.attach(raft.metrics());
     member::spawn_removal_watch(Arc::clone(&guard), raft.metrics());
     let ready = Arc::new(AtomicBool::new(false));
@@ -563,11 +655,16 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         conn.api,
     );
     let scheme = |tls: bool| if tls { "https" } else { "http" };
+    // The bind address, and the advertised one when it differs.
+    let shown = |tls: bool, bind: std::net::SocketAddr, public: std::net::SocketAddr| {
+        let url = format!("{}://{bind}", scheme(tls));
+        if public == bind { url } else { format!("{url} (advertised as {public})") }
+    };
     tracing::info!(
         id = args.id,
-        api = %format!("{}://{}", scheme(security.api_server.is_some()), args.api_addr),
+        api = %shown(security.api_server.is_some(), args.api_addr, args.public_api_addr()),
         api_client_certs = args.api_ca.is_some(),
-        raft = %format!("{}://{}", scheme(security.raft_server.is_some()), args.raft_addr),
+        raft = %shown(security.raft_server.is_some(), args.raft_addr, args.public_raft_addr()),
         metrics = ?args.metrics_addr,
         "node serving"
     );
@@ -589,7 +686,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         }
     }
     if let Some(join) = args.join.clone() {
-        let me = args.me();
+        let me = args.me().map_err(CliError::Usage)?;
         let id = args.id;
         let client = reach.api(Duration::from_secs(30), false)?;
         tokio::spawn(async move { join_cluster(&client, &join, id, &me, token.as_ref()).await });
@@ -614,16 +711,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     }
     drop(state);
     drop(raft);
-    // Raft's tasks own the log and state machine and are gone now; closing commits the
-    // clean state and releases the carrier's lock.
-    let closed = tokio::task::spawn_blocking(move || {
-        log_core.close(); // the committed id saved last, and the IO thread
-        drop(log_core);
-        volume.close()
-    })
-    .await
-    .map_err(|e| fail("closing the volume")(e.to_string()))
-    .and_then(|r| r.map_err(|e| fail("closing the volume")(e.to_string())));
+    let closed = close_store(log_core, volume).await;
     match (failed, closed) {
         // Why the node stopped comes first: after a storage error, closing may fail too.
         (Some(why @ CliError::RaftStopped(_)), Err(e)) => {
@@ -633,6 +721,72 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         (Some(why), _) => Err(why),
         (None, closed) => closed,
     }
+}
+
+/// Closes the log and the volume once Raft is shut down: Raft's tasks owned the log and the
+/// state machine and are gone; closing commits the clean state and releases the carrier's
+/// lock.
+async fn close_store(
+    log_core: vellum_raft_store::log::LogCore,
+    volume: vellum_engine::Volume,
+) -> Result<(), CliError> {
+    tokio::task::spawn_blocking(move || {
+        log_core.close(); // the committed id saved last, and the IO thread
+        drop(log_core);
+        volume.close()
+    })
+    .await
+    .map_err(|e| fail("closing the volume")(e.to_string()))
+    .and_then(|r| r.map_err(|e| fail("closing the volume")(e.to_string())))
+}
+
+/// A node started with neither `--initial-cluster` nor `--join` (etcd's and rqlite's
+/// default): on a store with no raft state, it initializes a single-node cluster with itself
+/// as the only voter; on a store with raft state, it restarts as the member it is. It is
+/// refused (exit code 3) when that state says it is not a member: the volume belongs to
+/// another cluster, or to one that removed this node. (The store's node id was checked
+/// against `--id` already: `identity`.)
+async fn lone_cluster(args: &ServeArgs, raft: &KvRaft) -> Result<(), CliError> {
+    let id = args.id;
+    let stopped = |e: vellum_raft_store::v010::openraft::errors::Fatal<TypeConfig>| {
+        fail("starting raft")(e.to_string())
+    };
+    if !raft.is_initialized().await.map_err(stopped)? {
+        let me = args.me().map_err(CliError::Usage)?;
+        tracing::info!(
+            "no --initial-cluster or --join: starting a single-node cluster with this node \
+             (id {id}, api {}, raft {}) as its only member; add members with `vellum cluster \
+             add`",
+            me.api_addr,
+            me.raft_addr
+        );
+        let members = std::collections::BTreeMap::from([(id, me)]);
+        return match raft.initialize(members).await {
+            Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => Ok(()),
+            Err(e) => Err(fail("initializing the single-node cluster")(e.to_string())),
+        };
+    }
+    let members: Vec<u64> = raft
+        .with_raft_state(|st| {
+            let m = st.membership_state.effective().membership();
+            m.voter_ids().chain(m.learner_ids()).collect()
+        })
+        .await
+        .map_err(stopped)?;
+    if !members.contains(&id) {
+        return Err(CliError::NotThisMember(format!(
+            "the volume {} holds the raft state of a cluster whose members {members:?} do not \
+             include node {id}: it belongs to another cluster (or node {id} was removed from \
+             it); start a new member on a new volume",
+            args.volume.display()
+        )));
+    }
+    tracing::info!(
+        ?members,
+        "no --initial-cluster or --join: restarting as node {id} of the cluster this volume \
+         belongs to"
+    );
+    Ok(())
 }
 
 /// The tokens the client API requires (`--auth-tokens`), loaded and reloaded on SIGHUP.
@@ -790,6 +944,24 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
             Ok(Written { log_index: index, response: KvResponse { applied } })
         }
+    }
+
+    #[test]
+    fn zero_fill_logs_tenths_at_most_once_a_second_and_never_goes_quiet() {
+        let mut log = FillLog::new();
+        let t0 = log.started;
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let total = 1000;
+        // A fast fill: 10 % after 0.5 s is too soon after the start line.
+        assert_eq!(log.step(100, total, at(500)), None);
+        assert_eq!(log.step(200, total, at(1100)), Some(20));
+        assert_eq!(log.step(250, total, at(2500)), None, "still in the same tenth");
+        assert_eq!(log.step(300, total, at(2600)), Some(30));
+        // A stalled fill still says where it is.
+        assert_eq!(log.step(301, total, at(7700)), Some(30));
+        // The end is the done line's.
+        assert_eq!(log.step(total, total, at(20_000)), None);
+        assert_eq!(log.step(0, 0, at(20_000)), None);
     }
 
     /// A leader on large segments proposes through its batcher; a follower's segments are the

@@ -1,4 +1,9 @@
-//! `PUT|GET|DELETE /v1/kv/{key}`.
+//! `PUT|GET|DELETE /v1/kv/{*key}`.
+//!
+//! The key is the rest of the path, percent-decoded: it may contain `/` (`/v1/kv/a/b` and
+//! `/v1/kv/a%2Fb` both name the key `a/b`). An empty key (`/v1/kv/`) is a 400. A request
+//! forwarded to the leader (or redirected there) keeps its path and query as received,
+//! percent-encoding included.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;

@@ -123,7 +123,8 @@ pub fn router(state: AppState) -> Router {
     let body_limit = state.limits.max_value_bytes + 1;
     Router::new()
         .route("/v1/kv/", get(kv::empty_key).put(kv::empty_key).delete(kv::empty_key))
-        .route("/v1/kv/{key}", get(kv::get).put(kv::put).delete(kv::delete))
+        // `{*key}`: a key may contain `/` (`/v1/kv/a/b/c` is the key `a/b/c`).
+        .route("/v1/kv/{*key}", get(kv::get).put(kv::put).delete(kv::delete))
         .route("/v1/cluster/status", get(cluster::status))
         .route("/v1/cluster/learners", post(cluster::add_learner))
         .route("/v1/cluster/members", put(cluster::change_members))
