@@ -15,11 +15,17 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// What the engine was doing when a carrier call failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum IoOp {
+    /// A read.
     Read,
+    /// A write that is not durable on return.
     Write,
+    /// A write-through write: durable when it returns.
     DurableWrite,
+    /// A barrier: a cache flush of everything written before it.
     Barrier,
+    /// Extending the carrier (auto-grow, thin allocation).
     Grow,
+    /// Asking the carrier for its geometry.
     Probe,
 }
 
@@ -41,10 +47,13 @@ impl fmt::Display for IoOp {
 pub enum Region {
     /// Superblock slot 0 (A) or 1 (B).
     Superblock(u8),
+    /// The allocation bitmap.
     Bitmap,
+    /// The journal ring.
     Journal,
     /// A metadata block of the checkpoint image (root, spine or record block).
     Image,
+    /// The data region: file contents.
     Data,
     /// The carrier as a whole (size, geometry).
     Carrier,
@@ -71,33 +80,83 @@ pub enum Corruption {
     /// The magic number is wrong: this is not (or no longer) a Vellum structure.
     BadMagic,
     /// The stored checksum does not match the bytes.
-    Checksum { stored: u32, computed: u32 },
+    Checksum {
+        /// The checksum the structure carries.
+        stored: u32,
+        /// The checksum of the bytes as read.
+        computed: u32,
+    },
     /// A field holds a value that the format does not allow there.
-    BadValue { field: &'static str, value: u64 },
+    BadValue {
+        /// The field, as FORMAT.md names it.
+        field: &'static str,
+        /// The value found there.
+        value: u64,
+    },
     /// A structure ends before its declared length.
-    Truncated { needed: u64, available: u64 },
+    Truncated {
+        /// Bytes the structure declares.
+        needed: u64,
+        /// Bytes there are.
+        available: u64,
+    },
     /// The image references something that does not exist or is out of place.
-    Dangling { what: &'static str, id: u64 },
+    Dangling {
+        /// The kind of thing referenced (inode, extent, block, ...).
+        what: &'static str,
+        /// Its number.
+        id: u64,
+    },
     /// One block is claimed by two owners.
-    DoubleUse { block: u64 },
+    DoubleUse {
+        /// The block claimed twice.
+        block: u64,
+    },
     /// Two records claim the same identity (inode, name, extent range).
-    Duplicate { what: &'static str, id: u64 },
+    Duplicate {
+        /// The kind of record (inode, name, extent, ...).
+        what: &'static str,
+        /// Its identity (inode number, or the directory of the name).
+        id: u64,
+    },
     /// The namespace graph is not a tree rooted at the root directory.
-    NotATree { ino: u64 },
+    NotATree {
+        /// An inode not reachable from the root.
+        ino: u64,
+    },
     /// A block the image needs lies outside the regions that may hold it.
-    OutOfRange { block: u64 },
+    OutOfRange {
+        /// The misplaced block.
+        block: u64,
+    },
     /// The two superblocks belong to different volumes.
     UuidMismatch,
     /// The newest superblock's image is damaged and no older complete commit may be adopted.
-    ImageDamaged { generation: u64 },
+    ImageDamaged {
+        /// The generation of the superblock whose image is damaged.
+        generation: u64,
+    },
     /// A clean volume's bitmap marks a block free that its image uses.
-    BitmapMissesBlock { block: u64 },
+    BitmapMissesBlock {
+        /// The block the image uses.
+        block: u64,
+    },
     /// Journal batch `missing` does not verify, but batch `found`, written only after
     /// `missing` was durable, does: damage, not a torn tail (nothing after the damage is
     /// replayed, and open refuses rather than drop acknowledged commits).
-    JournalGap { missing: u64, found: u64 },
+    JournalGap {
+        /// The sequence of the batch that does not verify.
+        missing: u64,
+        /// The sequence of a later batch that does.
+        found: u64,
+    },
     /// A verified journal record cannot be applied to the namespace it follows.
-    JournalRecord { sequence: u64, what: &'static str },
+    JournalRecord {
+        /// The sequence of the batch holding the record.
+        sequence: u64,
+        /// Why the record does not apply.
+        what: &'static str,
+    },
 }
 
 impl fmt::Display for Corruption {
@@ -140,21 +199,39 @@ impl fmt::Display for Corruption {
 #[non_exhaustive]
 pub enum Unsupported {
     /// The format version is above the one this build supports.
-    Version { found: u32, supported: u32 },
+    Version {
+        /// The version on the carrier.
+        found: u32,
+        /// The newest version this build reads.
+        supported: u32,
+    },
     /// Incompatible feature bits this build does not know.
     IncompatFeatures(u64),
     /// A state value the format does not define.
     UndefinedState(u32),
     /// A reserved field or reserved flag bits are non-zero.
-    ReservedNonZero { field: &'static str },
+    ReservedNonZero {
+        /// The reserved field or flag word, as FORMAT.md names it.
+        field: &'static str,
+    },
     /// The journal fields are set while the journal feature bit is not.
     JournalInUse,
     /// More than one carrier, or a carrier index other than 0.
-    MultiCarrier { index: u32, count: u32 },
+    MultiCarrier {
+        /// This carrier's index in the volume.
+        index: u32,
+        /// The volume's number of carriers.
+        count: u32,
+    },
     /// A block size outside 4096..=65536 or not a power of two.
     BlockSize(u32),
     /// An unknown record tag or flag bits in a metadata record.
-    RecordKind { table: &'static str, tag: u64 },
+    RecordKind {
+        /// The kind of record table (inode, name, extent, ...).
+        table: &'static str,
+        /// The tag or flag bits found.
+        tag: u64,
+    },
 }
 
 impl fmt::Display for Unsupported {
@@ -181,9 +258,13 @@ impl fmt::Display for Unsupported {
 /// A volume knob as named in the design (the orthogonal knobs table).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Knob {
+    /// Blocks reserved on the carrier when they are allocated (not thin).
     Preallocation,
+    /// Unwritten ranges left as holes instead of written zeros.
     Sparseness,
+    /// Reads and writes that bypass the host's page cache (`O_DIRECT`).
     DirectIo,
+    /// Writes durable when they return (`RWF_DSYNC`, or a device's flush).
     WriteThrough,
     /// The volume's own page cache (`cache_bytes`).
     Cache,
@@ -210,27 +291,61 @@ pub enum Invalid {
     /// A name with a `/` or NUL byte, or empty.
     Name,
     /// A name longer than the format's limit.
-    NameTooLong { len: usize, max: usize },
+    NameTooLong {
+        /// The name's length in bytes.
+        len: usize,
+        /// The longest name the format allows, in bytes.
+        max: usize,
+    },
     /// An attribute key that is empty or longer than the format's limit.
-    AttributeKey { len: usize, max: usize },
+    AttributeKey {
+        /// The key's length in bytes.
+        len: usize,
+        /// The longest key the format allows, in bytes.
+        max: usize,
+    },
     /// A capacity too small for the layout, or too large for the format.
-    Capacity { bytes: u64 },
+    Capacity {
+        /// The capacity asked for, in bytes.
+        bytes: u64,
+    },
     /// A block size outside 4096..=65536, not a power of two, or not a multiple of the
     /// carrier's direct-IO alignment.
-    BlockSize { bytes: u32 },
+    BlockSize {
+        /// The block size asked for, in bytes.
+        bytes: u32,
+    },
     /// An offset or length past the largest file size the format can describe.
-    FileTooLarge { bytes: u64 },
+    FileTooLarge {
+        /// The offset or end asked for, in bytes.
+        bytes: u64,
+    },
     /// A rename that would move a directory into its own subtree, or onto a non-empty one.
     Rename,
     /// The carrier is smaller than the volume's recorded capacity.
-    CarrierTooSmall { carrier_bytes: u64, volume_bytes: u64 },
+    CarrierTooSmall {
+        /// The carrier's size in bytes.
+        carrier_bytes: u64,
+        /// The capacity the superblock records, in bytes.
+        volume_bytes: u64,
+    },
     /// A journal needs a reserved region of at least `min` blocks; the volume has `blocks`
     /// (the region is chosen at format time and cannot grow).
-    JournalRegion { blocks: u64, min: u64 },
+    JournalRegion {
+        /// Blocks of the volume's reserved journal region.
+        blocks: u64,
+        /// Blocks a journal needs at least.
+        min: u64,
+    },
     /// The journal is already on.
     JournalEnabled,
     /// A growth cap below the initial capacity.
-    MaxSize { max_bytes: u64, capacity_bytes: u64 },
+    MaxSize {
+        /// The cap asked for, in bytes.
+        max_bytes: u64,
+        /// The initial capacity, in bytes.
+        capacity_bytes: u64,
+    },
 }
 
 impl fmt::Display for Invalid {
@@ -274,34 +389,56 @@ pub enum Error {
     /// A carrier call failed; the volume is poisoned from here on.
     #[error("carrier {op} of {len} bytes at byte {offset} failed: {source}")]
     Io {
+        /// What the engine was doing.
         op: IoOp,
+        /// Byte offset on the carrier.
         offset: u64,
+        /// Bytes of the request.
         len: u64,
+        /// The operating system's error.
         #[source]
         source: io::Error,
     },
     /// The carrier could not be opened or created.
     #[error("cannot open {}: {source}", path.display())]
     Open {
+        /// The carrier's path.
         path: PathBuf,
+        /// The operating system's error.
         #[source]
         source: io::Error,
     },
     /// Another opener (this or another process) holds the volume's lock.
     #[error("{} is locked by another opener", path.display())]
-    Locked { path: PathBuf },
+    Locked {
+        /// The carrier's path.
+        path: PathBuf,
+    },
     /// The block device is in use by the kernel (mounted, or opened exclusively).
     #[error("{} is busy (mounted or opened exclusively elsewhere)", path.display())]
-    DeviceBusy { path: PathBuf },
+    DeviceBusy {
+        /// The device's path.
+        path: PathBuf,
+    },
     /// Formatting would overwrite a device or file that does not look empty.
     #[error("{} does not look empty; pass force to format it anyway", path.display())]
-    NotEmpty { path: PathBuf },
+    NotEmpty {
+        /// The carrier's path.
+        path: PathBuf,
+    },
     /// Neither superblock carries the Vellum magic: this is not a volume.
     #[error("not a Vellum volume (no valid superblock magic)")]
     NotAVolume,
     /// Bytes on the carrier are damaged.
     #[error("{region} is corrupt at byte {offset}: {reason}")]
-    Corrupt { region: Region, offset: u64, reason: Corruption },
+    Corrupt {
+        /// The region holding the damage.
+        region: Region,
+        /// Byte offset of the damaged structure on the carrier.
+        offset: u64,
+        /// What is wrong with it.
+        reason: Corruption,
+    },
     /// The volume uses something this build does not support.
     #[error("volume uses {0}, which this build does not support")]
     Unsupported(Unsupported),
@@ -319,17 +456,42 @@ pub enum Error {
     Closed,
     /// A knob that has no physical meaning on this medium was requested.
     #[error("{knob} is physically meaningless on a {medium} carrier")]
-    KnobMeaningless { knob: Knob, medium: &'static str },
+    KnobMeaningless {
+        /// The knob asked for.
+        knob: Knob,
+        /// The medium's name.
+        medium: &'static str,
+    },
+    /// Nothing exists at this path of the volume.
     #[error("{} not found", String::from_utf8_lossy(path))]
-    NotFound { path: Vec<u8> },
+    NotFound {
+        /// The path in the volume, byte for byte.
+        path: Vec<u8>,
+    },
+    /// Something exists at this path already.
     #[error("{} already exists", String::from_utf8_lossy(path))]
-    AlreadyExists { path: Vec<u8> },
+    AlreadyExists {
+        /// The path in the volume, byte for byte.
+        path: Vec<u8>,
+    },
+    /// A component of the path (or the target) is a file, not a directory.
     #[error("{} is not a directory", String::from_utf8_lossy(path))]
-    NotADirectory { path: Vec<u8> },
+    NotADirectory {
+        /// The path in the volume, byte for byte.
+        path: Vec<u8>,
+    },
+    /// The path names a directory where a file is needed.
     #[error("{} is a directory", String::from_utf8_lossy(path))]
-    IsADirectory { path: Vec<u8> },
+    IsADirectory {
+        /// The path in the volume, byte for byte.
+        path: Vec<u8>,
+    },
+    /// The directory to remove or replace has entries.
     #[error("{} is not empty", String::from_utf8_lossy(path))]
-    DirectoryNotEmpty { path: Vec<u8> },
+    DirectoryNotEmpty {
+        /// The path in the volume, byte for byte.
+        path: Vec<u8>,
+    },
     /// The request itself is malformed.
     #[error("invalid request: {0}")]
     Invalid(Invalid),

@@ -14,15 +14,19 @@ use crate::format::consts::{MAX_BLOCK_SIZE, MEMBER_ALIGN_BLOCKS, MIN_BLOCK_SIZE,
 /// A run of blocks `[start, start + len)`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct BlockRange {
+    /// First block.
     pub start: u64,
+    /// Length in blocks.
     pub len: u64,
 }
 
 impl BlockRange {
+    /// One past the last block.
     pub fn end(&self) -> u64 {
         self.start + self.len
     }
 
+    /// Whether `block` lies in the range.
     pub fn contains(&self, block: u64) -> bool {
         block >= self.start && block < self.end()
     }
@@ -31,6 +35,7 @@ impl BlockRange {
 /// The region geometry of one member.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Layout {
+    /// Bytes per block.
     pub block_size: u32,
     /// Blocks in the member: a multiple of 64, so a bitmap word never spans members.
     pub total_blocks: u64,
@@ -38,9 +43,13 @@ pub struct Layout {
     /// `total_blocks` for a volume that does not grow. The bitmap is sized for it, so growing
     /// moves nothing: one superblock flip extends `total_blocks` and the data region.
     pub max_blocks: u64,
+    /// The allocation bitmap's blocks.
     pub bitmap: BlockRange,
+    /// The journal ring's blocks (empty when the volume has none).
     pub journal: BlockRange,
+    /// The blocks the checkpoint image may use.
     pub image: BlockRange,
+    /// The data region: file extents.
     pub data: BlockRange,
 }
 

@@ -1,4 +1,5 @@
 //! # Vellum engine: the virtual volume
+#![warn(missing_docs)]
 //!
 //! A self-describing file system that Vellum lays out itself inside one carrier: a
 //! preallocated file or a raw block device (or memory). Durability, allocation and naming are
@@ -42,6 +43,7 @@
 macro_rules! internal {
     ($($name:ident),*) => {$(
         #[cfg(feature = "internals")]
+        #[allow(missing_docs)] // not an API: each module's header documents its format
         pub mod $name;
         #[cfg(not(feature = "internals"))]
         #[allow(dead_code, unreachable_pub)]

@@ -23,18 +23,22 @@ impl AlignedBuf {
         AlignedBuf { storage, start, len }
     }
 
+    /// Length in bytes (a multiple of the alignment it was made with).
     pub fn len(&self) -> usize {
         self.len
     }
 
+    /// Whether the buffer holds no bytes.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
+    /// The bytes, starting at the aligned address.
     pub fn as_slice(&self) -> &[u8] {
         &self.storage[self.start..self.start + self.len]
     }
 
+    /// The bytes, writable, starting at the aligned address.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         &mut self.storage[self.start..self.start + self.len]
     }

@@ -138,6 +138,7 @@ impl DeviceCarrier {
         Ok(true)
     }
 
+    /// The device path this carrier was opened from.
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -31,10 +31,12 @@ use crate::format::consts::SECTOR_LEN;
 pub struct FaultRng(u64);
 
 impl FaultRng {
+    /// A generator whose sequence is fixed by `seed`.
     pub fn new(seed: u64) -> FaultRng {
         FaultRng(seed)
     }
 
+    /// The next 64 random bits.
     pub fn next_u64(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
@@ -49,10 +51,12 @@ impl FaultRng {
         self.next_u64() % n
     }
 
+    /// True with probability `percent` in 100.
     pub fn chance(&mut self, percent: u64) -> bool {
         self.below(100) < percent
     }
 
+    /// Fills `buf` with random bytes.
     pub fn fill(&mut self, buf: &mut [u8]) {
         for chunk in buf.chunks_mut(8) {
             let v = self.next_u64().to_le_bytes();
@@ -64,6 +68,7 @@ impl FaultRng {
 /// When power is cut.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CrashPlan {
+    /// Power is never cut.
     Never,
     /// During mutating operation number N (0-based).
     AtOp(u64),
@@ -74,6 +79,7 @@ pub enum CrashPlan {
 /// An IO error the carrier returns once, at mutating operation `at_op`, without effect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct InjectedError {
+    /// The mutating operation (0-based) that fails.
     pub at_op: u64,
     /// `libc::EIO` or `libc::ENOSPC`.
     pub errno: i32,
@@ -85,8 +91,11 @@ pub type WriteHook = std::sync::Arc<dyn Fn(u64, usize, bool) + Send + Sync>;
 /// What a mutating operation was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OpKind {
+    /// A write that is not durable on return.
     Write,
+    /// A write-through write.
     DurableWrite,
+    /// A cache flush.
     Barrier,
 }
 
@@ -94,9 +103,13 @@ pub enum OpKind {
 /// byte range (empty for a barrier).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct OpRecord {
+    /// Its number among the mutating operations.
     pub op: u64,
+    /// What it was.
     pub kind: OpKind,
+    /// First byte on the carrier.
     pub offset: u64,
+    /// Bytes written (0 for a barrier).
     pub len: u64,
 }
 

@@ -244,6 +244,7 @@ impl FileCarrier {
         })
     }
 
+    /// The path of the carrier file.
     pub fn path(&self) -> &Path {
         &self.path
     }

@@ -52,6 +52,7 @@ pub enum Medium {
 }
 
 impl Medium {
+    /// The medium's name as logs and `vellum info` show it (`file`, `device`, `memory`, ...).
     pub fn name(self) -> &'static str {
         match self {
             Medium::File => "file",
@@ -232,9 +233,13 @@ pub trait Carrier: Send + Sync + fmt::Debug {
     /// Grows the medium to at least `len_bytes`: zero-filled for real unless `sparse`.
     fn grow(&self, len_bytes: u64, sparse: bool) -> io::Result<()>;
 
+    /// Size, logical and physical sector sizes, direct-IO alignment: what the carrier probed.
     fn geometry(&self) -> Geometry;
+    /// The knobs the carrier was opened with (after the medium adjusted them).
     fn options(&self) -> CarrierOptions;
+    /// Which medium this is.
     fn medium(&self) -> Medium;
+    /// The carrier's operation counters (reads, writes, durable writes, flushes).
     fn stats(&self) -> &CarrierStats;
 }
 
@@ -242,7 +247,9 @@ pub trait Carrier: Send + Sync + fmt::Debug {
 /// path (a file, or a block device). `./memory:` names a file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Location {
+    /// Process memory (`memory:`): nothing survives the process.
     Memory,
+    /// A file or a block device at this path.
     Path(std::path::PathBuf),
 }
 
@@ -250,6 +257,13 @@ impl Location {
     /// The spelling of the memory location.
     pub const MEMORY: &'static str = "memory:";
 
+    /// Reads a user's spelling: exactly `memory:` is memory, anything else a path.
+    ///
+    /// ```
+    /// use vellum_engine::carrier::Location;
+    /// assert_eq!(Location::parse("memory:"), Location::Memory);
+    /// assert_eq!(Location::parse("./memory:"), Location::Path("./memory:".into()));
+    /// ```
     pub fn parse(s: impl AsRef<std::ffi::OsStr>) -> Location {
         let s = s.as_ref();
         if s == Location::MEMORY { Location::Memory } else { Location::Path(s.into()) }
@@ -297,8 +311,8 @@ pub fn is_block_device(path: &Path) -> bool {
     std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device())
 }
 
-/// A shared carrier is a carrier: tests keep an `Arc` of a [`FaultyCarrier`] to arm faults
-/// and take crash images while the volume owns the other handle.
+/// A shared carrier is a carrier: tests keep an `Arc` of a `FaultyCarrier` (feature
+/// `test-util`) to arm faults and take crash images while the volume owns the other handle.
 impl<C: Carrier + ?Sized> Carrier for std::sync::Arc<C> {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         (**self).read_exact_at(buf, offset)

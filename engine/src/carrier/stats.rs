@@ -22,10 +22,13 @@ pub struct CarrierStats {
 /// A point-in-time copy of [`CarrierStats`]; subtract two to count what happened between.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StatsSnapshot {
+    /// Carrier reads.
     pub reads: u64,
+    /// Bytes those reads returned.
     pub read_bytes: u64,
     /// Every write, durable or not.
     pub writes: u64,
+    /// Bytes written, by all writes.
     pub written_bytes: u64,
     /// Writes that were on stable storage when they returned (a subset of `writes`).
     pub durable_writes: u64,
@@ -52,14 +55,20 @@ impl std::ops::Sub for StatsSnapshot {
 
 /// Metric names (documented in docs/METRICS.md).
 pub mod names {
+    /// Metric name: histogram of durable (write-through) write latency, in seconds.
     pub const DURABLE_WRITE_DURATION: &str = "vellum_carrier_durable_write_duration_seconds";
+    /// Metric name: histogram of cache-flush (barrier) latency, in seconds.
     pub const FLUSH_DURATION: &str = "vellum_carrier_flush_duration_seconds";
+    /// Metric name: counter of carrier writes.
     pub const WRITES_TOTAL: &str = "vellum_carrier_writes_total";
+    /// Metric name: counter of bytes written to the carrier.
     pub const WRITTEN_BYTES_TOTAL: &str = "vellum_carrier_written_bytes_total";
+    /// Metric name: counter of cache flushes (barriers).
     pub const FLUSHES_TOTAL: &str = "vellum_carrier_flushes_total";
 }
 
 impl CarrierStats {
+    /// The counters now, to subtract from a later snapshot.
     pub fn snapshot(&self) -> StatsSnapshot {
         StatsSnapshot {
             reads: self.reads.load(Ordering::Relaxed),

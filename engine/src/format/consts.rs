@@ -51,6 +51,7 @@ impl Uuid {
         Ok(Uuid(bytes))
     }
 
+    /// Whether this is the all-zero UUID (no volume, or an unset member field).
     pub fn is_nil(&self) -> bool {
         self.0 == [0; 16]
     }

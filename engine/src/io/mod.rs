@@ -108,10 +108,15 @@ const AREAS: usize = 5;
 /// Operation counts of the IO layer, per area (superblocks, bitmap, image, data, journal).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct IoCounts {
+    /// Carrier reads, per area (superblocks, bitmap, image, data, journal).
     pub reads: [u64; AREAS],
+    /// Bytes read, per area.
     pub read_bytes: [u64; AREAS],
+    /// Carrier writes, per area.
     pub writes: [u64; AREAS],
+    /// Bytes written, per area.
     pub write_bytes: [u64; AREAS],
+    /// Barriers (cache flushes) issued.
     pub barriers: u64,
 }
 

@@ -19,8 +19,11 @@ use crate::superblock::{self, VolumeState};
 /// The state of one superblock slot.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SlotStatus {
+    /// Checksums and passes every format rule.
     Valid {
+        /// The commit generation it records.
         generation: u64,
+        /// Whether it was written by a clean close.
         clean: bool,
     },
     /// Fails its checksum or a format rule.
@@ -43,22 +46,32 @@ pub enum FindingKind {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
+/// One thing the check found.
 pub struct Finding {
+    /// How serious it is.
     pub kind: FindingKind,
+    /// What it is, in one line.
     pub message: String,
 }
 
 /// The result of checking a volume.
 #[derive(Debug, Clone, Default)]
 pub struct CheckReport {
+    /// The state of each superblock slot (A, then B).
     pub slots: Vec<SlotStatus>,
     /// Adopted slot and generation.
     pub adopted: Option<(u8, u64)>,
+    /// What the check found, most serious first.
     pub findings: Vec<Finding>,
+    /// Files in the namespace.
     pub files: u64,
+    /// Directories in the namespace, the root included.
     pub directories: u64,
+    /// Blocks the checkpoint image uses.
     pub metadata_blocks: u64,
+    /// Blocks the bitmap marks used.
     pub used_blocks: u64,
+    /// Blocks of the volume.
     pub total_blocks: u64,
     /// What open's journal replay would do (journaled volumes).
     pub journal: Option<crate::journal::ReplayReport>,

@@ -58,6 +58,7 @@ impl File {
         self.ino
     }
 
+    /// The volume this file belongs to.
     pub fn volume(&self) -> &Volume {
         &self.volume
     }
@@ -115,6 +116,7 @@ impl File {
         io::preallocate(&self.volume.inner, self.ino, &self.io, offset, len)
     }
 
+    /// The file's size, extents, attributes and times.
     pub fn metadata(&self) -> Result<Metadata> {
         self.volume.inner.usable()?;
         Ok(stat_of(&self.volume.inner.meta().ns, self.ino))
@@ -142,6 +144,7 @@ impl File {
         self.volume.inner.meta().ns.set_attr(self.ino, key, value)
     }
 
+    /// The value of the attribute `key`, if the file has one.
     pub fn attr(&self, key: &[u8]) -> Result<Option<Vec<u8>>> {
         self.volume.inner.usable()?;
         let meta = self.volume.inner.meta();

@@ -213,7 +213,9 @@ impl Inner {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FileKind {
+    /// A regular file.
     File,
+    /// A directory.
     Directory,
 }
 
@@ -229,31 +231,45 @@ impl From<InodeKind> for FileKind {
 /// One entry of a directory listing.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DirEntry {
+    /// The name, byte for byte.
     pub name: Vec<u8>,
+    /// The inode number.
     pub ino: u64,
+    /// File or directory.
     pub kind: FileKind,
+    /// Size in bytes (0 for a directory).
     pub size: u64,
 }
 
 /// What `stat` reports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Metadata {
+    /// The inode number.
     pub ino: u64,
+    /// File or directory.
     pub kind: FileKind,
+    /// Size in bytes (0 for a directory).
     pub size: u64,
     /// Blocks mapped by extents (a sparse file maps fewer than its size).
     pub allocated_blocks: u64,
+    /// Extents mapping the file's blocks.
     pub extents: usize,
+    /// Inline attributes.
     pub attributes: usize,
+    /// Creation time, nanoseconds since the Unix epoch.
     pub created_unix_ns: u64,
+    /// Last modification time, nanoseconds since the Unix epoch.
     pub modified_unix_ns: u64,
 }
 
 /// One extent of a file: logical block, physical block, length in blocks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExtentInfo {
+    /// First block of the extent in the file.
     pub logical_block: u64,
+    /// First block of the extent on the volume.
     pub physical_block: u64,
+    /// Length in blocks.
     pub blocks: u64,
 }
 
@@ -276,17 +292,27 @@ pub struct JournalInfo {
 /// A summary of an open volume.
 #[derive(Debug, Clone)]
 pub struct VolumeInfo {
+    /// The volume's identity, the same in both superblocks.
     pub uuid: crate::format::consts::Uuid,
+    /// The generation of the last commit.
     pub generation: u64,
+    /// Where the regions lie.
     pub layout: Layout,
+    /// The medium under the volume.
     pub medium: Medium,
+    /// The carrier's knobs in effect.
     pub carrier: CarrierOptions,
     /// The unit the carrier writes atomically: a torn write damages whole units of this size.
     pub physical_sector: u32,
+    /// Blocks are allocated on the carrier as they are used (formatted `--thin`).
     pub thin: bool,
+    /// Unwritten ranges are holes instead of zeros (formatted `--sparse`).
     pub sparse: bool,
+    /// Opened without writing anything.
     pub read_only: bool,
+    /// Blocks the allocator can still hand out.
     pub free_blocks: u64,
+    /// Inodes in the namespace, the root included.
     pub inodes: usize,
     /// The page cache's budget in bytes (0: no cache; always 0 on memory).
     pub cache_bytes: usize,
@@ -378,6 +404,7 @@ impl Volume {
         &self.inner.report
     }
 
+    /// A summary of the volume: identity, layout, medium, knobs, free space.
     pub fn info(&self) -> VolumeInfo {
         let meta = self.inner.meta();
         VolumeInfo {

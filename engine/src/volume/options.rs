@@ -56,12 +56,16 @@ pub use crate::io::Tier;
 /// The tiers of a file's reads and writes, chosen separately.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct IoPolicy {
+    /// The tier of reads.
     pub read: Tier,
+    /// The tier of writes.
     pub write: Tier,
 }
 
 impl IoPolicy {
+    /// Reads and writes through the page cache.
     pub const BUFFERED: IoPolicy = IoPolicy { read: Tier::Buffered, write: Tier::Buffered };
+    /// Reads and writes straight to the carrier (aligned direct IO).
     pub const DIRECT: IoPolicy = IoPolicy { read: Tier::Direct, write: Tier::Direct };
 }
 
@@ -71,6 +75,7 @@ pub const DEFAULT_CACHE_BYTES: usize = 64 << 20;
 /// Open-time options of the volume layer (the carrier's own knobs are `CarrierOptions`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct VolumeOptions {
+    /// Whether data writes of different files run in parallel or one at a time.
     pub concurrency: WriteConcurrency,
     /// Open without writing anything (also implied by a read-only carrier or unknown
     /// ro-compat features).

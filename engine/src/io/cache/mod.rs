@@ -105,17 +105,29 @@ pub(crate) struct Counters {
 
 /// Metric names of the cache (Prometheus), published by `Volume::publish_metrics`.
 pub mod names {
+    /// Metric name: counter of page reads served from the cache.
     pub const HITS_TOTAL: &str = "vellum_cache_hits_total";
+    /// Metric name: counter of page reads that went to the carrier.
     pub const MISSES_TOTAL: &str = "vellum_cache_misses_total";
+    /// Metric name: counter of pages evicted.
     pub const EVICTIONS_TOTAL: &str = "vellum_cache_evictions_total";
+    /// Metric name: counter of pages read ahead of a request.
     pub const READAHEAD_PAGES_TOTAL: &str = "vellum_cache_readahead_pages_total";
+    /// Metric name: counter of dirty pages written back.
     pub const WRITEBACK_PAGES_TOTAL: &str = "vellum_cache_writeback_pages_total";
+    /// Metric name: counter of bytes written back.
     pub const WRITEBACK_BYTES_TOTAL: &str = "vellum_cache_writeback_bytes_total";
+    /// Metric name: counter of carrier writes the writeback made.
     pub const WRITEBACK_WRITES_TOTAL: &str = "vellum_cache_writeback_writes_total";
+    /// Metric name: counter of seconds spent in writeback carrier writes.
     pub const WRITEBACK_BUSY_SECONDS: &str = "vellum_cache_writeback_busy_seconds";
+    /// Metric name: counter of pages that bypassed a full cache.
     pub const BYPASSED_PAGES_TOTAL: &str = "vellum_cache_bypassed_pages_total";
+    /// Metric name: gauge of dirty pages.
     pub const DIRTY_PAGES: &str = "vellum_cache_dirty_pages";
+    /// Metric name: gauge of resident pages.
     pub const RESIDENT_PAGES: &str = "vellum_cache_resident_pages";
+    /// Metric name: gauge of the cache's budget in bytes.
     pub const CAPACITY_BYTES: &str = "vellum_cache_capacity_bytes";
 }
 
@@ -124,22 +136,27 @@ pub mod names {
 pub struct CacheStats {
     /// Budget in bytes (frames × page size).
     pub capacity_bytes: u64,
+    /// Bytes per page (the volume's block size).
     pub page_size: u32,
     /// Pages holding a block.
     pub resident_pages: u64,
+    /// Pages written in the cache and not yet on the carrier.
     pub dirty_pages: u64,
     /// Reads of a page that was resident.
     pub hits: u64,
     /// Reads that had to go to the carrier (each reads a run, readahead included).
     pub misses: u64,
+    /// Pages dropped to make room (S3-FIFO).
     pub evictions: u64,
     /// Pages read ahead of a request (along the file's extent).
     pub readahead_pages: u64,
     /// Pages written back, and the carrier writes that took (contiguous pages go as one).
     pub writeback_pages: u64,
+    /// Carrier writes the writeback made for `writeback_pages`.
     pub writeback_writes: u64,
     /// Time spent in writeback carrier writes, and the bytes they wrote.
     pub writeback_ns: u64,
+    /// Bytes the writeback wrote.
     pub writeback_bytes: u64,
     /// Pages that went straight to the carrier because every frame was pinned or dirty.
     pub bypassed: u64,
