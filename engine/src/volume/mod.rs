@@ -330,6 +330,16 @@ pub struct Volume {
 
 impl Volume {
     /// Formats `carrier` and returns the volume open for writing.
+    ///
+    /// ```
+    /// use vellum_engine::carrier::MemoryCarrier;
+    /// use vellum_engine::{FormatOptions, Volume, VolumeOptions};
+    ///
+    /// let carrier = Box::new(MemoryCarrier::new(16 << 20));
+    /// let volume = Volume::format(carrier, &FormatOptions::default(), VolumeOptions::default())?;
+    /// assert!(volume.info().free_blocks > 0);
+    /// # Ok::<(), vellum_engine::Error>(())
+    /// ```
     pub fn format(
         carrier: Box<dyn Carrier>,
         format: &FormatOptions<'_>,
@@ -362,6 +372,23 @@ impl Volume {
     }
 
     /// Opens the volume on the file or block device at `path`.
+    ///
+    /// ```
+    /// use vellum_engine::carrier::CarrierOptions;
+    /// use vellum_engine::{FormatOptions, Volume, VolumeOptions};
+    ///
+    /// let dir = tempfile::tempdir().expect("a temporary directory");
+    /// let path = dir.path().join("log.vlm");
+    /// let format = FormatOptions::journaled(16 << 20);
+    /// let volume = Volume::create_path(&path, &format, CarrierOptions::PRODUCTION, VolumeOptions::default())?;
+    /// volume.create_file("/a")?;
+    /// volume.commit()?;
+    /// volume.close()?;
+    ///
+    /// let volume = Volume::open_path(&path, CarrierOptions::PRODUCTION, VolumeOptions::default())?;
+    /// assert!(volume.stat("/a").is_ok());
+    /// # Ok::<(), vellum_engine::Error>(())
+    /// ```
     pub fn open_path(
         path: &Path,
         carrier: CarrierOptions,
@@ -377,6 +404,23 @@ impl Volume {
     /// The carrier knobs that mean nothing on the medium are dropped (write-through on
     /// memory); the volume options are kept as given, so a cache asked for on memory is
     /// refused. An existing volume keeps its own layout. Returns whether it was created.
+    ///
+    /// ```
+    /// use vellum_engine::carrier::{CarrierOptions, Location};
+    /// use vellum_engine::{FormatOptions, Volume, VolumeOptions};
+    ///
+    /// let dir = tempfile::tempdir().expect("a temporary directory");
+    /// let location = Location::parse(dir.path().join("log.vlm"));
+    /// let format = FormatOptions::journaled(16 << 20);
+    /// let (volume, created) =
+    ///     Volume::open_or_create(&location, &format, CarrierOptions::PRODUCTION, VolumeOptions::default())?;
+    /// assert!(created);
+    /// volume.close()?;
+    /// let (_volume, created) =
+    ///     Volume::open_or_create(&location, &format, CarrierOptions::PRODUCTION, VolumeOptions::default())?;
+    /// assert!(!created); // an existing volume keeps its own layout
+    /// # Ok::<(), vellum_engine::Error>(())
+    /// ```
     pub fn open_or_create(
         location: &crate::carrier::Location,
         format: &FormatOptions<'_>,
