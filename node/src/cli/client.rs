@@ -433,7 +433,7 @@ pub async fn kv(op: KvCommand, endpoints: &Endpoints, access: &Access) -> Result
             let path = format!("/v1/kv/{}{q}", encode_segment(&key));
             let (e, resp) = send(&eps, access, &|c, b| c.get(format!("{b}{path}"))).await?;
             if resp.status() == reqwest::StatusCode::NOT_FOUND {
-                return Err(CliError::NotFound(format!("key {key} not found (not_found)")));
+                return Err(CliError::NotFound(format!("key {key} not found")));
             }
             if !resp.status().is_success() {
                 return Err(failure(resp).await);
