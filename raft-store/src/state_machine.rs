@@ -131,7 +131,8 @@ impl<F: Flavor> KvReaderOf<F> {
             .data
             .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
             .take_while(|(k, _)| k.starts_with(prefix));
-        let pairs: Vec<_> = matching.by_ref().take(limit).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let pairs: Vec<_> =
+            matching.by_ref().take(limit).map(|(k, v)| (k.clone(), v.clone())).collect();
         (pairs, matching.next().is_some())
     }
 

@@ -103,12 +103,8 @@ pub struct Endpoints {
 impl Endpoints {
     /// The endpoints given, else `VELLUM_ENDPOINT`, else `127.0.0.1:8080`.
     pub fn list(&self) -> Vec<String> {
-        let given: Vec<String> = self
-            .endpoints
-            .iter()
-            .map(|e| e.trim().to_string())
-            .filter(|e| !e.is_empty())
-            .collect();
+        let given: Vec<String> =
+            self.endpoints.iter().map(|e| e.trim().to_string()).filter(|e| !e.is_empty()).collect();
         if !given.is_empty() {
             return given;
         }
@@ -316,7 +312,10 @@ async fn send(
         match build(&c, &b).send().await {
             Ok(resp) if resp.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
                 let err = failure(resp).await;
-                failed.push(format!("{e} answered 503 ({})", err.to_string().trim_start_matches("HTTP 503: ")));
+                failed.push(format!(
+                    "{e} answered 503 ({})",
+                    err.to_string().trim_start_matches("HTTP 503: ")
+                ));
             }
             Ok(resp) => return Ok((e.clone(), resp)),
             Err(err) if err.is_connect() || err.is_timeout() || err.is_request() => {
@@ -343,7 +342,9 @@ pub fn put_value(value: Option<String>) -> Result<Vec<u8>, CliError> {
 
 fn write_stdout(bytes: &[u8]) -> Result<(), CliError> {
     let mut out = std::io::stdout().lock();
-    out.write_all(bytes).and_then(|()| out.flush()).map_err(|e| CliError::Io(e, "writing to stdout".into()))
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .map_err(|e| CliError::Io(e, "writing to stdout".into()))
 }
 
 /// Decodes standard padded base64 (the prefix read's `value_base64`).
@@ -376,7 +377,8 @@ pub async fn kv(op: KvCommand, endpoints: &Endpoints, access: &Access) -> Result
         KvCommand::Put { key, value } => {
             let value = put_value(value)?;
             let path = format!("/v1/kv/{}", encode_segment(&key));
-            let (_, resp) = send(&eps, access, &|c, b| c.put(format!("{b}{path}")).body(value.clone())).await?;
+            let (_, resp) =
+                send(&eps, access, &|c, b| c.put(format!("{b}{path}")).body(value.clone())).await?;
             if !resp.status().is_success() {
                 return Err(failure(resp).await);
             }
@@ -407,8 +409,9 @@ pub async fn kv(op: KvCommand, endpoints: &Endpoints, access: &Access) -> Result
                 println!("{}", text.trim_end());
                 return Ok(0);
             }
-            let v: serde_json::Value = serde_json::from_str(&text)
-                .map_err(|err| CliError::Usage(format!("{e} answered a prefix read with bad JSON: {err}")))?;
+            let v: serde_json::Value = serde_json::from_str(&text).map_err(|err| {
+                CliError::Usage(format!("{e} answered a prefix read with bad JSON: {err}"))
+            })?;
             let mut out = Vec::new();
             for kv in v["kvs"].as_array().map(Vec::as_slice).unwrap_or_default() {
                 out.extend_from_slice(kv["key"].as_str().unwrap_or_default().as_bytes());
@@ -422,7 +425,9 @@ pub async fn kv(op: KvCommand, endpoints: &Endpoints, access: &Access) -> Result
             }
             write_stdout(&out)?;
             if v["more"].as_bool() == Some(true) {
-                eprintln!("vellum: more keys match {prefix:?}: raise --limit (at most 10000) or narrow the prefix");
+                eprintln!(
+                    "vellum: more keys match {prefix:?}: raise --limit (at most 10000) or narrow the prefix"
+                );
             }
         }
         KvCommand::Get { key: None, .. } => {
@@ -458,7 +463,11 @@ pub async fn kv(op: KvCommand, endpoints: &Endpoints, access: &Access) -> Result
     Ok(0)
 }
 
-pub async fn cluster(op: ClusterCommand, endpoints: &Endpoints, access: &Access) -> Result<i32, CliError> {
+pub async fn cluster(
+    op: ClusterCommand,
+    endpoints: &Endpoints,
+    access: &Access,
+) -> Result<i32, CliError> {
     let eps = endpoints.list();
     match op {
         ClusterCommand::Status { json } => status(&eps, json, access).await,
@@ -470,8 +479,12 @@ pub async fn cluster(op: ClusterCommand, endpoints: &Endpoints, access: &Access)
     }
 }
 
-async fn get_status(endpoints: &[String], access: &Access) -> Result<(String, serde_json::Value), CliError> {
-    let (e, resp) = send(endpoints, access, &|c, b| c.get(format!("{b}/v1/cluster/status"))).await?;
+async fn get_status(
+    endpoints: &[String],
+    access: &Access,
+) -> Result<(String, serde_json::Value), CliError> {
+    let (e, resp) =
+        send(endpoints, access, &|c, b| c.get(format!("{b}/v1/cluster/status"))).await?;
     if !resp.status().is_success() {
         return Err(failure(resp).await);
     }
@@ -486,8 +499,9 @@ async fn leader(
     access: &Access,
 ) -> Result<(String, reqwest::Client, serde_json::Value), CliError> {
     let (e, v) = get_status(endpoints, access).await?;
-    let leader =
-        v["leader"].as_u64().ok_or_else(|| CliError::Unreachable(format!("{e} knows no leader now; retry")))?;
+    let leader = v["leader"]
+        .as_u64()
+        .ok_or_else(|| CliError::Unreachable(format!("{e} knows no leader now; retry")))?;
     let api = v["nodes"][leader.to_string()]["api_addr"].as_str().unwrap_or(&e).to_string();
     let leader_base = base_like(&api, &e);
     let c = client(access, &leader_base)?;
@@ -513,7 +527,9 @@ async fn remove(endpoints: &[String], id: u64, access: &Access) -> Result<i32, C
 }
 
 fn id_list(v: &serde_json::Value) -> Vec<u64> {
-    v.as_array().map(|a| a.iter().filter_map(serde_json::Value::as_u64).collect()).unwrap_or_default()
+    v.as_array()
+        .map(|a| a.iter().filter_map(serde_json::Value::as_u64).collect())
+        .unwrap_or_default()
 }
 
 /// Adds node `id` as a learner; unless `learner_only`, waits until its matched index reaches
@@ -529,7 +545,9 @@ async fn add(
 ) -> Result<i32, CliError> {
     let (b, c, v) = leader(endpoints, access).await?;
     if id_list(&v["voters"]).contains(&id) || id_list(&v["learners"]).contains(&id) {
-        return Err(CliError::Usage(format!("node {id} is a member already (vellum cluster status)")));
+        return Err(CliError::Usage(format!(
+            "node {id} is a member already (vellum cluster status)"
+        )));
     }
     let body = serde_json::json!({ "id": id, "api_addr": api_addr, "raft_addr": raft_addr });
     let resp = c

@@ -177,13 +177,9 @@ pub fn format(a: &FormatArgs) -> Result<(), CliError> {
 /// error would name the path only).
 fn check_parent(path: &Path) -> Result<(), CliError> {
     match path.parent() {
-        Some(parent) if !parent.as_os_str().is_empty() && !parent.is_dir() => {
-            Err(CliError::Usage(format!(
-                "{}: the directory {} does not exist",
-                path.display(),
-                parent.display()
-            )))
-        }
+        Some(parent) if !parent.as_os_str().is_empty() && !parent.is_dir() => Err(CliError::Usage(
+            format!("{}: the directory {} does not exist", path.display(), parent.display()),
+        )),
         _ => Ok(()),
     }
 }

@@ -120,7 +120,8 @@ fn the_client_cli_fails_over_lists_prefixes_and_changes_members() {
     assert_eq!(code, Some(0), "{err}");
     let expected: &[u8] = b"f/1\tone\nf/2\ttwo\nlines\nf/bin\t\xff\x00raw\n";
     assert_eq!(out.as_bytes(), String::from_utf8_lossy(expected).as_bytes());
-    let (_, out, err) = vellum(&["kv", "get", "f/", "--prefix", "--limit", "1", "--endpoints", &eps], b"");
+    let (_, out, err) =
+        vellum(&["kv", "get", "f/", "--prefix", "--limit", "1", "--endpoints", &eps], b"");
     assert_eq!(out, "f/1\tone\n");
     assert!(err.contains("more keys match"), "{err}");
 
@@ -138,7 +139,8 @@ fn the_client_cli_fails_over_lists_prefixes_and_changes_members() {
     assert_eq!(v["kvs"][0]["value_base64"], "/wByYXc=", "{v}");
     assert_eq!(v["more"], false);
     let (_, v) = list(0, "");
-    let keys: Vec<&str> = v["kvs"].as_array().unwrap().iter().map(|kv| kv["key"].as_str().unwrap()).collect();
+    let keys: Vec<&str> =
+        v["kvs"].as_array().unwrap().iter().map(|kv| kv["key"].as_str().unwrap()).collect();
     assert_eq!(keys, ["f/1", "f/2", "f/bin", "g/1"]);
     let (status_code, v) = list(0, "?limit=10001");
     assert_eq!(status_code, 400, "{v}");
