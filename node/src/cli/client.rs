@@ -285,7 +285,10 @@ async fn failure(resp: reqwest::Response) -> CliError {
             }
             _ => String::new(),
         },
-        _ => String::new(),
+        _ => match field("reason") {
+            Some(reason) => format!(": {reason}"),
+            None => String::new(),
+        },
     };
     CliError::Usage(format!("HTTP {}: {why}{hint}", status.as_u16()))
 }
@@ -311,11 +314,13 @@ async fn send(
         let c = client(access, &b)?;
         match build(&c, &b).send().await {
             Ok(resp) if resp.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
-                let err = failure(resp).await;
-                failed.push(format!(
-                    "{e} answered 503 ({})",
-                    err.to_string().trim_start_matches("HTTP 503: ")
-                ));
+                let err = failure(resp).await.to_string();
+                // A write whose outcome is unknown is not sent again elsewhere: it may have
+                // been applied (the user decides, reading the key).
+                if err.contains("outcome_unknown") {
+                    return Err(CliError::Usage(format!("{e}: {err}")));
+                }
+                failed.push(format!("{e} answered {err}"));
             }
             Ok(resp) => return Ok((e.clone(), resp)),
             Err(err) if err.is_connect() || err.is_timeout() || err.is_request() => {
