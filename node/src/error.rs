@@ -1,6 +1,11 @@
 //! The one error type of the `vellum` binary: what failed, as one line for the user, and the
 //! exit code. Shared by the command line (`cli`) and the server (`server`), which depend on
 //! it and never on each other's internals.
+//!
+//! Exit codes (docs/OPERATIONS.md, "Exit codes"): 0 success; 1 any other failure; 2 bad
+//! arguments (and `vellum check`: corrupt); 3 this node must not run as this member (and
+//! `vellum check`: leaks only); 4 the Raft core stopped; 5 not found (a key, a member);
+//! 6 unreachable (no endpoint answered).
 
 use std::fmt;
 
@@ -18,6 +23,11 @@ pub enum CliError {
     /// openraft): exit code 4, which the systemd unit restarts (a restart reopens the store
     /// and rejoins as the same member).
     RaftStopped(String),
+    /// What a client asked for is not there (a key, a member): exit code 5.
+    NotFound(String),
+    /// No endpoint a client command was given answered (each failure on its own line):
+    /// exit code 6.
+    Unreachable(String),
 }
 
 impl CliError {
@@ -26,6 +36,8 @@ impl CliError {
         match self {
             CliError::NotThisMember(_) => 3,
             CliError::RaftStopped(_) => 4,
+            CliError::NotFound(_) => 5,
+            CliError::Unreachable(_) => 6,
             _ => 1,
         }
     }
@@ -42,7 +54,10 @@ impl fmt::Display for CliError {
         match self {
             CliError::Engine(e) => write!(f, "{e}"),
             CliError::Io(e, what) => write!(f, "{what}: {e}"),
-            CliError::Usage(msg) | CliError::NotThisMember(msg) => f.write_str(msg),
+            CliError::Usage(msg)
+            | CliError::NotThisMember(msg)
+            | CliError::NotFound(msg)
+            | CliError::Unreachable(msg) => f.write_str(msg),
             CliError::RaftStopped(why) => write!(
                 f,
                 "the Raft core stopped ({why}): exiting with code 4 so that the node is restarted"

@@ -84,7 +84,7 @@ fn the_journal_switches_on_offline_once() {
     assert!(refused(&["journal", "enable", v]).contains("already enabled"));
     assert!(ok(&["journal", "ack", v]).contains("nothing to acknowledge"));
     let plain = dir.path().join("plain.vlm");
-    ok(&["format", s(&plain), "--size", "16MiB"]);
+    ok(&["format", s(&plain), "--size", "16MiB", "--no-journal"]);
     assert!(refused(&["journal", "enable", s(&plain)]).contains("reserved region"));
     refused(&["format", s(&dir.path().join("x.vlm")), "--size", "16MiB", "--journal", "4KiB"]);
 }
@@ -380,4 +380,117 @@ fn serve_past_the_flags(api_host: &str, extra: &[&str], env: &[(&str, &str)]) ->
     args.extend_from_slice(extra);
     let out = within_env(Duration::from_secs(30), &args, env);
     String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Runs `vellum args` with `stdin` as its standard input.
+fn vellum_stdin(args: &[&str], stdin: &[u8]) -> Output {
+    use std::io::Write as _;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_vellum"))
+        .args(args)
+        .env_remove("VELLUM_ENDPOINTS")
+        .env_remove("VELLUM_ENDPOINT")
+        .env_remove("VELLUM_TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run vellum");
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// `vellum format` journals new volumes by default, as `vellum serve` does; `--no-journal`
+/// does not.
+#[test]
+fn format_journals_by_default_like_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let (j, n) = (dir.path().join("j.vlm"), dir.path().join("n.vlm"));
+    assert!(ok(&["format", s(&j), "--size", "16MiB"]).contains("journal of 64 blocks"));
+    let doc: serde_json::Value = serde_json::from_str(&ok(&["info", s(&j), "--json"])).unwrap();
+    assert_eq!(doc["journal"]["enabled"], true);
+    assert!(ok(&["format", s(&n), "--size", "16MiB", "--no-journal"]).contains("no journal"));
+    refused(&["format", s(&n), "--size", "16MiB", "--no-journal", "--journal", "1MiB", "--force"]);
+}
+
+/// What a user can act on, never an internal temporary name: a missing parent, --force, a
+/// missing directory or file in a volume, a missing volume.
+#[test]
+fn errors_name_what_the_user_can_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let err = refused(&["format", "/nonexistent/dir/x.vlm", "--size", "64MiB"]);
+    assert!(err.contains("/nonexistent/dir does not exist"), "{err}");
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, vec![7u8; 100_000]).unwrap();
+    assert!(refused(&["format", s(&junk), "--size", "16MiB"]).contains("pass --force"));
+    let vol = dir.path().join("v.vlm");
+    let v = s(&vol);
+    ok(&["format", v, "--size", "16MiB"]);
+    let host = dir.path().join("h.txt");
+    std::fs::write(&host, b"x").unwrap();
+    let err = refused(&["cp", s(&host), &format!("{v}:/nodir/f")]);
+    assert!(err.contains("/nodir does not exist") && !err.contains("tmp"), "{err}");
+    let err = refused(&["cp", s(&host), &format!("{}/nodir/v.vlm:/f", dir.path().display())]);
+    assert!(err.contains("nodir does not exist"), "{err}");
+    let err = refused(&["cp", s(&host), &format!("{}/w.vlm:/f", dir.path().display())]);
+    assert!(err.contains("no such volume"), "{err}");
+    assert!(refused(&["ls", v, "/missing"]).contains("/missing does not exist in"));
+    assert!(refused(&["cat", v, "/missing"]).contains("/missing does not exist in"));
+    let err = refused(&["cp", &format!("{v}:/missing"), s(&dir.path().join("out"))]);
+    assert!(err.contains("/missing does not exist in"), "{err}");
+}
+
+/// `vellum cp VOL:/f -` writes the file to standard output (and `-` as a source reads
+/// standard input).
+#[test]
+fn cp_to_stdout_and_from_stdin() {
+    let dir = tempfile::tempdir().unwrap();
+    let vol = dir.path().join("v.vlm");
+    let v = s(&vol);
+    ok(&["format", v, "--size", "16MiB"]);
+    let out = vellum_stdin(&["cp", "-", &format!("{v}:/f")], b"bytes \x00\xff from stdin");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = vellum(&["cp", &format!("{v}:/f"), "-"]);
+    assert!(out.status.success());
+    assert_eq!(out.stdout, b"bytes \x00\xff from stdin");
+    assert!(!std::path::Path::new("-").exists(), "no file named - was written");
+}
+
+/// Exit codes: 6 when no endpoint answers, each failed endpoint named on its own line; a
+/// value comes from standard input when VALUE is absent or -.
+#[test]
+fn client_exit_codes_and_stdin_values() {
+    let dead = "127.0.0.1:1,127.0.0.1:2";
+    for args in [
+        &["kv", "put", "k", "--endpoints", dead][..],
+        &["kv", "put", "k", "-", "--endpoints", dead][..],
+        &["kv", "get", "k", "--endpoints", dead][..],
+        &["kv", "get", "--prefix", "a/", "--endpoints", dead][..],
+        &["kv", "del", "k", "--endpoint", dead][..],
+        &["cluster", "status", "--endpoints", dead][..],
+        &["cluster", "promote", "4", "--endpoints", dead][..],
+    ] {
+        let out = vellum_stdin(args, b"from stdin");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(6), "{args:?}: {err}");
+        let lines: Vec<&str> = err.trim_end().lines().collect();
+        assert_eq!(lines.len(), 2, "{err}");
+        assert!(lines[0].contains("127.0.0.1:1") && lines[1].contains("127.0.0.1:2"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+    let out = vellum(&["--help"]);
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.contains("5 not found") && help.contains("6 unreachable"), "{help}");
+}
+
+/// A second demo on a directory another demo serves from is refused in one line, before it
+/// touches a file.
+#[test]
+fn a_second_demo_on_the_same_directory_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let lock = std::fs::File::create(dir.path().join("demo.lock")).unwrap();
+    lock.try_lock().unwrap();
+    std::fs::write(dir.path().join("node1.log"), b"kept").unwrap();
+    let err = refused(&["demo", "--dir", s(dir.path()), "--no-wait"]);
+    assert!(err.contains("another vellum demo is serving from"), "{err}");
+    assert_eq!(std::fs::read(dir.path().join("node1.log")).unwrap(), b"kept");
 }

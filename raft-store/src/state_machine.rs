@@ -124,6 +124,20 @@ impl<F: Flavor> KvReaderOf<F> {
         self.read().data.get(key).cloned()
     }
 
+    /// Up to `limit` pairs whose key starts with `prefix` (all keys: `""`), in byte order of
+    /// the keys, and whether more matched (the limit cut the result). For the node's prefix
+    /// read (`GET /v1/kv?prefix=`); it clones what it returns under the read lock.
+    pub fn range(&self, prefix: &str, limit: usize) -> (Vec<(String, Vec<u8>)>, bool) {
+        let state = self.read();
+        let mut matching = state
+            .data
+            .range::<str, _>((std::ops::Bound::Included(prefix), std::ops::Bound::Unbounded))
+            .take_while(|(k, _)| k.starts_with(prefix));
+        let pairs: Vec<_> =
+            matching.by_ref().take(limit).map(|(k, v)| (k.clone(), v.clone())).collect();
+        (pairs, matching.next().is_some())
+    }
+
     /// Keys in the map.
     pub fn len(&self) -> usize {
         self.read().data.len()

@@ -1,4 +1,10 @@
-//! `vellum kv put|get|del` and `vellum cluster status`: HTTP clients of a running node.
+//! `vellum kv put|get|del` and `vellum cluster status|add|promote|remove`: HTTP clients of a
+//! running cluster.
+//!
+//! `--endpoints A,B,C` (or `VELLUM_ENDPOINTS`; `--endpoint` is an alias) are tried in order,
+//! as etcdctl does: a connection failure, a timeout or a 503 (no leader there) moves on to
+//! the next; only when every endpoint failed is each named, one line each, and the exit code
+//! is 6 ("unreachable"). A key that is not there exits with 5 ("not found").
 //!
 //! `--token` (or `VELLUM_TOKEN`) is sent as `Authorization: Bearer` on every request, for a
 //! cluster started with `--auth-tokens`; it is never printed. An `https://` endpoint is
@@ -77,18 +83,69 @@ fn check_token_transport(access: &Access, url: &str) -> Result<(), CliError> {
     )))
 }
 
+/// The endpoints to try, in order.
+#[derive(clap::Args, Debug, Clone)]
+pub struct Endpoints {
+    /// Nodes' API addresses, comma-separated, tried in order: a connection failure, a timeout
+    /// or "no leader" (503) moves on to the next [default: 127.0.0.1:8080; env VELLUM_ENDPOINT,
+    /// the single address of earlier versions, is read too].
+    #[arg(
+        long = "endpoints",
+        visible_alias = "endpoint",
+        global = true,
+        env = "VELLUM_ENDPOINTS",
+        value_delimiter = ',',
+        value_name = "ADDRS"
+    )]
+    pub endpoints: Vec<String>,
+}
+
+impl Endpoints {
+    /// The endpoints given, else `VELLUM_ENDPOINT`, else `127.0.0.1:8080`.
+    pub fn list(&self) -> Vec<String> {
+        let given: Vec<String> =
+            self.endpoints.iter().map(|e| e.trim().to_string()).filter(|e| !e.is_empty()).collect();
+        if !given.is_empty() {
+            return given;
+        }
+        match std::env::var("VELLUM_ENDPOINT") {
+            Ok(e) if !e.trim().is_empty() => {
+                e.split(',').map(|e| e.trim().to_string()).filter(|e| !e.is_empty()).collect()
+            }
+            _ => vec!["127.0.0.1:8080".to_string()],
+        }
+    }
+}
+
 #[derive(Subcommand, Debug)]
 pub enum KvCommand {
-    /// Write a value.
-    Put { key: String, value: String },
-    /// Read a value (linearizable unless --local).
-    Get {
+    /// Write a value; without VALUE (or with -) the value is read from standard input.
+    Put {
         key: String,
+        /// The value; absent or -: standard input, up to its end.
+        value: Option<String>,
+    },
+    /// Read a value (linearizable unless --local); exit code 5 if the key is not there.
+    /// With --prefix: every key under a prefix, one `key<TAB>value` line each.
+    Get {
+        /// The key (with a bare --prefix: the prefix).
+        key: Option<String>,
         /// Read this node's applied state without asking the leader.
         #[arg(long)]
         local: bool,
+        /// List the keys starting with this prefix (--prefix "" lists every key; a bare
+        /// --prefix takes KEY as the prefix, as etcdctl does).
+        #[arg(long, num_args = 0..=1, default_missing_value = "", value_name = "PREFIX")]
+        prefix: Option<String>,
+        /// With --prefix: at most this many keys (1 to 10000); a note on stderr says when
+        /// more matched.
+        #[arg(long, default_value_t = 1000, requires = "prefix")]
+        limit: usize,
+        /// With --prefix: print the API's JSON answer as is.
+        #[arg(long, requires = "prefix")]
+        json: bool,
     },
-    /// Delete a key.
+    /// Delete a key; exit code 5 (after deleting nothing) if it was not there.
     Del { key: String },
 }
 
@@ -98,6 +155,27 @@ pub enum ClusterCommand {
     Status {
         #[arg(long)]
         json: bool,
+    },
+    /// Add a node: as a learner, then (unless --learner) promote it to voter once it has
+    /// caught up with the leader's log.
+    Add {
+        /// The new node's id (never one removed before).
+        id: u64,
+        /// Its API address, HOST:PORT.
+        api_addr: String,
+        /// Its Raft address, IP:PORT.
+        raft_addr: String,
+        /// Stop at learner (promote later with `vellum cluster promote ID`).
+        #[arg(long)]
+        learner: bool,
+        /// How long to wait for the learner to catch up before promoting it.
+        #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+        wait: u64,
+    },
+    /// Make a learner a voter.
+    Promote {
+        /// The learner's id.
+        id: u64,
     },
     /// Remove a member from the cluster (a voter or a learner), for example one that lost its
     /// volume: it can then join again as a new member, with a new id.
@@ -171,8 +249,22 @@ fn client(access: &Access, endpoint: &str) -> Result<reqwest::Client, CliError> 
         .map_err(|e| CliError::Usage(format!("http client: {e}")))
 }
 
+/// The error reqwest gives, with its causes ("Connection refused"), in one line.
+fn why(e: &reqwest::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(e);
+    while let Some(cause) = source {
+        let cause_text = cause.to_string();
+        if !text.contains(&cause_text) {
+            text = format!("{text}: {cause_text}");
+        }
+        source = cause.source();
+    }
+    text
+}
+
 fn unreachable(endpoint: &str, e: &reqwest::Error) -> CliError {
-    CliError::Usage(format!("cannot reach {endpoint}: {e}"))
+    CliError::Unreachable(format!("cannot reach {endpoint}: {}", why(e)))
 }
 
 /// The `error` field of a JSON error body, or the status; for 401 and 403, what to do.
@@ -193,52 +285,182 @@ async fn failure(resp: reqwest::Response) -> CliError {
             }
             _ => String::new(),
         },
-        _ => String::new(),
+        _ => match field("reason") {
+            Some(reason) => format!(": {reason}"),
+            None => String::new(),
+        },
     };
     CliError::Usage(format!("HTTP {}: {why}{hint}", status.as_u16()))
 }
 
-pub async fn kv(op: KvCommand, endpoint: &str, access: &Access) -> Result<i32, CliError> {
-    let b = base(endpoint);
-    let c = client(access, &b)?;
+/// One request, built per endpoint from its base URL.
+type Build<'a> = &'a dyn Fn(&reqwest::Client, &str) -> reqwest::RequestBuilder;
+
+/// Sends a request to the first endpoint that answers it: a connection failure, a timeout
+/// or a 503 (no leader there, or the node is stopping) moves on to the next. The token's
+/// transport is checked for every endpoint before any is contacted. Returns the endpoint
+/// that answered and its answer; when none did, `Unreachable` naming each, one line each.
+async fn send(
+    endpoints: &[String],
+    access: &Access,
+    build: Build<'_>,
+) -> Result<(String, reqwest::Response), CliError> {
+    for e in endpoints {
+        check_token_transport(access, &base(e))?;
+    }
+    let mut failed = Vec::new();
+    for e in endpoints {
+        let b = base(e);
+        let c = client(access, &b)?;
+        match build(&c, &b).send().await {
+            Ok(resp) if resp.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
+                let err = failure(resp).await.to_string();
+                // A write whose outcome is unknown is not sent again elsewhere: it may have
+                // been applied (the user decides, reading the key).
+                if err.contains("outcome_unknown") {
+                    return Err(CliError::Usage(format!("{e}: {err}")));
+                }
+                failed.push(format!("{e} answered {err}"));
+            }
+            Ok(resp) => return Ok((e.clone(), resp)),
+            Err(err) if err.is_connect() || err.is_timeout() || err.is_request() => {
+                failed.push(format!("cannot reach {e}: {}", why(&err)));
+            }
+            Err(err) => return Err(unreachable(e, &err)),
+        }
+    }
+    Err(CliError::Unreachable(failed.join("\nvellum: ")))
+}
+
+/// The value of `kv put`: VALUE, or standard input when it is absent or `-`.
+pub fn put_value(value: Option<String>) -> Result<Vec<u8>, CliError> {
+    match value {
+        Some(v) if v != "-" => Ok(v.into_bytes()),
+        _ => {
+            let mut buf = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin().lock(), &mut buf)
+                .map_err(|e| CliError::Io(e, "reading the value from standard input".into()))?;
+            Ok(buf)
+        }
+    }
+}
+
+fn write_stdout(bytes: &[u8]) -> Result<(), CliError> {
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes)
+        .and_then(|()| out.flush())
+        .map_err(|e| CliError::Io(e, "writing to stdout".into()))
+}
+
+/// Decodes standard padded base64 (the prefix read's `value_base64`).
+fn unbase64(text: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::new();
+    let (mut acc, mut bits) = (0u32, 0u32);
+    for c in text.bytes().filter(|&c| c != b'=') {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        };
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+            acc &= (1 << bits) - 1;
+        }
+    }
+    Some(out)
+}
+
+pub async fn kv(op: KvCommand, endpoints: &Endpoints, access: &Access) -> Result<i32, CliError> {
+    let eps = endpoints.list();
     match op {
         KvCommand::Put { key, value } => {
-            let resp = c
-                .put(format!("{b}/v1/kv/{}", encode_segment(&key)))
-                .body(value)
-                .send()
-                .await
-                .map_err(|e| unreachable(endpoint, &e))?;
+            let value = put_value(value)?;
+            let path = format!("/v1/kv/{}", encode_segment(&key));
+            let (_, resp) =
+                send(&eps, access, &|c, b| c.put(format!("{b}{path}")).body(value.clone())).await?;
             if !resp.status().is_success() {
                 return Err(failure(resp).await);
             }
             let v: serde_json::Value = resp.json().await.unwrap_or_default();
             println!("ok (log index {})", v["index"]);
         }
-        KvCommand::Get { key, local } => {
-            let q = if local { "?consistency=local" } else { "" };
-            let resp = c
-                .get(format!("{b}/v1/kv/{}{q}", encode_segment(&key)))
-                .send()
-                .await
-                .map_err(|e| unreachable(endpoint, &e))?;
+        KvCommand::Get { key, local, prefix: Some(prefix), limit, json } => {
+            let prefix = match (prefix.is_empty(), key) {
+                (true, Some(key)) => key,
+                (false, Some(_)) => {
+                    return Err(CliError::Usage(
+                        "give the prefix once: `kv get --prefix P` or `kv get P --prefix`".into(),
+                    ));
+                }
+                (_, None) => prefix,
+            };
+            let q = format!(
+                "/v1/kv?prefix={}&limit={limit}{}",
+                encode_segment(&prefix),
+                if local { "&consistency=local" } else { "" }
+            );
+            let (e, resp) = send(&eps, access, &|c, b| c.get(format!("{b}{q}"))).await?;
             if !resp.status().is_success() {
                 return Err(failure(resp).await);
             }
-            let bytes = resp.bytes().await.map_err(|e| unreachable(endpoint, &e))?;
-            let mut out = std::io::stdout().lock();
-            out.write_all(&bytes)
-                .and_then(|()| out.write_all(b"\n"))
-                .map_err(|e| CliError::Io(e, "writing to stdout".into()))?;
+            let text = resp.text().await.map_err(|err| unreachable(&e, &err))?;
+            if json {
+                println!("{}", text.trim_end());
+                return Ok(0);
+            }
+            let v: serde_json::Value = serde_json::from_str(&text).map_err(|err| {
+                CliError::Usage(format!("{e} answered a prefix read with bad JSON: {err}"))
+            })?;
+            let mut out = Vec::new();
+            for kv in v["kvs"].as_array().map(Vec::as_slice).unwrap_or_default() {
+                out.extend_from_slice(kv["key"].as_str().unwrap_or_default().as_bytes());
+                out.push(b'\t');
+                match (kv["value"].as_str(), kv["value_base64"].as_str()) {
+                    (Some(text), _) => out.extend_from_slice(text.as_bytes()),
+                    (None, Some(b64)) => out.extend(unbase64(b64).unwrap_or_default()),
+                    _ => {}
+                }
+                out.push(b'\n');
+            }
+            write_stdout(&out)?;
+            if v["more"].as_bool() == Some(true) {
+                eprintln!(
+                    "vellum: more keys match {prefix:?}: raise --limit (at most 10000) or narrow the prefix"
+                );
+            }
         }
-        KvCommand::Del { key } => {
-            let resp = c
-                .delete(format!("{b}/v1/kv/{}", encode_segment(&key)))
-                .send()
-                .await
-                .map_err(|e| unreachable(endpoint, &e))?;
+        KvCommand::Get { key: None, .. } => {
+            return Err(CliError::Usage("kv get needs a KEY (or --prefix P)".into()));
+        }
+        KvCommand::Get { key: Some(key), local, .. } => {
+            let q = if local { "?consistency=local" } else { "" };
+            let path = format!("/v1/kv/{}{q}", encode_segment(&key));
+            let (e, resp) = send(&eps, access, &|c, b| c.get(format!("{b}{path}"))).await?;
+            if resp.status() == reqwest::StatusCode::NOT_FOUND {
+                return Err(CliError::NotFound(format!("key {key} not found")));
+            }
             if !resp.status().is_success() {
                 return Err(failure(resp).await);
+            }
+            let mut bytes = resp.bytes().await.map_err(|err| unreachable(&e, &err))?.to_vec();
+            bytes.push(b'\n');
+            write_stdout(&bytes)?;
+        }
+        KvCommand::Del { key } => {
+            let path = format!("/v1/kv/{}", encode_segment(&key));
+            let (_, resp) = send(&eps, access, &|c, b| c.delete(format!("{b}{path}"))).await?;
+            if !resp.status().is_success() {
+                return Err(failure(resp).await);
+            }
+            let v: serde_json::Value = resp.json().await.unwrap_or_default();
+            if v["found"] == false {
+                return Err(CliError::NotFound(format!("key {key} not found")));
             }
             println!("deleted");
         }
@@ -246,40 +468,61 @@ pub async fn kv(op: KvCommand, endpoint: &str, access: &Access) -> Result<i32, C
     Ok(0)
 }
 
-pub async fn cluster(op: ClusterCommand, endpoint: &str, access: &Access) -> Result<i32, CliError> {
+pub async fn cluster(
+    op: ClusterCommand,
+    endpoints: &Endpoints,
+    access: &Access,
+) -> Result<i32, CliError> {
+    let eps = endpoints.list();
     match op {
-        ClusterCommand::Status { json } => status(endpoint, json, access).await,
-        ClusterCommand::Remove { id } => remove(endpoint, id, access).await,
+        ClusterCommand::Status { json } => status(&eps, json, access).await,
+        ClusterCommand::Remove { id } => remove(&eps, id, access).await,
+        ClusterCommand::Add { id, api_addr, raft_addr, learner, wait } => {
+            add(&eps, id, &api_addr, &raft_addr, learner, wait, access).await
+        }
+        ClusterCommand::Promote { id } => promote(&eps, id, access).await.map(|()| 0),
     }
 }
 
-async fn get_status(endpoint: &str, access: &Access) -> Result<serde_json::Value, CliError> {
-    let b = base(endpoint);
-    let resp = client(access, &b)?
-        .get(format!("{b}/v1/cluster/status"))
-        .send()
-        .await
-        .map_err(|e| unreachable(endpoint, &e))?;
+async fn get_status(
+    endpoints: &[String],
+    access: &Access,
+) -> Result<(String, serde_json::Value), CliError> {
+    let (e, resp) =
+        send(endpoints, access, &|c, b| c.get(format!("{b}/v1/cluster/status"))).await?;
     if !resp.status().is_success() {
         return Err(failure(resp).await);
     }
-    resp.json().await.map_err(|e| unreachable(endpoint, &e))
+    let v = resp.json().await.map_err(|err| unreachable(&e, &err))?;
+    Ok((e, v))
+}
+
+/// The leader's API base URL and an HTTP client for it, from the first endpoint that answers
+/// a status request, with that status.
+async fn leader(
+    endpoints: &[String],
+    access: &Access,
+) -> Result<(String, reqwest::Client, serde_json::Value), CliError> {
+    let (e, v) = get_status(endpoints, access).await?;
+    let leader = v["leader"]
+        .as_u64()
+        .ok_or_else(|| CliError::Unreachable(format!("{e} knows no leader now; retry")))?;
+    let api = v["nodes"][leader.to_string()]["api_addr"].as_str().unwrap_or(&e).to_string();
+    let leader_base = base_like(&api, &e);
+    let c = client(access, &leader_base)?;
+    Ok((leader_base, c, v))
 }
 
 /// Removes node `id` (a voter or a learner) through the leader.
-async fn remove(endpoint: &str, id: u64, access: &Access) -> Result<i32, CliError> {
-    let v = get_status(endpoint, access).await?;
-    let leader =
-        v["leader"].as_u64().ok_or_else(|| CliError::Usage("no leader now; retry".into()))?;
-    let api = v["nodes"][leader.to_string()]["api_addr"].as_str().unwrap_or(endpoint).to_string();
-    let leader_base = base_like(&api, endpoint);
-    let resp = client(access, &leader_base)?
-        .delete(format!("{leader_base}/v1/cluster/members/{id}"))
+async fn remove(endpoints: &[String], id: u64, access: &Access) -> Result<i32, CliError> {
+    let (b, c, _) = leader(endpoints, access).await?;
+    let resp = c
+        .delete(format!("{b}/v1/cluster/members/{id}"))
         .send()
         .await
-        .map_err(|e| unreachable(&api, &e))?;
+        .map_err(|e| unreachable(&b, &e))?;
     if resp.status() == reqwest::StatusCode::NOT_FOUND {
-        return Err(CliError::Usage(format!("node {id} is not a member of this cluster")));
+        return Err(CliError::NotFound(format!("node {id} is not a member of this cluster")));
     }
     if !resp.status().is_success() {
         return Err(failure(resp).await);
@@ -288,8 +531,93 @@ async fn remove(endpoint: &str, id: u64, access: &Access) -> Result<i32, CliErro
     Ok(0)
 }
 
-async fn status(endpoint: &str, json: bool, access: &Access) -> Result<i32, CliError> {
-    let v = get_status(endpoint, access).await?;
+fn id_list(v: &serde_json::Value) -> Vec<u64> {
+    v.as_array()
+        .map(|a| a.iter().filter_map(serde_json::Value::as_u64).collect())
+        .unwrap_or_default()
+}
+
+/// Adds node `id` as a learner; unless `learner_only`, waits until its matched index reaches
+/// the leader's last log index (at most `wait_secs`), then promotes it.
+async fn add(
+    endpoints: &[String],
+    id: u64,
+    api_addr: &str,
+    raft_addr: &str,
+    learner_only: bool,
+    wait_secs: u64,
+    access: &Access,
+) -> Result<i32, CliError> {
+    let (b, c, v) = leader(endpoints, access).await?;
+    if id_list(&v["voters"]).contains(&id) || id_list(&v["learners"]).contains(&id) {
+        return Err(CliError::Usage(format!(
+            "node {id} is a member already (vellum cluster status)"
+        )));
+    }
+    let body = serde_json::json!({ "id": id, "api_addr": api_addr, "raft_addr": raft_addr });
+    let resp = c
+        .post(format!("{b}/v1/cluster/learners"))
+        .json(&body)
+        .send()
+        .await
+        .map_err(|e| unreachable(&b, &e))?;
+    if !resp.status().is_success() {
+        return Err(failure(resp).await);
+    }
+    println!("node {id} added as a learner");
+    if learner_only {
+        return Ok(0);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(wait_secs);
+    loop {
+        let (_, s) = get_status(std::slice::from_ref(&b), access).await?;
+        let last = s["last_log_index"].as_u64().unwrap_or(0);
+        let matched = s["replication"][id.to_string()].as_u64();
+        if matched.is_some_and(|m| m >= last) {
+            break;
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(CliError::Usage(format!(
+                "node {id} has not caught up in {wait_secs}s (matched {}, leader at {last}): it \
+                 stays a learner; check that it runs and reaches the leader, then `vellum cluster promote {id}`",
+                matched.map_or("nothing".to_string(), |m| m.to_string())
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    promote(endpoints, id, access).await?;
+    Ok(0)
+}
+
+/// Makes learner `id` a voter: the voter set becomes the current one plus `id`.
+async fn promote(endpoints: &[String], id: u64, access: &Access) -> Result<(), CliError> {
+    let (b, c, v) = leader(endpoints, access).await?;
+    let mut voters = id_list(&v["voters"]);
+    if voters.contains(&id) {
+        println!("node {id} is a voter already");
+        return Ok(());
+    }
+    if !id_list(&v["learners"]).contains(&id) {
+        return Err(CliError::NotFound(format!(
+            "node {id} is not a learner of this cluster (add it first: vellum cluster add)"
+        )));
+    }
+    voters.push(id);
+    let resp = c
+        .put(format!("{b}/v1/cluster/members"))
+        .json(&serde_json::json!({ "members": voters }))
+        .send()
+        .await
+        .map_err(|e| unreachable(&b, &e))?;
+    if !resp.status().is_success() {
+        return Err(failure(resp).await);
+    }
+    println!("node {id} promoted to voter");
+    Ok(())
+}
+
+async fn status(endpoints: &[String], json: bool, access: &Access) -> Result<i32, CliError> {
+    let (_, v) = get_status(endpoints, access).await?;
     if json {
         println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(0);

@@ -4,6 +4,12 @@
 //! for a leader, runs a short workload (sequential writes for latency, concurrent writes for
 //! group commit, reads back through a follower), prints the endpoints, the commit latency and the
 //! `/metrics` URLs, and keeps serving until Ctrl-C, then stops the nodes cleanly.
+//!
+//! One demo per directory: `DIR/demo.lock` is locked (`flock`) for as long as the demo runs
+//! (the kernel releases it when the process ends, however it ends); a second demo on the same
+//! directory is refused in one line before it touches a file. The "try:" lines name this
+//! very binary (`std::env::current_exe`), so that they work as pasted; `--no-wait` stops the
+//! cluster and prints none.
 
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -113,7 +119,7 @@ fn start(dir: &Path, ports: &[(u16, u16)]) -> Result<Nodes, CliError> {
     Ok(nodes)
 }
 
-async fn wait_ready(http: &reqwest::Client, apis: &[String]) -> Result<(), CliError> {
+async fn wait_ready(http: &reqwest::Client, apis: &[String], dir: &Path) -> Result<(), CliError> {
     let deadline = Instant::now() + Duration::from_secs(90);
     loop {
         let mut ready = 0;
@@ -126,9 +132,10 @@ async fn wait_ready(http: &reqwest::Client, apis: &[String]) -> Result<(), CliEr
             return Ok(());
         }
         if Instant::now() > deadline {
-            return Err(CliError::Usage(
-                "the nodes did not become ready in 90 s (see vellum-data/node*.log)".into(),
-            ));
+            return Err(CliError::Usage(format!(
+                "the nodes did not become ready in 90 s (see {}/node*.log)",
+                dir.display()
+            )));
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -160,8 +167,45 @@ async fn put(http: &reqwest::Client, api: &str, key: &str, value: Vec<u8>) -> Re
     }
 }
 
+/// Locks `DIR/demo.lock` for this process's lifetime (the returned file holds the lock), or
+/// refuses: another demo serves from `dir`.
+fn lock_dir(dir: &Path) -> Result<std::fs::File, CliError> {
+    let path = dir.join("demo.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| CliError::Io(e, format!("creating {}", path.display())))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => Err(CliError::Usage(format!(
+            "another vellum demo is serving from {}: stop it (Ctrl-C) or give --dir another \
+             directory",
+            dir.display()
+        ))),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(CliError::Io(e, format!("locking {}", path.display())))
+        }
+    }
+}
+
+/// `path` as a shell word: as is when it holds only safe characters, else single-quoted.
+fn shell_word(path: &Path) -> String {
+    let s = path.to_string_lossy();
+    if !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+:@%".contains(c)) {
+        s.into_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
 pub async fn run(dir: &Path, writes: usize, no_wait: bool) -> Result<(), CliError> {
-    std::fs::create_dir_all(dir).map_err(io("creating the demo directory"))?;
+    std::fs::create_dir_all(dir)
+        .map_err(|e| CliError::Io(e, format!("creating the demo directory {}", dir.display())))?;
+    let _lock = lock_dir(dir)?;
+    let exe = std::env::current_exe().map_err(io("finding the vellum binary"))?;
+    let vellum = shell_word(&exe);
     for id in 1..=NODES {
         for ext in ["vlm", "vlm.lock", "log"] {
             let _ = std::fs::remove_file(dir.join(format!("node{id}.{ext}")));
@@ -180,7 +224,7 @@ pub async fn run(dir: &Path, writes: usize, no_wait: bool) -> Result<(), CliErro
         .build()
         .map_err(|e| CliError::Usage(e.to_string()))?;
     let started = Instant::now();
-    wait_ready(&http, &apis).await?;
+    wait_ready(&http, &apis, dir).await?;
     let leader_id = leader(&http, &apis).await.unwrap_or(1);
     let leader_api = apis[(leader_id - 1) as usize].clone();
     println!("cluster ready in {:.1} s; node {leader_id} leads", started.elapsed().as_secs_f64());
@@ -241,14 +285,18 @@ pub async fn run(dir: &Path, writes: usize, no_wait: bool) -> Result<(), CliErro
         println!("node {}: api {api}  metrics {api}/metrics  raft 127.0.0.1:{}", i + 1, ports[i].0);
     }
     println!();
-    println!("try:  vellum kv put --endpoint {leader_api} greeting hello");
-    println!("      vellum kv get --endpoint {follower} greeting");
-    println!("      vellum cluster status --endpoint {}", apis[0]);
-    println!("      curl -s {leader_api}/metrics | grep vellum_carrier_durable_write");
     if no_wait {
         nodes.stop();
+        println!("stopped the nodes (--no-wait); the volumes stay in {}", dir.display());
         return Ok(());
     }
+    let endpoints = apis.iter().map(|a| a.trim_start_matches("http://")).collect::<Vec<_>>();
+    let endpoints = endpoints.join(",");
+    println!("try:  {vellum} kv put --endpoints {endpoints} greeting hello");
+    println!("      {vellum} kv get --endpoints {endpoints} greeting");
+    println!("      {vellum} kv get --endpoints {endpoints} --prefix demo/ --limit 5");
+    println!("      {vellum} cluster status --endpoints {endpoints}");
+    println!("      curl -s {leader_api}/metrics | grep vellum_carrier_durable_write");
     println!();
     println!("serving until Ctrl-C ...");
     let _ = tokio::signal::ctrl_c().await;

@@ -29,7 +29,15 @@ fn block_size_arg(s: &str) -> Result<u32, String> {
 
 /// Vellum: a Raft log-storage engine on its own virtual volume.
 #[derive(Parser, Debug)]
-#[command(name = "vellum", version, about, long_about = None)]
+#[command(
+    name = "vellum",
+    version,
+    about,
+    long_about = None,
+    after_help = "Exit codes: 0 success; 1 failure; 2 bad arguments (check: corrupt); 3 not this \
+                  member (check: leaks only); 4 the Raft core stopped; 5 not found (a key, a \
+                  member); 6 unreachable (no endpoint answered)."
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -63,14 +71,19 @@ pub enum Command {
         /// Leave unwritten ranges as holes instead of writing zeros.
         #[arg(long)]
         sparse: bool,
-        /// Reserve a journal region of this size and use it: a commit becomes one journal write
-        /// (docs/FORMAT.md, "Journal").
-        #[arg(long, value_parser = size_arg, conflicts_with = "journal_reserved")]
+        /// The size of the journal region, used: a commit becomes one journal write
+        /// (docs/FORMAT.md, "Journal"). New volumes are journaled by default, as `vellum
+        /// serve` formats them [default: 1/64 of the volume, 256 KiB to 64 MiB].
+        #[arg(long, value_parser = size_arg, conflicts_with_all = ["journal_reserved", "no_journal"])]
         journal: Option<u64>,
         /// Reserve a journal region of this size without using it (the copy-on-write form;
         /// `vellum journal enable` switches it on later, offline).
         #[arg(long, value_parser = size_arg)]
         journal_reserved: Option<u64>,
+        /// No journal: every commit is a copy-on-write checkpoint (no region is reserved
+        /// unless --journal-reserved).
+        #[arg(long)]
+        no_journal: bool,
         /// Overwrite a carrier that does not look empty.
         #[arg(long)]
         force: bool,
@@ -98,7 +111,8 @@ pub enum Command {
     Stat { carrier: PathBuf, path: OsString },
     /// Write a file of the volume to stdout.
     Cat { carrier: PathBuf, path: OsString },
-    /// Copy a file; either side may be CARRIER:/path (a host source may be - for stdin).
+    /// Copy a file; either side may be CARRIER:/path (a host source may be - for stdin, a
+    /// host destination - for stdout).
     Cp { src: OsString, dst: OsString },
     /// Remove a file or an empty directory.
     Rm { carrier: PathBuf, path: OsString },
@@ -136,9 +150,8 @@ pub enum Command {
     Kv {
         #[command(subcommand)]
         op: client::KvCommand,
-        /// A node's API address.
-        #[arg(long, global = true, env = "VELLUM_ENDPOINT", default_value = "127.0.0.1:8080")]
-        endpoint: String,
+        #[command(flatten)]
+        endpoints: client::Endpoints,
         #[command(flatten)]
         access: client::Access,
     },
@@ -152,8 +165,8 @@ pub enum Command {
     Cluster {
         #[command(subcommand)]
         op: client::ClusterCommand,
-        #[arg(long, global = true, env = "VELLUM_ENDPOINT", default_value = "127.0.0.1:8080")]
-        endpoint: String,
+        #[command(flatten)]
+        endpoints: client::Endpoints,
         #[command(flatten)]
         access: client::Access,
     },
@@ -222,6 +235,7 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
             sparse,
             journal,
             journal_reserved,
+            no_journal,
             force,
         } => {
             volume::format(&volume::FormatArgs {
@@ -232,8 +246,10 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
                 grow,
                 max_size,
                 sparse,
-                journal: journal.or(journal_reserved).unwrap_or(0),
-                use_journal: journal.is_some(),
+                // Journaled unless --no-journal or --journal-reserved (`serve` formats its
+                // new volumes journaled too); `None`: the default size for the capacity.
+                journal: journal.or(journal_reserved),
+                use_journal: !no_journal && journal_reserved.is_none(),
                 force,
             })?;
         }
@@ -258,11 +274,11 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
             runtime()?.block_on(demo::run(&dir, writes, no_wait))?;
         }
         Command::Cert { op } => cert::run(op)?,
-        Command::Kv { op, endpoint, access } => {
-            return runtime()?.block_on(client::kv(op, &endpoint, &access));
+        Command::Kv { op, endpoints, access } => {
+            return runtime()?.block_on(client::kv(op, &endpoints, &access));
         }
-        Command::Cluster { op, endpoint, access } => {
-            return runtime()?.block_on(client::cluster(op, &endpoint, &access));
+        Command::Cluster { op, endpoints, access } => {
+            return runtime()?.block_on(client::cluster(op, &endpoints, &access));
         }
     }
     Ok(0)

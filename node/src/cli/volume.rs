@@ -60,8 +60,9 @@ pub struct FormatArgs {
     /// The cap of auto-grow (default: 64 times the initial size).
     pub max_size: Option<u64>,
     pub sparse: bool,
-    /// Bytes of the journal region.
-    pub journal: u64,
+    /// Bytes of the journal region (`None`: the default for the capacity if it is used,
+    /// none if not).
+    pub journal: Option<u64>,
     /// Use the region (false: reserve it only).
     pub use_journal: bool,
     pub force: bool,
@@ -85,6 +86,20 @@ pub fn format(a: &FormatArgs) -> Result<(), CliError> {
             "--size is required for a file carrier (e.g. --size 64MiB)".into(),
         ));
     }
+    if !is_device {
+        check_parent(&a.carrier)?;
+    }
+    let journal_bytes = match a.journal {
+        Some(n) => n,
+        None if a.use_journal => {
+            let capacity = match size {
+                Some(n) => n,
+                None => device_size(&a.carrier)?,
+            };
+            vellum_engine::default_journal_bytes(capacity)
+        }
+        None => 0,
+    };
     let bar = indicatif::ProgressBar::new(size.unwrap_or(0));
     bar.set_style(
         indicatif::ProgressStyle::with_template(
@@ -100,7 +115,7 @@ pub fn format(a: &FormatArgs) -> Result<(), CliError> {
         capacity_bytes: size,
         grow_max_bytes: grow_max,
         block_size: a.block_size,
-        journal_bytes: a.journal,
+        journal_bytes,
         journal: a.use_journal,
         image_blocks: None,
         preallocate: !a.thin,
@@ -120,7 +135,13 @@ pub fn format(a: &FormatArgs) -> Result<(), CliError> {
         other => other,
     };
     bar.finish_and_clear();
-    let v = result?;
+    let v = result.map_err(|e| match e {
+        Error::NotEmpty { path } => CliError::Usage(format!(
+            "{} does not look empty: pass --force to overwrite it",
+            path.display()
+        )),
+        other => other.into(),
+    })?;
     let info = v.info();
     v.close()?;
     let bs = u64::from(info.layout.block_size);
@@ -150,6 +171,25 @@ pub fn format(a: &FormatArgs) -> Result<(), CliError> {
         info.uuid
     );
     Ok(())
+}
+
+/// Refuses a host path whose parent directory is missing, naming the parent (the open
+/// error would name the path only).
+fn check_parent(path: &Path) -> Result<(), CliError> {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() && !parent.is_dir() => Err(CliError::Usage(
+            format!("{}: the directory {} does not exist", path.display(), parent.display()),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// The size of a block device (or file) at `path`, read by seeking to its end.
+fn device_size(path: &Path) -> Result<u64, CliError> {
+    use std::io::Seek;
+    std::fs::File::open(path)
+        .and_then(|mut f| f.seek(std::io::SeekFrom::End(0)))
+        .map_err(|e| CliError::Io(e, format!("reading the size of {}", path.display())))
 }
 
 /// Opens `path`'s carrier for writing with production knobs (buffered where the host file
@@ -483,9 +523,22 @@ fn display_name(name: &[u8]) -> String {
     name.escape_ascii().to_string()
 }
 
+/// An engine error of a path inside the volume `carrier`, naming the volume where the path
+/// is missing ("/a does not exist in v.vlm").
+fn in_volume(carrier: &Path) -> impl Fn(Error) -> CliError + '_ {
+    move |e| match e {
+        Error::NotFound { path } => CliError::Usage(format!(
+            "{} does not exist in {}",
+            display_name(&path),
+            carrier.display()
+        )),
+        other => other.into(),
+    }
+}
+
 pub fn ls(path: &Path, dir: &OsStr) -> Result<(), CliError> {
     let v = open(path, true)?;
-    let entries = v.list(dir.as_bytes())?;
+    let entries = v.list(dir.as_bytes()).map_err(in_volume(path))?;
     for e in entries {
         match e.kind {
             FileKind::Directory => println!("d {:>12}  {}/", "-", display_name(&e.name)),
@@ -498,7 +551,7 @@ pub fn ls(path: &Path, dir: &OsStr) -> Result<(), CliError> {
 pub fn stat(path: &Path, target: &OsStr) -> Result<(), CliError> {
     let v = open(path, true)?;
     let p = target.as_bytes();
-    let st = v.stat(p)?;
+    let st = v.stat(p).map_err(in_volume(path))?;
     println!("path:       {}", display_name(p));
     println!("inode:      {}", st.ino);
     println!("kind:       {}", if st.kind == FileKind::File { "file" } else { "directory" });
@@ -537,7 +590,7 @@ fn copy_out(f: &vellum_engine::File, out: &mut impl Write) -> Result<(), CliErro
 
 pub fn cat(path: &Path, target: &OsStr) -> Result<(), CliError> {
     let v = open(path, true)?;
-    let f = v.open_file(target.as_bytes())?;
+    let f = v.open_file(target.as_bytes()).map_err(in_volume(path))?;
     let mut out = std::io::stdout().lock();
     match copy_out(&f, &mut out)
         .and_then(|()| out.flush().map_err(|e| CliError::Io(e, "writing to stdout".into())))
@@ -574,6 +627,34 @@ fn read_host(path: &OsStr) -> Result<Box<dyn Read>, CliError> {
 
 /// Writes `source` into the volume at `dst`, replacing an existing file atomically.
 fn copy_into(v: &Volume, dst: &[u8], mut source: impl Read) -> Result<u64, CliError> {
+    // The copy goes to a temporary name beside `dst` first: check what the user named (the
+    // parent directory), so that no error speaks of the temporary file.
+    let parent = match dst.iter().rposition(|&b| b == b'/') {
+        Some(0) | None => &b"/"[..],
+        Some(i) => &dst[..i],
+    };
+    match v.stat(parent) {
+        Ok(st) if st.kind == FileKind::Directory => {}
+        Ok(_) => {
+            return Err(CliError::Usage(format!(
+                "{} is not a directory in the volume",
+                display_name(parent)
+            )));
+        }
+        Err(Error::NotFound { .. }) => {
+            return Err(CliError::Usage(format!(
+                "the directory {} does not exist in the volume (create it: vellum mkdir -p)",
+                display_name(parent)
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    }
+    if dst.ends_with(b"/") || v.stat(dst).is_ok_and(|st| st.kind == FileKind::Directory) {
+        return Err(CliError::Usage(format!(
+            "{} is a directory in the volume: name the file to write",
+            display_name(dst)
+        )));
+    }
     let mut tmp = dst.to_vec();
     tmp.extend_from_slice(b".vellum-cp-tmp");
     if v.exists(&tmp)? {
@@ -607,9 +688,23 @@ fn copy_into(v: &Volume, dst: &[u8], mut source: impl Read) -> Result<u64, CliEr
 
 pub fn cp(src: &OsString, dst: &OsString) -> Result<(), CliError> {
     match (split_location(src), split_location(dst)) {
-        (None, None) => Err(CliError::Usage(
-            "one side of cp must be CARRIER:/path (the carrier must exist)".into(),
-        )),
+        (None, None) => {
+            // Name the volume the user meant, if an argument looks like CARRIER:/path.
+            for arg in [dst, src] {
+                let b = arg.as_bytes();
+                if let Some(i) = b.windows(2).position(|w| w == b":/") {
+                    let carrier = Path::new(OsStr::from_bytes(&b[..i]));
+                    check_parent(carrier)?;
+                    return Err(CliError::Usage(format!(
+                        "{}: no such volume (vellum format creates one)",
+                        carrier.display()
+                    )));
+                }
+            }
+            Err(CliError::Usage(
+                "one side of cp must be CARRIER:/path (the carrier must exist)".into(),
+            ))
+        }
         (None, Some((carrier, path))) => {
             let v = open(&carrier, false)?;
             let copied = read_host(src).and_then(|source| copy_into(&v, &path, source));
@@ -618,9 +713,22 @@ pub fn cp(src: &OsString, dst: &OsString) -> Result<(), CliError> {
             copied?;
             Ok(closed?)
         }
+        (Some((carrier, path)), None) if dst == "-" => {
+            let v = open(&carrier, true)?;
+            let f = v.open_file(&path).map_err(in_volume(&carrier))?;
+            let mut out = std::io::stdout().lock();
+            match copy_out(&f, &mut out)
+                .and_then(|()| out.flush().map_err(|e| CliError::Io(e, "writing to stdout".into())))
+            {
+                // A closed pipe (`vellum cp VOL:/f - | head`) is not an error.
+                Err(CliError::Io(e, _)) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+                other => other,
+            }
+        }
         (Some((carrier, path)), None) => {
             let v = open(&carrier, true)?;
-            let f = v.open_file(&path)?;
+            let f = v.open_file(&path).map_err(in_volume(&carrier))?;
+            check_parent(Path::new(dst))?;
             let mut out = std::fs::File::create(dst)
                 .map_err(|e| CliError::Io(e, format!("creating {}", Path::new(dst).display())))?;
             copy_out(&f, &mut out)?;
@@ -645,7 +753,7 @@ pub fn cp(src: &OsString, dst: &OsString) -> Result<(), CliError> {
 
 pub fn rm(path: &Path, target: &OsStr) -> Result<(), CliError> {
     let v = open(path, false)?;
-    v.remove(target.as_bytes())?;
+    v.remove(target.as_bytes()).map_err(in_volume(path))?;
     Ok(v.close()?)
 }
 
@@ -661,7 +769,7 @@ pub fn mkdir(path: &Path, target: &OsStr, parents: bool) -> Result<(), CliError>
 
 pub fn mv(path: &Path, from: &OsStr, to: &OsStr) -> Result<(), CliError> {
     let v = open(path, false)?;
-    v.rename(from.as_bytes(), to.as_bytes())?;
+    v.rename(from.as_bytes(), to.as_bytes()).map_err(in_volume(path))?;
     Ok(v.close()?)
 }
 

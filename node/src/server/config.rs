@@ -63,6 +63,16 @@ pub struct ServeArgs {
     /// promoted to voter).
     #[arg(long, env = "VELLUM_JOIN", conflicts_with = "initial_cluster")]
     pub join: Option<String>,
+    /// Neither form nor join a cluster: wait until a member adds this node
+    /// (`vellum cluster add ID API_ADDR RAFT_ADDR` against any member). Without this,
+    /// --initial-cluster and --join, a new volume starts a single-node cluster.
+    #[arg(
+        long,
+        env = "VELLUM_STANDBY",
+        conflicts_with_all = ["initial_cluster", "join"],
+        value_parser = clap::builder::BoolishValueParser::new()
+    )]
+    pub standby: bool,
     /// An admin token the node presents when it joins through --join (needed when the
     /// cluster's API requires tokens); also presented when a first start asks members for
     /// the cluster's status. Prefer the environment variable: a command line is visible to

@@ -7,8 +7,10 @@
 //! members: safe, the first wins and the others are told it is done) or join (`--join`:
 //! learner first, then voter). With neither, the node is a single-node cluster of its own
 //! (`lone_cluster`: initialized once on a store with no raft state, restarted as the member
-//! it is afterwards, refused when the store's membership does not hold it). The membership
-//! holds the advertised addresses (`--advertise-*-addr`, else the bind ones). SIGINT / SIGTERM stop it cleanly: Raft shuts down, then the
+//! it is afterwards, refused when the store's membership does not hold it), unless
+//! `--standby` says to wait until a member adds it (`vellum cluster add`). The membership
+//! holds the advertised addresses (`--advertise-*-addr`, else the bind ones). SIGINT /
+//! SIGTERM stop it cleanly: Raft shuts down, then the
 //! volume is closed clean. A node that learns from a peer that it lost its state stops too,
 //! and exits non-zero with one line that says so. So does a node whose volume's metadata
 //! journal was destroyed (the raft store refuses a log that may be rolled back): exit code 3,
@@ -515,8 +517,9 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     exposure::check(&exposure).map_err(CliError::Usage)?;
     args.check_addresses().map_err(CliError::Usage)?;
     let raft_config = raft_config(&args)?;
-    // Neither --initial-cluster nor --join: a single-node cluster of this node (`lone`).
-    let lone = args.initial_cluster.is_none() && args.join.is_none();
+    // Neither --initial-cluster nor --join (nor --standby, which waits to be added): a
+    // single-node cluster of this node (`lone`).
+    let lone = args.initial_cluster.is_none() && args.join.is_none() && !args.standby;
     if args.join.is_some() {
         args.me().map_err(CliError::Usage)?; // what --join asks the cluster to add
     }

@@ -29,7 +29,7 @@ fn kv_and_cluster_subcommands() {
     let (ok, _, _) = vellum(&["kv", "del", "--endpoint", &ep, "a key/with spaces"]);
     assert!(ok);
     let (ok, _, err) = vellum(&["kv", "get", "--endpoint", &ep, "a key/with spaces"]);
-    assert!(!ok && err.contains("not_found") && err.trim().lines().count() == 1, "{err}");
+    assert!(!ok && err.contains("not found") && err.trim().lines().count() == 1, "{err}");
     let (ok, out, _) = vellum(&["cluster", "status", "--endpoint", &ep]);
     assert!(ok && out.contains("is leader"), "{out}");
     let (ok, out, _) = vellum(&["cluster", "status", "--endpoint", &ep, "--json"]);

@@ -1,9 +1,17 @@
-//! `PUT|GET|DELETE /v1/kv/{*key}`.
+//! `PUT|GET|DELETE /v1/kv/{*key}` and the prefix read `GET /v1/kv?prefix=P&limit=N`.
 //!
 //! The key is the rest of the path, percent-decoded: it may contain `/` (`/v1/kv/a/b` and
 //! `/v1/kv/a%2Fb` both name the key `a/b`). An empty key (`/v1/kv/`) is a 400. A request
 //! forwarded to the leader (or redirected there) keeps its path and query as received,
 //! percent-encoding included.
+//!
+//! A DELETE answers `{"index": N, "found": bool}`: `found` is whether the key was there in
+//! the leader's applied state when it proposed the delete (a write of the same key racing
+//! the delete may be ordered either way; the delete is applied in any case).
+//! The prefix read answers `{"kvs": [{"key", "value"|"value_base64"}], "more": bool}`, keys
+//! in byte order, at most `limit` (default 1000, at most 10000) pairs; `more` says the limit
+//! cut the result. A value that is not UTF-8 is given as `value_base64` (standard alphabet,
+//! padded). It is read like a single key: linearizable, or `consistency=local`.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -24,7 +32,16 @@ use super::{ApiError, AppState, FORWARDED, Leader, relay};
 pub struct Params {
     consistency: Option<String>,
     redirect: Option<String>,
+    /// The prefix read's prefix (absent: every key).
+    prefix: Option<String>,
+    /// The prefix read's most pairs.
+    limit: Option<String>,
 }
+
+/// Pairs a prefix read returns when no `limit` is given.
+pub const DEFAULT_LIST_LIMIT: usize = 1000;
+/// The largest `limit` of a prefix read.
+pub const MAX_LIST_LIMIT: usize = 10_000;
 
 pub async fn empty_key() -> Response {
     ApiError::EmptyKey.into_response()
@@ -103,8 +120,17 @@ async fn to_leader(
 /// openraft says the write must go instead (it was not appended here). The batcher counts
 /// the proposals and times the `queued` and `raft_write` stages.
 async fn propose(s: &AppState, op: KvOp) -> Result<Response, Leader> {
+    // A delete says whether the key was there (as the leader's applied state has it now).
+    let found = match &op {
+        KvOp::Delete { key } => Some(s.kv.get(key).is_some()),
+        KvOp::Put { .. } => None,
+    };
     match s.proposer.propose(op).await {
-        Ok(p) => Ok(axum::Json(serde_json::json!({ "index": p.log_index })).into_response()),
+        Ok(p) => Ok(axum::Json(match found {
+            Some(found) => serde_json::json!({ "index": p.log_index, "found": found }),
+            None => serde_json::json!({ "index": p.log_index }),
+        })
+        .into_response()),
         Err(ProposeError::NotLeader { leader_id, leader_node }) => {
             Err(s.forward_to(leader_id, leader_node.as_ref()))
         }
@@ -246,4 +272,101 @@ pub async fn get(
         other => other,
     };
     to_leader(&s, leader, method, &uri, &params, &headers, Bytes::new()).await
+}
+
+/// The body of a prefix read: `limit` pairs at most from `kv` under `prefix`.
+fn list_response(s: &AppState, prefix: &str, limit: usize) -> Response {
+    let (pairs, more) = s.kv.range(prefix, limit);
+    let kvs: Vec<serde_json::Value> = pairs
+        .into_iter()
+        .map(|(key, value)| match String::from_utf8(value) {
+            Ok(text) => serde_json::json!({ "key": key, "value": text }),
+            Err(e) => serde_json::json!({ "key": key, "value_base64": base64(e.as_bytes()) }),
+        })
+        .collect();
+    axum::Json(serde_json::json!({ "kvs": kvs, "more": more })).into_response()
+}
+
+/// Standard base64 (RFC 4648, padded): how a non-UTF-8 value travels in JSON.
+pub fn base64(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ABC[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// `GET /v1/kv?prefix=P&limit=N`: the keys under a prefix, read like a single key.
+pub async fn list(
+    State(s): State<AppState>,
+    method: Method,
+    uri: OriginalUri,
+    Query(params): Query<Params>,
+    headers: HeaderMap,
+) -> Response {
+    let limit = match params.limit.as_deref().map(str::parse::<usize>) {
+        None => DEFAULT_LIST_LIMIT,
+        Some(Ok(n)) if (1..=MAX_LIST_LIMIT).contains(&n) => n,
+        Some(_) => {
+            return ApiError::BadRequest(format!(
+                "limit must be a number from 1 to {MAX_LIST_LIMIT}"
+            ))
+            .into_response();
+        }
+    };
+    let prefix = params.prefix.clone().unwrap_or_default();
+    if prefix.len() > s.limits.max_key_bytes {
+        return ApiError::KeyTooLarge { len: prefix.len(), max: s.limits.max_key_bytes }
+            .into_response();
+    }
+    if !s.health.core_running() {
+        return ApiError::RaftStopped.into_response();
+    }
+    match params.consistency.as_deref() {
+        Some("local") => return list_response(&s, &prefix, limit),
+        None | Some("linearizable") => {}
+        Some(other) => {
+            return ApiError::BadRequest(format!(
+                "consistency must be linearizable or local, not {other}"
+            ))
+            .into_response();
+        }
+    }
+    let leader = match s.leader() {
+        Leader::Me => match s.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
+            Ok(_) => return list_response(&s, &prefix, limit),
+            Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
+                s.forward_target(&f)
+            }
+            Err(_) => return ApiError::NoLeader { leader: None }.into_response(),
+        },
+        other => other,
+    };
+    to_leader(&s, leader, method, &uri, &params, &headers, Bytes::new()).await
+}
+
+#[cfg(test)]
+mod list_tests {
+    #[test]
+    fn base64_matches_rfc4648() {
+        for (raw, enc) in [
+            (&b""[..], ""),
+            (b"f", "Zg=="),
+            (b"fo", "Zm8="),
+            (b"foo", "Zm9v"),
+            (b"foob", "Zm9vYg=="),
+            (b"\xff\xfe\x00", "//4A"),
+        ] {
+            assert_eq!(super::base64(raw), enc);
+        }
+    }
 }

@@ -122,6 +122,8 @@ impl AppState {
 pub fn router(state: AppState) -> Router {
     let body_limit = state.limits.max_value_bytes + 1;
     Router::new()
+        // The prefix read (`?prefix=P&limit=N`): `read` role, like a GET of one key.
+        .route("/v1/kv", get(kv::list))
         .route("/v1/kv/", get(kv::empty_key).put(kv::empty_key).delete(kv::empty_key))
         // `{*key}`: a key may contain `/` (`/v1/kv/a/b/c` is the key `a/b/c`).
         .route("/v1/kv/{*key}", get(kv::get).put(kv::put).delete(kv::delete))
