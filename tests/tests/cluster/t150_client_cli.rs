@@ -32,8 +32,7 @@ fn vellum(args: &[&str], stdin: &[u8]) -> (Option<i32>, String, String) {
 /// A node that waits to be added by `vellum cluster add` (`--standby`: without it, a node
 /// started with neither --initial-cluster nor --join is a single-node cluster of its own).
 fn waiting_node(c: &mut Cluster, id: u64) -> (String, String) {
-    let node =
-        Cluster::node(c.dir.path(), id, free_port(), free_port(), vec!["--standby".into()]);
+    let node = Cluster::node(c.dir.path(), id, free_port(), free_port(), vec!["--standby".into()]);
     let addrs = (format!("127.0.0.1:{}", node.api), format!("127.0.0.1:{}", node.raft));
     c.nodes.push(node);
     c.by_id(id).start();

@@ -227,6 +227,46 @@ pub async fn delete(
     write(s, method, uri, params, headers, Bytes::new(), op).await
 }
 
+/// A read, answered by `answer` once its consistency holds, or by the leader. With
+/// `consistency=local` this node's applied state answers at once; by default the read is
+/// linearizable: on the leader a quorum confirms the leadership after the read arrived
+/// (ReadIndex, 0.9's `ensure_linearizable()`) and the state machine applies up to the read's
+/// index first; a follower forwards the request (or redirects it) to the leader.
+async fn read(
+    s: &AppState,
+    method: Method,
+    uri: &OriginalUri,
+    params: &Params,
+    headers: &HeaderMap,
+    answer: impl FnOnce(&AppState) -> Response,
+) -> Response {
+    if !s.health.core_running() {
+        // The local state machine no longer follows the log: nothing is served from it.
+        return ApiError::RaftStopped.into_response();
+    }
+    match params.consistency.as_deref() {
+        Some("local") => return answer(s),
+        None | Some("linearizable") => {}
+        Some(other) => {
+            return ApiError::BadRequest(format!(
+                "consistency must be linearizable or local, not {other}"
+            ))
+            .into_response();
+        }
+    }
+    let leader = match s.leader() {
+        Leader::Me => match s.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
+            Ok(_) => return answer(s),
+            Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
+                s.forward_target(&f)
+            }
+            Err(_) => return ApiError::NoLeader { leader: None }.into_response(),
+        },
+        other => other,
+    };
+    to_leader(s, leader, method, uri, params, headers, Bytes::new()).await
+}
+
 fn value_response(value: Option<Vec<u8>>) -> Response {
     match value {
         Some(v) => ([(header::CONTENT_TYPE, "application/octet-stream")], v).into_response(),
@@ -245,33 +285,7 @@ pub async fn get(
     if let Err(e) = check_key(&s, &key) {
         return e.into_response();
     }
-    if !s.health.core_running() {
-        // The local state machine no longer follows the log: nothing is served from it.
-        return ApiError::RaftStopped.into_response();
-    }
-    match params.consistency.as_deref() {
-        Some("local") => return value_response(s.kv.get(&key)),
-        None | Some("linearizable") => {}
-        Some(other) => {
-            return ApiError::BadRequest(format!(
-                "consistency must be linearizable or local, not {other}"
-            ))
-            .into_response();
-        }
-    }
-    let leader = match s.leader() {
-        // ReadIndex: a quorum confirms the leadership after the read arrived (0.9's
-        // `ensure_linearizable()`), then the state machine applies up to the read's index.
-        Leader::Me => match s.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
-            Ok(_) => return value_response(s.kv.get(&key)),
-            Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
-                s.forward_target(&f)
-            }
-            Err(_) => return ApiError::NoLeader { leader: None }.into_response(),
-        },
-        other => other,
-    };
-    to_leader(&s, leader, method, &uri, &params, &headers, Bytes::new()).await
+    read(&s, method, &uri, &params, &headers, |s| value_response(s.kv.get(&key))).await
 }
 
 /// The body of a prefix read: `limit` pairs at most from `kv` under `prefix`.
@@ -328,30 +342,7 @@ pub async fn list(
         return ApiError::KeyTooLarge { len: prefix.len(), max: s.limits.max_key_bytes }
             .into_response();
     }
-    if !s.health.core_running() {
-        return ApiError::RaftStopped.into_response();
-    }
-    match params.consistency.as_deref() {
-        Some("local") => return list_response(&s, &prefix, limit),
-        None | Some("linearizable") => {}
-        Some(other) => {
-            return ApiError::BadRequest(format!(
-                "consistency must be linearizable or local, not {other}"
-            ))
-            .into_response();
-        }
-    }
-    let leader = match s.leader() {
-        Leader::Me => match s.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
-            Ok(_) => return list_response(&s, &prefix, limit),
-            Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
-                s.forward_target(&f)
-            }
-            Err(_) => return ApiError::NoLeader { leader: None }.into_response(),
-        },
-        other => other,
-    };
-    to_leader(&s, leader, method, &uri, &params, &headers, Bytes::new()).await
+    read(&s, method, &uri, &params, &headers, |s| list_response(s, &prefix, limit)).await
 }
 
 #[cfg(test)]
