@@ -145,6 +145,29 @@ fn a_volume_below_the_minimum_is_refused_at_open() {
     assert!(matches!(err, Error::VolumeTooSmall { min, .. } if min == 128 << 20), "{err}");
 }
 
+/// The minimum is for new logs: a log made with explicit segments on a volume below it
+/// reopens with the default settings (it keeps its own segment size).
+#[test]
+fn an_existing_log_below_the_minimum_reopens_with_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("small.vlm");
+    let explicit = StoreConfig {
+        log: vellum_raft_store::LogConfig { segment_bytes: 1 << 20, ..Default::default() },
+        ..StoreConfig::with_volume_bytes(8 << 20)
+    };
+    let store = open_store_at(&path, explicit).unwrap();
+    let (done, durable) = std::sync::mpsc::channel();
+    let entry = LogEntry { index: 1, term: 1, payload: Arc::from(vec![7u8; 100]) };
+    let core = store.log_store.core();
+    core.append(vec![entry], Box::new(move |r| done.send(r.is_ok()).unwrap())).unwrap();
+    assert!(durable.recv().unwrap(), "the append is durable");
+    assert!(segments(&store) >= 1, "the log has a segment");
+    drop(store);
+    let store = open_store_at(&path, StoreConfig::default()).unwrap();
+    assert_eq!(store.max_entry_bytes(), (1 << 20) - 4096 - 40);
+    assert_eq!(store.log_store.core().bounds().1, Some(1));
+}
+
 /// Through the batcher, a request too large for one entry fails alone: earlier and later
 /// writes commit on the same Raft instance.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

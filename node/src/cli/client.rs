@@ -15,6 +15,8 @@ use std::fmt::Write as _;
 use std::io::Write;
 use std::path::PathBuf;
 
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use clap::Subcommand;
 
 use super::CliError;
@@ -271,7 +273,12 @@ fn unreachable(endpoint: &str, e: &reqwest::Error) -> CliError {
 async fn failure(resp: reqwest::Response) -> CliError {
     let status = resp.status();
     let text = resp.text().await.unwrap_or_default();
-    let body = serde_json::from_str::<serde_json::Value>(&text).ok();
+    failure_of(status, &text)
+}
+
+/// [`failure`] of an answer already read.
+fn failure_of(status: reqwest::StatusCode, text: &str) -> CliError {
+    let body = serde_json::from_str::<serde_json::Value>(text).ok();
     let field = |name: &str| body.as_ref().and_then(|v| v[name].as_str()).map(str::to_string);
     let why = field("error").unwrap_or_else(|| text.trim().to_string());
     let hint = match status {
@@ -314,10 +321,15 @@ async fn send(
         let c = client(access, &b)?;
         match build(&c, &b).send().await {
             Ok(resp) if resp.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
-                let err = failure(resp).await.to_string();
+                let status = resp.status();
+                let text = resp.text().await.unwrap_or_default();
+                let err = failure_of(status, &text);
                 // A write whose outcome is unknown is not sent again elsewhere: it may have
                 // been applied (the user decides, reading the key).
-                if err.contains("outcome_unknown") {
+                let code = serde_json::from_str::<serde_json::Value>(&text)
+                    .ok()
+                    .and_then(|v| v["error"].as_str().map(str::to_string));
+                if code.as_deref() == Some("outcome_unknown") {
                     return Err(CliError::Usage(format!("{e}: {err}")));
                 }
                 failed.push(format!("{e} answered {err}"));
@@ -350,30 +362,6 @@ fn write_stdout(bytes: &[u8]) -> Result<(), CliError> {
     out.write_all(bytes)
         .and_then(|()| out.flush())
         .map_err(|e| CliError::Io(e, "writing to stdout".into()))
-}
-
-/// Decodes standard padded base64 (the prefix read's `value_base64`).
-fn unbase64(text: &str) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    let (mut acc, mut bits) = (0u32, 0u32);
-    for c in text.bytes().filter(|&c| c != b'=') {
-        let v = match c {
-            b'A'..=b'Z' => c - b'A',
-            b'a'..=b'z' => c - b'a' + 26,
-            b'0'..=b'9' => c - b'0' + 52,
-            b'+' => 62,
-            b'/' => 63,
-            _ => return None,
-        };
-        acc = (acc << 6) | u32::from(v);
-        bits += 6;
-        if bits >= 8 {
-            bits -= 8;
-            out.push((acc >> bits) as u8);
-            acc &= (1 << bits) - 1;
-        }
-    }
-    Some(out)
 }
 
 pub async fn kv(op: KvCommand, endpoints: &Endpoints, access: &Access) -> Result<i32, CliError> {
@@ -423,7 +411,9 @@ pub async fn kv(op: KvCommand, endpoints: &Endpoints, access: &Access) -> Result
                 out.push(b'\t');
                 match (kv["value"].as_str(), kv["value_base64"].as_str()) {
                     (Some(text), _) => out.extend_from_slice(text.as_bytes()),
-                    (None, Some(b64)) => out.extend(unbase64(b64).unwrap_or_default()),
+                    (None, Some(b64)) => out.extend(STANDARD.decode(b64).map_err(|err| {
+                        CliError::Usage(format!("{e} answered a value that is not base64: {err}"))
+                    })?),
                     _ => {}
                 }
                 out.push(b'\n');

@@ -67,10 +67,14 @@ struct Classified {
 
 pub(super) fn open(volume: Volume, mut config: LogConfig) -> Result<Opened> {
     let capacity = volume.info().layout.capacity_bytes();
-    if config.segment_bytes == 0 {
-        // Derived from the volume (the default): refused below the documented minimum, where
-        // the first writes would find the volume full and stop the raft instance.
-        if capacity < MIN_VOLUME_BYTES {
+    let derived = config.segment_bytes == 0;
+    if derived {
+        // Derived from the volume (the default): a new log is refused below the documented
+        // minimum, where the first writes would find the volume full and stop the raft
+        // instance (an existing log keeps its own segments, checked below).
+        let log_dir = join(&config.dir, "log");
+        let has_log = volume.exists(&log_dir)? && !volume.list(&log_dir)?.is_empty();
+        if capacity < MIN_VOLUME_BYTES && !has_log {
             return Err(Error::VolumeTooSmall { capacity, min: MIN_VOLUME_BYTES });
         }
         config.segment_bytes = LogConfig::segment_bytes_for(capacity);
@@ -101,7 +105,7 @@ pub(super) fn open(volume: Volume, mut config: LogConfig) -> Result<Opened> {
     };
     let meta_state = MetaState::recover(&meta_file.read_to_end()?, &config.dir)?;
     let classified = classify(&volume, &log_dir, config.segment_bytes)?;
-    let segment_bytes = log_segment_bytes(&classified, &config);
+    let segment_bytes = log_segment_bytes(&classified, &config, derived);
     // The current segment and its spare must fit, or the log stops at its first roll.
     if capacity < 2 * segment_bytes {
         return Err(Error::VolumeTooSmall { capacity, min: 2 * segment_bytes });
@@ -179,12 +183,14 @@ fn refuse_rolled_back(volume: &Volume) -> Result<()> {
     Ok(())
 }
 
-/// The size of the segments the log makes: that of its newest segment, or the configured one
-/// for a log without any.
-fn log_segment_bytes(c: &Classified, config: &LogConfig) -> u64 {
+/// The size of the segments the log makes: that of its newest segment, or the configured (or
+/// `derived`) one for a log without any. Warns when a size the caller configured is not the
+/// log's.
+fn log_segment_bytes(c: &Classified, config: &LogConfig, derived: bool) -> u64 {
     let found = c.active.last().map(|f| f.len);
     if let Some(len) = found
         && len != config.segment_bytes
+        && !derived
     {
         tracing::warn!(
             log = len,

@@ -60,7 +60,8 @@ pub struct LogConfig {
 
 /// The smallest volume the store opens on with segments derived from its size
 /// ([`LogConfig::segment_bytes_for`], `segment_bytes: 0`, the default): 16 MiB, which gives
-/// 1 MiB segments (entries of up to 1 MiB less 4136 bytes). Below it, opening is refused.
+/// 1 MiB segments (entries of up to 1 MiB less 4136 bytes). Below it, a new log is refused
+/// (an existing one keeps its own segments).
 pub const MIN_VOLUME_BYTES: u64 = 16 << 20;
 
 impl LogConfig {

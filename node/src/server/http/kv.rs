@@ -18,6 +18,8 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{OriginalUri, Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
 use serde::Deserialize;
 use vellum_raft_store::ProposeError;
 use vellum_raft_store::v010::KvOp;
@@ -295,28 +297,12 @@ fn list_response(s: &AppState, prefix: &str, limit: usize) -> Response {
         .into_iter()
         .map(|(key, value)| match String::from_utf8(value) {
             Ok(text) => serde_json::json!({ "key": key, "value": text }),
-            Err(e) => serde_json::json!({ "key": key, "value_base64": base64(e.as_bytes()) }),
+            Err(e) => {
+                serde_json::json!({ "key": key, "value_base64": STANDARD.encode(e.as_bytes()) })
+            }
         })
         .collect();
     axum::Json(serde_json::json!({ "kvs": kvs, "more": more })).into_response()
-}
-
-/// Standard base64 (RFC 4648, padded): how a non-UTF-8 value travels in JSON.
-pub fn base64(bytes: &[u8]) -> String {
-    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [chunk[0], *chunk.get(1).unwrap_or(&0), *chunk.get(2).unwrap_or(&0)];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ABC[(n >> (18 - 6 * i)) as usize & 63] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
 }
 
 /// `GET /v1/kv?prefix=P&limit=N`: the keys under a prefix, read like a single key.
@@ -343,21 +329,4 @@ pub async fn list(
             .into_response();
     }
     read(&s, method, &uri, &params, &headers, |s| list_response(s, &prefix, limit)).await
-}
-
-#[cfg(test)]
-mod list_tests {
-    #[test]
-    fn base64_matches_rfc4648() {
-        for (raw, enc) in [
-            (&b""[..], ""),
-            (b"f", "Zg=="),
-            (b"fo", "Zm8="),
-            (b"foo", "Zm9v"),
-            (b"foob", "Zm9vYg=="),
-            (b"\xff\xfe\x00", "//4A"),
-        ] {
-            assert_eq!(super::base64(raw), enc);
-        }
-    }
 }
