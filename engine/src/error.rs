@@ -495,6 +495,75 @@ pub enum Error {
     /// The request itself is malformed.
     #[error("invalid request: {0}")]
     Invalid(Invalid),
+    /// A media URL that does not parse or names no known medium (`media`).
+    #[error("{url}: {reason}")]
+    BadUrl {
+        /// The URL as given.
+        url: String,
+        /// What is wrong with it, and how to write it.
+        reason: String,
+    },
+    /// A medium cannot do this (a write before the end of an object, a rename that must be
+    /// atomic on object storage, ...).
+    #[error("{medium} cannot {op}: {why}")]
+    NotSupported {
+        /// The medium's scheme (`s3://`, `memory:`, ...).
+        medium: &'static str,
+        /// What was asked.
+        op: &'static str,
+        /// Why not, and what to do instead.
+        why: &'static str,
+    },
+    /// A conditional write lost: the file exists (create-only) or its version moved on since
+    /// the writer read it (a stale writer). Nothing was written.
+    #[error("{path}: precondition failed: {why}")]
+    PreconditionFailed {
+        /// The file's path on its medium.
+        path: String,
+        /// Which condition failed.
+        why: String,
+    },
+    /// A remote medium (object storage) failed a request.
+    #[error("{url}: {kind}: {message}")]
+    Remote {
+        /// The URL (bucket and key) of the request, without credentials.
+        url: String,
+        /// What kind of failure, for a caller to act on.
+        kind: RemoteFailure,
+        /// The server's or the client's message.
+        message: String,
+    },
+}
+
+/// The kinds of failure of a remote medium.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RemoteFailure {
+    /// No answer: the endpoint is down, unreachable or timed out.
+    Unreachable,
+    /// The credentials were refused (missing, wrong, or not allowed).
+    Unauthorized,
+    /// The bucket does not exist.
+    NoSuchBucket,
+    /// The object does not exist.
+    NotFound,
+    /// The object's bytes are not what its manifest or checksum says.
+    Corrupt,
+    /// Anything else the server answered.
+    Other,
+}
+
+impl fmt::Display for RemoteFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RemoteFailure::Unreachable => "unreachable",
+            RemoteFailure::Unauthorized => "credentials refused",
+            RemoteFailure::NoSuchBucket => "no such bucket",
+            RemoteFailure::NotFound => "not found",
+            RemoteFailure::Corrupt => "corrupt",
+            RemoteFailure::Other => "request failed",
+        })
+    }
 }
 
 impl Error {

@@ -56,6 +56,7 @@ pub mod carrier;
 pub mod error;
 mod io;
 pub mod layout;
+pub mod media;
 mod sync;
 mod volume;
 
