@@ -28,11 +28,19 @@
 //! - rename is atomic where [`Media::rename_is_atomic`] says so (not on object storage:
 //!   copy then delete); nothing in Vellum relies on it where it is not.
 
+mod local;
+mod memory;
+#[cfg(feature = "s3")]
+mod s3;
+#[cfg(feature = "test-util")]
+pub mod testing;
 mod url;
+mod vol;
 
 pub use url::{Bare, MediaUrl, S3Url};
 
 use std::fmt;
+use std::sync::Arc;
 
 use crate::error::{Knob, Result};
 
@@ -147,6 +155,10 @@ pub trait MediaFile: Send + Sync + fmt::Debug {
     fn set_len(&self, len: u64) -> Result<()>;
     /// The file's length in bytes, as this handle sees it.
     fn len(&self) -> Result<u64>;
+    /// Whether the file holds no bytes.
+    fn is_empty(&self) -> Result<bool> {
+        Ok(self.len()? == 0)
+    }
     /// Makes what was written durable (object storage: completes the upload).
     fn sync(&self) -> Result<()>;
     /// Syncs and releases the handle.
@@ -222,4 +234,45 @@ impl Medium {
             (Medium::Object, _) => Meaningless,
         }
     }
+}
+
+/// A medium and a path on it: what a URL names.
+#[derive(Debug, Clone)]
+pub struct Target {
+    /// The medium (shared: a `Target` clones cheaply).
+    pub media: Arc<dyn Media>,
+    /// The absolute path on it (`/` for the root; on `s3://`, `/` + the key).
+    pub path: String,
+}
+
+/// Opens the medium `url` names.
+pub fn open(url: &MediaUrl, options: MediaOptions) -> Result<Target> {
+    match url {
+        MediaUrl::Local(path) => {
+            let path = std::path::absolute(path).map_err(|e| crate::Error::BadUrl {
+                url: path.display().to_string(),
+                reason: format!("cannot make the path absolute: {e}"),
+            })?;
+            Ok(Target { media: local::open(options)?, path: path.to_string_lossy().into_owned() })
+        }
+        MediaUrl::Memory(path) => Ok(Target { media: memory::open(options)?, path: path.clone() }),
+        MediaUrl::Virtual { volume, path } => {
+            Ok(Target { media: vol::open(volume, options)?, path: path.clone() })
+        }
+        #[cfg(feature = "s3")]
+        MediaUrl::S3(s3) => {
+            Ok(Target { media: s3::open(s3, options)?, path: format!("/{}", s3.key) })
+        }
+        #[cfg(not(feature = "s3"))]
+        MediaUrl::S3(_) => Err(crate::Error::NotSupported {
+            medium: "s3://",
+            op: "open",
+            why: "this build has no object storage (build vellum-engine with feature s3)",
+        }),
+    }
+}
+
+/// Parses `url` (a bare path means what `bare` says) and opens its medium.
+pub fn open_str(url: &str, bare: Bare, options: MediaOptions) -> Result<Target> {
+    open(&MediaUrl::parse(url, bare)?, options)
 }
