@@ -4,8 +4,8 @@
 //!
 //! Exit codes (docs/OPERATIONS.md, "Exit codes"): 0 success; 1 any other failure; 2 bad
 //! arguments (and `vellum check`: corrupt); 3 this node must not run as this member (and
-//! `vellum check`: leaks only); 4 the Raft core stopped; 5 not found (a key, a member);
-//! 6 unreachable (no endpoint answered).
+//! `vellum check`: leaks only); 4 the Raft core stopped; 5 not found (a key, a member, a
+//! file on a medium); 6 unreachable (no endpoint answered, an object store's included).
 
 use std::fmt;
 
@@ -15,6 +15,9 @@ pub enum CliError {
     Engine(vellum_engine::Error),
     Io(std::io::Error, String),
     Usage(String),
+    /// Arguments that cannot mean anything (a bad URL): exit code 2, as a usage error of the
+    /// argument parser.
+    BadArguments(String),
     /// This node must not run as the member it was asked to be (it lost its state, or the
     /// volume belongs to another node id): exit code 3, which the systemd unit does not
     /// restart.
@@ -34,6 +37,7 @@ impl CliError {
     /// The process exit code for this failure.
     pub fn exit_code(&self) -> i32 {
         match self {
+            CliError::BadArguments(_) | CliError::Engine(vellum_engine::Error::BadUrl { .. }) => 2,
             CliError::NotThisMember(_) => 3,
             CliError::RaftStopped(_) => 4,
             CliError::NotFound(_) => 5,
@@ -55,6 +59,7 @@ impl fmt::Display for CliError {
             CliError::Engine(e) => write!(f, "{e}"),
             CliError::Io(e, what) => write!(f, "{what}: {e}"),
             CliError::Usage(msg)
+            | CliError::BadArguments(msg)
             | CliError::NotThisMember(msg)
             | CliError::NotFound(msg)
             | CliError::Unreachable(msg) => f.write_str(msg),

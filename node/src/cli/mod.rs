@@ -3,6 +3,7 @@
 pub mod cert;
 pub mod client;
 pub mod demo;
+pub mod media;
 pub mod tour;
 pub mod volume;
 
@@ -101,21 +102,45 @@ pub enum Command {
     },
     /// Check a volume read-only: exit 0 clean, 1 could not complete, 2 corrupt, 3 leaks only.
     Check { carrier: PathBuf },
-    /// List a directory of the volume.
+    /// List a directory: of a volume (VOLUME [PATH], or VOLUME:/path) or of any medium
+    /// (local:///dir, memory:/dir, virtual:///v.vlm:/dir, s3://bucket/prefix/?endpoint=...).
     Ls {
-        carrier: PathBuf,
-        #[arg(default_value = "/")]
-        path: OsString,
+        /// A volume, or a URL of any medium.
+        url: OsString,
+        /// A path inside it [default: /].
+        path: Option<OsString>,
     },
     /// Show a file's or directory's metadata, extents and attributes.
     Stat { carrier: PathBuf, path: OsString },
-    /// Write a file of the volume to stdout.
-    Cat { carrier: PathBuf, path: OsString },
-    /// Copy a file; either side may be CARRIER:/path (a host source may be - for stdin, a
-    /// host destination - for stdout).
-    Cp { src: OsString, dst: OsString },
-    /// Remove a file or an empty directory.
-    Rm { carrier: PathBuf, path: OsString },
+    /// Write a file to stdout: of a volume (VOLUME PATH, or VOLUME:/path) or of any medium
+    /// (local:///f, virtual:///v.vlm:/f, s3://bucket/key?endpoint=...).
+    Cat {
+        /// A volume, or a URL of any medium.
+        url: OsString,
+        /// A path inside it.
+        path: Option<OsString>,
+    },
+    /// Copy a file between any two media, streaming, with a progress bar for large copies.
+    /// Each side is VOLUME:/path (a file in a volume), - (stdin or stdout), a URL
+    /// (local:///abs/path, memory:/path, virtual:///v.vlm:/path, s3://bucket/key?endpoint=
+    /// ...&region=...), or any other path: a host file (a whole volume file copies as its
+    /// bytes). On success the destination holds the source's bytes durably; a failed copy
+    /// leaves no complete-looking destination.
+    Cp {
+        src: OsString,
+        dst: OsString,
+        /// Read the destination back and compare its CRC-32C with the bytes sent.
+        #[arg(long)]
+        verify: bool,
+    },
+    /// Remove a file or an empty directory: of a volume (VOLUME PATH, or VOLUME:/path) or of
+    /// any medium (a URL).
+    Rm {
+        /// A volume, or a URL of any medium.
+        url: OsString,
+        /// A path inside it.
+        path: Option<OsString>,
+    },
     /// Create a directory.
     Mkdir {
         carrier: PathBuf,
@@ -261,11 +286,11 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
         }
         Command::Info { carrier, json } => volume::info(&carrier, json)?,
         Command::Check { carrier } => return volume::check(&carrier),
-        Command::Ls { carrier, path } => volume::ls(&carrier, &path)?,
+        Command::Ls { url, path } => media::ls(&url, path.as_deref())?,
         Command::Stat { carrier, path } => volume::stat(&carrier, &path)?,
-        Command::Cat { carrier, path } => volume::cat(&carrier, &path)?,
-        Command::Cp { src, dst } => volume::cp(&src, &dst)?,
-        Command::Rm { carrier, path } => volume::rm(&carrier, &path)?,
+        Command::Cat { url, path } => media::cat(&url, path.as_deref())?,
+        Command::Cp { src, dst, verify } => media::cp(&src, &dst, verify)?,
+        Command::Rm { url, path } => media::rm(&url, path.as_deref())?,
         Command::Mkdir { carrier, path, parents } => volume::mkdir(&carrier, &path, parents)?,
         Command::Mv { carrier, from, to } => volume::mv(&carrier, &from, &to)?,
         Command::Tour { dir } => tour::run(&dir)?,

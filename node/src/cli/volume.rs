@@ -1,9 +1,8 @@
-//! The volume subcommands: `format`, `info`, `check`, `ls`, `stat`, `cat`, `cp`, `rm`,
-//! `mkdir`, `mv`. Each opens the volume, does one thing, and closes it cleanly; a failure is
+//! The volume subcommands: `format`, `info`, `check`, `ls`, `stat`, `rm`, `mkdir`, `mv`
+//! (`cp` and `cat`, over every medium, are in `media`). Each opens the volume, does one thing, and closes it cleanly; a failure is
 //! one line on stderr and a non-zero exit, never a panic.
 
-use std::ffi::{OsStr, OsString};
-use std::io::{Read, Write};
+use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -14,9 +13,6 @@ use vellum_engine::{Error, FileKind, FindingKind, FormatOptions, Volume, VolumeO
 
 use super::CliError;
 use super::size::human;
-
-/// Bytes moved per read or write by `cat` and `cp`.
-const CHUNK: usize = 1 << 20;
 
 /// Opens with production knobs, or buffered where the host file system refuses O_DIRECT.
 pub fn open(path: &Path, read_only: bool) -> Result<Volume, CliError> {
@@ -175,7 +171,7 @@ pub fn format(a: &FormatArgs) -> Result<(), CliError> {
 
 /// Refuses a host path whose parent directory is missing, naming the parent (the open
 /// error would name the path only).
-fn check_parent(path: &Path) -> Result<(), CliError> {
+pub(super) fn check_parent(path: &Path) -> Result<(), CliError> {
     match path.parent() {
         Some(parent) if !parent.as_os_str().is_empty() && !parent.is_dir() => Err(CliError::Usage(
             format!("{}: the directory {} does not exist", path.display(), parent.display()),
@@ -519,13 +515,13 @@ pub fn check(path: &Path) -> Result<i32, CliError> {
     Ok(code)
 }
 
-fn display_name(name: &[u8]) -> String {
+pub(super) fn display_name(name: &[u8]) -> String {
     name.escape_ascii().to_string()
 }
 
 /// An engine error of a path inside the volume `carrier`, naming the volume where the path
 /// is missing ("/a does not exist in v.vlm").
-fn in_volume(carrier: &Path) -> impl Fn(Error) -> CliError + '_ {
+pub(super) fn in_volume(carrier: &Path) -> impl Fn(Error) -> CliError + '_ {
     move |e| match e {
         Error::NotFound { path } => CliError::Usage(format!(
             "{} does not exist in {}",
@@ -574,36 +570,9 @@ pub fn stat(path: &Path, target: &OsStr) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Streams a volume file into `out`, a chunk at a time.
-fn copy_out(f: &vellum_engine::File, out: &mut impl Write) -> Result<(), CliError> {
-    let mut buf = vec![0u8; CHUNK];
-    let mut at = 0u64;
-    loop {
-        let n = f.read_at(&mut buf, at)?;
-        if n == 0 {
-            return Ok(());
-        }
-        out.write_all(&buf[..n]).map_err(|e| CliError::Io(e, "writing the copy".into()))?;
-        at += n as u64;
-    }
-}
-
-pub fn cat(path: &Path, target: &OsStr) -> Result<(), CliError> {
-    let v = open(path, true)?;
-    let f = v.open_file(target.as_bytes()).map_err(in_volume(path))?;
-    let mut out = std::io::stdout().lock();
-    match copy_out(&f, &mut out)
-        .and_then(|()| out.flush().map_err(|e| CliError::Io(e, "writing to stdout".into())))
-    {
-        // A closed pipe (`vellum cat ... | head`) is not an error.
-        Err(CliError::Io(e, _)) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-        other => other,
-    }
-}
-
 /// `CARRIER:/path` splits into (carrier, path) when CARRIER exists; anything else is a host
 /// path.
-fn split_location(arg: &OsStr) -> Option<(PathBuf, Vec<u8>)> {
+pub(super) fn split_location(arg: &OsStr) -> Option<(PathBuf, Vec<u8>)> {
     let b = arg.as_bytes();
     let mut from = 0;
     while let Some(i) = b[from..].windows(2).position(|w| w == b":/").map(|i| i + from) {
@@ -614,141 +583,6 @@ fn split_location(arg: &OsStr) -> Option<(PathBuf, Vec<u8>)> {
         from = i + 1;
     }
     None
-}
-
-fn read_host(path: &OsStr) -> Result<Box<dyn Read>, CliError> {
-    if path == "-" {
-        return Ok(Box::new(std::io::stdin()));
-    }
-    let f = std::fs::File::open(path)
-        .map_err(|e| CliError::Io(e, format!("opening {}", Path::new(path).display())))?;
-    Ok(Box::new(f))
-}
-
-/// Writes `source` into the volume at `dst`, replacing an existing file atomically.
-fn copy_into(v: &Volume, dst: &[u8], mut source: impl Read) -> Result<u64, CliError> {
-    // The copy goes to a temporary name beside `dst` first: check what the user named (the
-    // parent directory), so that no error speaks of the temporary file.
-    let parent = match dst.iter().rposition(|&b| b == b'/') {
-        Some(0) | None => &b"/"[..],
-        Some(i) => &dst[..i],
-    };
-    match v.stat(parent) {
-        Ok(st) if st.kind == FileKind::Directory => {}
-        Ok(_) => {
-            return Err(CliError::Usage(format!(
-                "{} is not a directory in the volume",
-                display_name(parent)
-            )));
-        }
-        Err(Error::NotFound { .. }) => {
-            return Err(CliError::Usage(format!(
-                "the directory {} does not exist in the volume (create it: vellum mkdir -p)",
-                display_name(parent)
-            )));
-        }
-        Err(e) => return Err(e.into()),
-    }
-    if dst.ends_with(b"/") || v.stat(dst).is_ok_and(|st| st.kind == FileKind::Directory) {
-        return Err(CliError::Usage(format!(
-            "{} is a directory in the volume: name the file to write",
-            display_name(dst)
-        )));
-    }
-    let mut tmp = dst.to_vec();
-    tmp.extend_from_slice(b".vellum-cp-tmp");
-    if v.exists(&tmp)? {
-        v.remove(&tmp)?;
-    }
-    let f = v.create_file(&tmp)?;
-    let mut buf = vec![0u8; CHUNK];
-    let mut at = 0u64;
-    let copied = loop {
-        let n = match source.read(&mut buf) {
-            Ok(n) => n,
-            Err(e) => break Err(CliError::Io(e, "reading the source".into())),
-        };
-        if n == 0 {
-            break Ok(());
-        }
-        if let Err(e) = f.write_at(&buf[..n], at) {
-            break Err(e.into());
-        }
-        at += n as u64;
-    };
-    drop(f);
-    if let Err(e) = copied {
-        // A full volume (or a bad source) leaves no partial copy behind.
-        let _ = v.remove(&tmp);
-        return Err(e);
-    }
-    v.rename(&tmp, dst)?;
-    Ok(at)
-}
-
-pub fn cp(src: &OsString, dst: &OsString) -> Result<(), CliError> {
-    match (split_location(src), split_location(dst)) {
-        (None, None) => {
-            // Name the volume the user meant, if an argument looks like CARRIER:/path.
-            for arg in [dst, src] {
-                let b = arg.as_bytes();
-                if let Some(i) = b.windows(2).position(|w| w == b":/") {
-                    let carrier = Path::new(OsStr::from_bytes(&b[..i]));
-                    check_parent(carrier)?;
-                    return Err(CliError::Usage(format!(
-                        "{}: no such volume (vellum format creates one)",
-                        carrier.display()
-                    )));
-                }
-            }
-            Err(CliError::Usage(
-                "one side of cp must be CARRIER:/path (the carrier must exist)".into(),
-            ))
-        }
-        (None, Some((carrier, path))) => {
-            let v = open(&carrier, false)?;
-            let copied = read_host(src).and_then(|source| copy_into(&v, &path, source));
-            // Closed cleanly also when the copy failed (a full volume stays usable).
-            let closed = v.close();
-            copied?;
-            Ok(closed?)
-        }
-        (Some((carrier, path)), None) if dst == "-" => {
-            let v = open(&carrier, true)?;
-            let f = v.open_file(&path).map_err(in_volume(&carrier))?;
-            let mut out = std::io::stdout().lock();
-            match copy_out(&f, &mut out)
-                .and_then(|()| out.flush().map_err(|e| CliError::Io(e, "writing to stdout".into())))
-            {
-                // A closed pipe (`vellum cp VOL:/f - | head`) is not an error.
-                Err(CliError::Io(e, _)) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
-                other => other,
-            }
-        }
-        (Some((carrier, path)), None) => {
-            let v = open(&carrier, true)?;
-            let f = v.open_file(&path).map_err(in_volume(&carrier))?;
-            check_parent(Path::new(dst))?;
-            let mut out = std::fs::File::create(dst)
-                .map_err(|e| CliError::Io(e, format!("creating {}", Path::new(dst).display())))?;
-            copy_out(&f, &mut out)?;
-            out.sync_all().map_err(|e| CliError::Io(e, "syncing the copy".into()))
-        }
-        (Some((a, pa)), Some((b, pb))) => {
-            let same = std::fs::canonicalize(&a).ok() == std::fs::canonicalize(&b).ok();
-            let dst_volume = open(&b, false)?;
-            let content = if same {
-                dst_volume.open_file(&pa)?.read_to_end()?
-            } else {
-                let src_volume = open(&a, true)?;
-                src_volume.open_file(&pa)?.read_to_end()?
-            };
-            let copied = copy_into(&dst_volume, &pb, content.as_slice());
-            let closed = dst_volume.close();
-            copied?;
-            Ok(closed?)
-        }
-    }
 }
 
 pub fn rm(path: &Path, target: &OsStr) -> Result<(), CliError> {
