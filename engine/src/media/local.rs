@@ -188,7 +188,7 @@ impl Local {
         result
     }
 
-    fn put_update(&self, path: &Path, bytes: &[u8], expected: &Version) -> Result<Version> {
+    fn put_update(path: &Path, bytes: &[u8], expected: &Version) -> Result<Version> {
         let stale = |why: &str| Error::PreconditionFailed {
             path: path.display().to_string(),
             why: why.to_string(),
@@ -330,7 +330,7 @@ impl Media for Local {
                 file.sync_data().map_err(|e| io_error(IoOp::Barrier, 0, 0, e))?;
                 Ok(version_of(&file.metadata().map_err(|e| fs_error(&path, e))?))
             }
-            PutMode::Update(expected) => self.put_update(&path, bytes, &expected),
+            PutMode::Update(expected) => Self::put_update(&path, bytes, &expected),
         }
     }
 
