@@ -56,6 +56,30 @@ impl FdCore {
         }
     }
 
+    /// A core over one host file opened (or not) with O_DIRECT according to `options`: the
+    /// `local://` medium's files (issue 24). The geometry's length is irrelevant there (the
+    /// medium keeps the logical length); the alignment is what `statx` reports, or 4096.
+    pub(crate) fn for_host_file(file: File, options: CarrierOptions) -> FdCore {
+        let (mem_align, offset_align) = if options.direct_io {
+            sys::dio_alignment(file.as_fd()).unwrap_or((4096, 4096))
+        } else {
+            (1, 1)
+        };
+        let geometry = Geometry {
+            len_bytes: 0,
+            logical_sector: 512,
+            physical_sector: 4096,
+            mem_align,
+            offset_align,
+        };
+        FdCore::new(file, options, geometry)
+    }
+
+    /// The open file.
+    pub(crate) fn file(&self) -> &File {
+        &self.file
+    }
+
     /// Makes durable writes a write plus one flush (block devices; see `flush_writes`).
     pub(crate) fn with_flush_writes(mut self) -> FdCore {
         self.flush_writes = true;

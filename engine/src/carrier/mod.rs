@@ -29,10 +29,12 @@ pub use aligned::AlignedBuf;
 pub use device::DeviceCarrier;
 #[cfg(any(test, feature = "test-util"))]
 pub use faulty::{CrashPlan, FaultRng, FaultyCarrier, InjectedError, OpKind, OpRecord, WriteHook};
+pub(crate) use fd::FdCore;
 pub use file::{CreateOptions, FileCarrier};
 pub use memory::MemoryCarrier;
 pub use stats::names as stats_names;
 pub use stats::{CarrierStats, StatsSnapshot};
+pub(crate) use sys::flock;
 
 use crate::error::{Error, Knob, Result};
 

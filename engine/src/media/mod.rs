@@ -69,6 +69,30 @@ impl Medium {
         }
     }
 
+    /// The medium's name in messages (`local`, `memory`, `virtual`, `s3`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Medium::Local => "local",
+            Medium::Memory => "memory",
+            Medium::Virtual => "virtual",
+            Medium::Object => "s3",
+        }
+    }
+
+    /// Rejects the knobs of `options` that are physically meaningless here
+    /// ([`Error::KnobMeaningless`](crate::Error::KnobMeaningless)); an inherent knob asked
+    /// for is fine (it is on anyway), and so is a knob explicitly turned off.
+    pub fn check_knobs(self, options: &MediaOptions) -> Result<()> {
+        for (knob, asked) in
+            [(Knob::DirectIo, options.direct_io), (Knob::WriteThrough, options.write_through)]
+        {
+            if asked == Some(true) && self.knob_support(knob) == KnobSupport::Meaningless {
+                return Err(crate::Error::KnobMeaningless { knob, medium: self.name() });
+            }
+        }
+        Ok(())
+    }
+
     /// True when what is written outlives the process.
     pub fn is_durable(self) -> bool {
         self != Medium::Memory
