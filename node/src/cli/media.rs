@@ -286,7 +286,7 @@ enum Sink {
 
 impl Sink {
     /// Opens a volume file for writing, under a temporary name beside `dst`.
-    fn volume(volume: Volume, carrier: &Path, dst: Vec<u8>) -> Result<Sink, CliError> {
+    fn volume(volume: Volume, dst: Vec<u8>) -> Result<Sink, CliError> {
         // Check what the user named (the parent directory), so that no error speaks of the
         // temporary file.
         let parent = match dst.iter().rposition(|&b| b == b'/') {
@@ -297,16 +297,14 @@ impl Sink {
             Ok(st) if st.kind == FileKind::Directory => {}
             Ok(_) => {
                 return Err(CliError::Usage(format!(
-                    "{} is not a directory in {}",
-                    display_name(parent),
-                    carrier.display()
+                    "{} is not a directory in the volume",
+                    display_name(parent)
                 )));
             }
             Err(Error::NotFound { .. }) => {
                 return Err(CliError::Usage(format!(
-                    "the directory {} does not exist in {} (create it: vellum mkdir -p)",
-                    display_name(parent),
-                    carrier.display()
+                    "the directory {} does not exist in the volume (create it: vellum mkdir -p)",
+                    display_name(parent)
                 )));
             }
             Err(e) => return Err(e.into()),
@@ -314,9 +312,8 @@ impl Sink {
         if dst.ends_with(b"/") || volume.stat(&dst).is_ok_and(|st| st.kind == FileKind::Directory)
         {
             return Err(CliError::Usage(format!(
-                "{} is a directory in {}: name the file to write",
-                display_name(&dst),
-                carrier.display()
+                "{} is a directory in the volume: name the file to write",
+                display_name(&dst)
             )));
         }
         let mut tmp = dst.clone();
@@ -536,7 +533,7 @@ fn copy_sides(
     };
     let mut sink = match (to, dst_volume) {
         (Side::Std, _) => Sink::Stdout,
-        (Side::Volume(carrier, path), Some(v)) => Sink::volume(v.clone(), carrier, path.clone())?,
+        (Side::Volume(_, path), Some(v)) => Sink::volume(v.clone(), path.clone())?,
         (Side::Media(arg, url), _) => {
             if let MediaUrl::Local(p) = url {
                 volume::check_parent(p)?;
