@@ -28,9 +28,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use vellum_engine::error::RemoteFailure;
-use vellum_engine::media::{
-    self, Bare, EntryKind, MediaFile, MediaOptions, MediaUrl, Target,
-};
+use vellum_engine::media::{self, Bare, EntryKind, MediaFile, MediaOptions, MediaUrl, Target};
 use vellum_engine::{Error, FileKind, Volume};
 
 use super::CliError;
@@ -309,8 +307,7 @@ impl Sink {
             }
             Err(e) => return Err(e.into()),
         }
-        if dst.ends_with(b"/") || volume.stat(&dst).is_ok_and(|st| st.kind == FileKind::Directory)
-        {
+        if dst.ends_with(b"/") || volume.stat(&dst).is_ok_and(|st| st.kind == FileKind::Directory) {
             return Err(CliError::Usage(format!(
                 "{} is a directory in the volume: name the file to write",
                 display_name(&dst)
@@ -330,7 +327,9 @@ impl Sink {
     fn media(url: String, target: Target) -> Result<Sink, CliError> {
         let path = target.path.clone();
         if path.ends_with('/') {
-            return Err(CliError::Usage(format!("{url}: name the file to write (not a directory)")));
+            return Err(CliError::Usage(format!(
+                "{url}: name the file to write (not a directory)"
+            )));
         }
         if let Ok(st) = target.media.stat(&path)
             && st.kind == EntryKind::Directory
@@ -497,7 +496,8 @@ pub fn cp(src: &OsStr, dst: &OsStr, verify: bool) -> Result<(), CliError> {
         (Side::Volume(a, _), _, _) => Some((volume::open(a, true)?, true)),
         _ => None,
     };
-    let result = copy_sides(&from, &to, src_volume.as_ref().map(|v| &v.0), dst_volume.as_ref(), verify);
+    let result =
+        copy_sides(&from, &to, src_volume.as_ref().map(|v| &v.0), dst_volume.as_ref(), verify);
     // Closed cleanly also when the copy failed (a full volume stays usable).
     let mut closed = Ok(());
     if let Some((v, own)) = src_volume
