@@ -43,6 +43,8 @@ pub struct Options {
     pub progress: bool,
     /// The `cluster` suite's emulated slow disk: milliseconds per durable request (0: off).
     pub slow_disk_ms: f64,
+    /// The `media` suite's archive-like object, bytes (`None`: 1 GiB scaled by `scale`).
+    pub archive_bytes: Option<u64>,
 }
 
 impl Options {
@@ -146,6 +148,7 @@ pub const SUITES: &[&str] = &[
     "journal",
     "cluster",
     "tls",
+    "media",
     "harness",
     "hdd-model",
 ];
@@ -181,6 +184,7 @@ pub fn run(names: &[String], opts: &Options) -> Result<Vec<SuiteResult>, String>
             "journal" => suites::journal::run(opts),
             "cluster" => suites::cluster::run(opts),
             "tls" => suites::tls::run(opts),
+            "media" => suites::media::run(opts),
             "harness" => suites::harness::run(opts),
             "hdd-model" => Ok(suites::hdd::run(
                 out.iter().find(|r| r.name == "devops"),

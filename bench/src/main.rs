@@ -11,7 +11,7 @@ use vellum_bench::{Options, SUITES, report, run};
 #[command(name = "vellum-bench", version)]
 struct Args {
     /// Suites to run (all when none or `all`): carrier, prealloc, log, devops, recovery,
-    /// metadata, memory, cache, journal, cluster, tls, harness, hdd-model.
+    /// metadata, memory, cache, journal, cluster, tls, media, harness, hdd-model.
     suites: Vec<String>,
     /// Work directory on a real file system (O_DIRECT must work there: not tmpfs).
     #[arg(long, default_value = "bench-data")]
@@ -26,6 +26,10 @@ struct Args {
     /// (a FUSE mount per node; 8 is about an HDD cache flush); 0 skips the slow-disk rows.
     #[arg(long, default_value_t = 8.0)]
     slow_disk_ms: f64,
+    /// `media` suite: MiB of the archive-like object uploaded and read back [default: 1024
+    /// times --scale, at least 32].
+    #[arg(long)]
+    archive_mib: Option<u64>,
     /// Write JSON lines here.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -48,6 +52,7 @@ fn main() {
         scale: args.scale,
         progress: std::io::IsTerminal::is_terminal(&std::io::stderr()),
         slow_disk_ms: args.slow_disk_ms,
+        archive_bytes: args.archive_mib.map(|m| m << 20),
     };
     let results = match run(&suites, &opts) {
         Ok(r) => r,

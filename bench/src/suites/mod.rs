@@ -9,6 +9,7 @@ pub mod harness;
 pub mod hdd;
 pub mod journal;
 pub mod log;
+pub mod media;
 pub mod memory;
 pub mod metadata;
 #[cfg(feature = "peers")]
