@@ -38,6 +38,7 @@ mod url;
 mod vol;
 
 pub use url::{Bare, MediaUrl, S3Url};
+pub use vol::open_volume;
 
 use std::fmt;
 use std::sync::Arc;
