@@ -121,6 +121,10 @@ fn bad_urls_are_one_line_and_exit_2() {
     assert!(e.contains("absolute"), "{e}");
     let e = refused(&["cat", &format!("local://{}/missing", s(dir.path()))], 5);
     assert!(e.contains("missing"), "{e}");
+    // memory: is one namespace per process: a fresh process finds it empty.
+    assert!(ok(&["ls", "memory:"]).is_empty());
+    refused(&["cat", "memory:/nothing"], 5);
+    ok(&["cp", s(&host), "memory:/x", "--verify"]);
     // Two host files: cp(1)'s job, said so.
     let e = refused(&["cp", s(&host), s(&dir.path().join("g"))], 1);
     assert!(e.contains("cp(1)"), "{e}");

@@ -133,7 +133,15 @@ fn local(r: &mut SuiteResult, opts: &Options, dir: &Path, chunks: usize) -> Resu
             floor.read_exact_at(buf, at).unwrap_or_else(|e| panic!("host read: {e}"));
         }
     });
-    seq_pair(r, opts, "local://", "host file (std::fs)", chunks, facade_op(file.as_ref()), floor_op);
+    seq_pair(
+        r,
+        opts,
+        "local://",
+        "host file (std::fs)",
+        chunks,
+        facade_op(file.as_ref()),
+        floor_op,
+    );
     file.close().map_err(e("local:// close"))?;
     let _ = std::fs::remove_file(&facade_path);
     let _ = std::fs::remove_file(&floor_path);
@@ -216,9 +224,8 @@ fn plain_client(moto: &MotoServer, bucket: &str) -> Result<Arc<dyn ObjectStore>,
 
 fn s3(r: &mut SuiteResult, opts: &Options) -> Result<(), String> {
     let Some(moto) = MotoServer::start() else {
-        r.skipped.push(
-            "s3://: moto_server is not installed (pip install 'moto[s3,server]')".into(),
-        );
+        r.skipped
+            .push("s3://: moto_server is not installed (pip install 'moto[s3,server]')".into());
         return Ok(());
     };
     // The facade reads credentials from the usual AWS environment (moto accepts any); the
@@ -280,7 +287,12 @@ fn s3(r: &mut SuiteResult, opts: &Options) -> Result<(), String> {
         },
     );
     r.measurements.extend(ms);
-    r.target(&format!("{case}: facade latency <= 1.11x the plain client (>= 0.9x throughput)"), r.ratio(case, "facade"), |x| x <= 1.0 / 0.9, "");
+    r.target(
+        &format!("{case}: facade latency <= 1.11x the plain client (>= 0.9x throughput)"),
+        r.ratio(case, "facade"),
+        |x| x <= 1.0 / 0.9,
+        "",
+    );
 
     // Ranged GETs of 1 MiB out of a 16 MiB object.
     let big: Vec<u8> = (0..16u64).flat_map(|s| crate::payload(MIB, 100 + s)).collect();
@@ -317,7 +329,12 @@ fn s3(r: &mut SuiteResult, opts: &Options) -> Result<(), String> {
         },
     );
     r.measurements.extend(ms);
-    r.target(&format!("{case}: facade latency <= 1.11x the plain client (>= 0.9x throughput)"), r.ratio(case, "facade"), |x| x <= 1.0 / 0.9, "");
+    r.target(
+        &format!("{case}: facade latency <= 1.11x the plain client (>= 0.9x throughput)"),
+        r.ratio(case, "facade"),
+        |x| x <= 1.0 / 0.9,
+        "",
+    );
     drop(reader);
 
     // Archive-like: upload then read back a large object, whole.
@@ -396,8 +413,18 @@ fn s3(r: &mut SuiteResult, opts: &Options) -> Result<(), String> {
         m.set_extra("seconds", s);
     }
     r.measurements.extend(ms);
-    r.target(&format!("{up}: facade >= 0.9x the plain client"), r.ratio(&up, "facade"), |x| x >= 0.9, "");
-    r.target(&format!("{down}: facade >= 0.9x the plain client"), r.ratio(&down, "facade"), |x| x >= 0.9, "");
+    r.target(
+        &format!("{up}: facade >= 0.9x the plain client"),
+        r.ratio(&up, "facade"),
+        |x| x >= 0.9,
+        "",
+    );
+    r.target(
+        &format!("{down}: facade >= 0.9x the plain client"),
+        r.ratio(&down, "facade"),
+        |x| x >= 0.9,
+        "",
+    );
     r.notes.push(format!(
         "s3://: moto_server on loopback (one Python process, so absolute figures are moto's, not \
          S3's); {requests} requests per repetition and variant; archive: {} MiB, mean seconds \

@@ -22,17 +22,19 @@
 //! One copy loop ([`pump`]) moves the bytes between every pair of media, a 1 MiB chunk at a
 //! time, with a progress bar on stderr for copies above 8 MiB when stderr is a terminal.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsStr;
 use std::io::{IsTerminal, Read, Write};
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use vellum_engine::Error;
 use vellum_engine::error::RemoteFailure;
-use vellum_engine::media::{self, Bare, EntryKind, MediaFile, MediaOptions, MediaUrl, Target};
-use vellum_engine::{Error, FileKind, Volume};
+use vellum_engine::media::{
+    self, Bare, EntryKind, Media, MediaFile, MediaOptions, MediaUrl, Medium, Target,
+};
 
 use super::CliError;
-use super::volume::{self, display_name, in_volume};
+use super::volume::{self, display_name};
 
 /// Bytes moved per read and write by `cp` and `cat`.
 pub const CHUNK: usize = 1 << 20;
@@ -76,83 +78,90 @@ fn scheme_url(arg: &OsStr) -> Result<Option<MediaUrl>, CliError> {
     }
 }
 
-fn open_target(arg: &str, url: &MediaUrl, read_only: bool) -> Result<Target, CliError> {
-    let options = MediaOptions { read_only, ..MediaOptions::default() };
-    media::open(url, options).map_err(|e| media_error(arg, e))
-}
-
 /// `dir` joined with `rel` (an absolute `rel` replaces it).
-fn join(dir: &str, rel: &OsStr) -> Result<String, CliError> {
-    let rel = utf8(rel)?;
-    Ok(if rel.starts_with('/') || dir.is_empty() {
+fn join(dir: &str, rel: &str) -> String {
+    if rel.starts_with('/') || dir.is_empty() {
         rel.to_string()
     } else if dir.ends_with('/') {
         format!("{dir}{rel}")
     } else {
         format!("{dir}/{rel}")
-    })
+    }
 }
 
-/// What `ls`/`cat`/`rm` act on.
-enum Place {
-    /// A path in a volume (the volume commands, as before the facade).
-    Volume(PathBuf, OsString),
-    /// A path on a medium of the facade.
-    Media { arg: String, target: Target },
+/// A path on a medium, opened, with what the user typed (for messages).
+struct Place {
+    arg: String,
+    url: MediaUrl,
+    target: Target,
 }
 
-fn place(url: &OsStr, path: Option<&OsStr>, read_only: bool) -> Result<Place, CliError> {
-    let Some(parsed) = scheme_url(url)? else {
-        // A bare argument: the volume, as before (`VOL`, `VOL PATH` or `VOL:/path`).
-        if let Some((carrier, inner)) = volume::split_location(url) {
-            if path.is_some() {
-                return Err(CliError::BadArguments(format!(
-                    "{}: give the path once (VOL:/path or VOL PATH)",
-                    Path::new(url).display()
-                )));
-            }
-            return Ok(Place::Volume(carrier, OsString::from(OsStr::from_bytes(&inner))));
+impl Place {
+    /// Opens what `arg` names; `bare` says what a bare path means.
+    fn open(arg: &OsStr, bare: Bare, read_only: bool) -> Result<Place, CliError> {
+        let s = utf8(arg)?;
+        let url = MediaUrl::parse(s, bare).map_err(|e| media_error(s, e))?;
+        if let MediaUrl::Virtual { volume, .. } = &url
+            && !volume.exists()
+        {
+            volume::check_parent(volume)?;
+            return Err(CliError::Usage(format!(
+                "{}: no such file or device (vellum format creates a volume)",
+                volume.display()
+            )));
         }
-        let inner = path.map_or_else(|| OsString::from("/"), OsStr::to_os_string);
-        return Ok(Place::Volume(PathBuf::from(url), inner));
-    };
-    let arg = utf8(url)?.to_string();
-    if let MediaUrl::Virtual { volume, path: inner } = &parsed {
-        let inner = match path {
-            Some(p) => join(inner, p)?,
-            None => inner.clone(),
-        };
-        return Ok(Place::Volume(volume.clone(), OsString::from(inner)));
+        let options = MediaOptions { read_only, ..MediaOptions::default() };
+        let target = media::open(&url, options).map_err(|e| media_error(s, e))?;
+        Ok(Place { arg: s.to_string(), url, target })
     }
-    let mut target = open_target(&arg, &parsed, read_only)?;
-    if let Some(p) = path {
-        target.path = join(&target.path, p)?;
+
+    /// An error of this place's medium as one line; a path missing in a volume says so as
+    /// the volume commands always did ("/a does not exist in v.vlm").
+    fn error(&self, e: Error) -> CliError {
+        match (&self.url, e) {
+            (MediaUrl::Virtual { volume, .. }, Error::NotFound { path }) => CliError::NotFound(
+                format!("{} does not exist in {}", display_name(&path), volume.display()),
+            ),
+            (_, e) => media_error(&self.arg, e),
+        }
     }
-    Ok(Place::Media { arg, target })
+
+    fn media(&self) -> &dyn Media {
+        self.target.media.as_ref()
+    }
+
+    fn path(&self) -> &str {
+        &self.target.path
+    }
+}
+
+/// What `ls`/`cat`/`rm` act on: a URL of any medium, or a bare volume (`VOL`, `VOL:/path`)
+/// with an optional path inside it.
+fn place(url: &OsStr, path: Option<&OsStr>, read_only: bool) -> Result<Place, CliError> {
+    let mut p = Place::open(url, Bare::Volume, read_only)?;
+    if let Some(rel) = path {
+        p.target.path = join(&p.target.path, utf8(rel)?);
+    }
+    Ok(p)
 }
 
 /// `vellum ls URL [PATH]`.
 pub fn ls(url: &OsStr, path: Option<&OsStr>) -> Result<(), CliError> {
-    match place(url, path, true)? {
-        Place::Volume(carrier, inner) => volume::ls(&carrier, &inner),
-        Place::Media { arg, target } => {
-            let Target { media, path } = target;
-            if let Ok(st) = media.stat(&path)
-                && st.kind == EntryKind::File
-            {
-                println!("f {:>12}  {}", st.len, base_name(&path));
-                return Ok(());
-            }
-            let entries = media.list(&path).map_err(|e| media_error(&arg, e))?;
-            for e in entries {
-                match e.kind {
-                    EntryKind::Directory => println!("d {:>12}  {}/", "-", base_name(&e.path)),
-                    EntryKind::File => println!("f {:>12}  {}", e.len, base_name(&e.path)),
-                }
-            }
-            Ok(())
+    let p = place(url, path, true)?;
+    if let Ok(st) = p.media().stat(p.path())
+        && st.kind == EntryKind::File
+    {
+        println!("f {:>12}  {}", st.len, base_name(p.path()));
+        return Ok(());
+    }
+    let entries = p.media().list(p.path()).map_err(|e| p.error(e))?;
+    for e in entries {
+        match e.kind {
+            EntryKind::Directory => println!("d {:>12}  {}/", "-", base_name(&e.path)),
+            EntryKind::File => println!("f {:>12}  {}", e.len, base_name(&e.path)),
         }
     }
+    Ok(())
 }
 
 fn base_name(path: &str) -> &str {
@@ -162,68 +171,35 @@ fn base_name(path: &str) -> &str {
 
 /// `vellum cat URL [PATH]`: the file's bytes on standard output.
 pub fn cat(url: &OsStr, path: Option<&OsStr>) -> Result<(), CliError> {
-    let (source, _volume) = match place(url, path, true)? {
-        Place::Volume(carrier, inner) => {
-            if path.is_none() && inner == "/" {
-                return Err(CliError::BadArguments(format!(
-                    "{}: name the file to print (vellum cat VOL /path)",
-                    carrier.display()
-                )));
-            }
-            let v = volume::open(&carrier, true)?;
-            let file = v.open_file(inner.as_bytes()).map_err(in_volume(&carrier))?;
-            (Source::Volume { file, at: 0 }, Some(v))
-        }
-        Place::Media { arg, target } => {
-            let file = target.media.open(&target.path).map_err(|e| media_error(&arg, e))?;
-            (Source::Media { file, at: 0, url: arg }, None)
-        }
-    };
-    let mut source = source;
-    let mut sink = Sink::Stdout;
-    pump(&mut source, &mut sink, false).map(drop)
+    let p = place(url, path, true)?;
+    let file = p.media().open(p.path()).map_err(|e| p.error(e))?;
+    let mut source = Source::Media { file, at: 0, place: &p };
+    pump(&mut source, &mut Sink::Stdout, false).map(drop)
 }
 
 /// `vellum rm URL [PATH]`.
 pub fn rm(url: &OsStr, path: Option<&OsStr>) -> Result<(), CliError> {
-    match place(url, path, false)? {
-        Place::Volume(carrier, inner) => {
-            if path.is_none() && inner == "/" {
-                return Err(CliError::BadArguments(format!(
-                    "{}: name what to remove in the volume (vellum rm VOL /path)",
-                    carrier.display()
-                )));
-            }
-            volume::rm(&carrier, &inner)
-        }
-        Place::Media { arg, target } => {
-            target.media.remove(&target.path).map_err(|e| media_error(&arg, e))
-        }
+    let p = place(url, path, false)?;
+    if p.path() == "/" {
+        return Err(CliError::BadArguments(format!(
+            "{}: name what to remove (vellum rm VOLUME /path, or a URL with the path)",
+            p.arg
+        )));
     }
+    p.media().remove(p.path()).map_err(|e| p.error(e))
 }
 
-/// One side of `cp`.
-enum Side {
-    /// `-`: standard input or output.
-    Std,
-    /// `VOL:/path`: a file in a volume.
-    Volume(PathBuf, Vec<u8>),
-    /// A medium of the facade (a bare host path is `local://`).
-    Media(String, MediaUrl),
-}
-
-fn side(arg: &OsStr) -> Result<Side, CliError> {
+/// One side of `cp`: `-`, or a medium (`VOL:/path` a volume file, any other bare path a host
+/// file).
+fn side(arg: &OsStr, read_only: bool) -> Result<Option<Place>, CliError> {
     if arg == "-" {
-        return Ok(Side::Std);
+        return Ok(None);
     }
-    if let Some(url) = scheme_url(arg)? {
-        return Ok(match url {
-            MediaUrl::Virtual { volume, path } => Side::Volume(volume, path.into_bytes()),
-            url => Side::Media(utf8(arg)?.to_string(), url),
-        });
+    if scheme_url(arg)?.is_some() {
+        return Place::open(arg, Bare::Local, read_only).map(Some);
     }
-    if let Some((carrier, path)) = volume::split_location(arg) {
-        return Ok(Side::Volume(carrier, path));
+    if volume::split_location(arg).is_some() {
+        return Place::open(arg, Bare::Volume, read_only).map(Some);
     }
     let b = arg.as_bytes();
     if let Some(i) = b.windows(2).position(|w| w == b":/") {
@@ -235,30 +211,24 @@ fn side(arg: &OsStr) -> Result<Side, CliError> {
             carrier.display()
         )));
     }
-    let shown = Path::new(arg).display().to_string();
-    Ok(Side::Media(shown, MediaUrl::Local(PathBuf::from(arg))))
+    volume::check_parent(Path::new(arg))?;
+    Place::open(arg, Bare::Local, read_only).map(Some)
 }
 
 /// Where the bytes of a copy come from.
-enum Source {
+enum Source<'a> {
     Stdin,
-    Volume { file: vellum_engine::File, at: u64 },
-    Media { file: Box<dyn MediaFile>, at: u64, url: String },
+    Media { file: Box<dyn MediaFile>, at: u64, place: &'a Place },
 }
 
-impl Source {
+impl Source<'_> {
     fn read(&mut self, buf: &mut [u8]) -> Result<usize, CliError> {
         match self {
             Source::Stdin => std::io::stdin()
                 .read(buf)
                 .map_err(|e| CliError::Io(e, "reading standard input".into())),
-            Source::Volume { file, at } => {
-                let n = file.read_at(buf, *at)?;
-                *at += n as u64;
-                Ok(n)
-            }
-            Source::Media { file, at, url } => {
-                let n = file.read_at(buf, *at).map_err(|e| media_error(url, e))?;
+            Source::Media { file, at, place } => {
+                let n = file.read_at(buf, *at).map_err(|e| place.error(e))?;
                 *at += n as u64;
                 Ok(n)
             }
@@ -269,79 +239,59 @@ impl Source {
     fn len(&self) -> Option<u64> {
         match self {
             Source::Stdin => None,
-            Source::Volume { file, .. } => file.metadata().ok().map(|m| m.size),
             Source::Media { file, .. } => file.len().ok(),
         }
     }
 }
 
 /// Where the bytes of a copy go; nothing looks complete before [`Sink::finish`].
-enum Sink {
+enum Sink<'a> {
     Stdout,
-    Volume { volume: Volume, file: Option<vellum_engine::File>, tmp: Vec<u8>, dst: Vec<u8> },
-    Media { url: String, target: Target, file: Option<Box<dyn MediaFile>>, tmp: Option<String> },
+    Media { place: &'a Place, file: Option<Box<dyn MediaFile>>, tmp: Option<String> },
 }
 
-impl Sink {
-    /// Opens a volume file for writing, under a temporary name beside `dst`.
-    fn volume(volume: Volume, dst: Vec<u8>) -> Result<Sink, CliError> {
-        // Check what the user named (the parent directory), so that no error speaks of the
-        // temporary file.
-        let parent = match dst.iter().rposition(|&b| b == b'/') {
-            Some(0) | None => &b"/"[..],
-            Some(i) => &dst[..i],
-        };
-        match volume.stat(parent) {
-            Ok(st) if st.kind == FileKind::Directory => {}
-            Ok(_) => {
-                return Err(CliError::Usage(format!(
-                    "{} is not a directory in the volume",
-                    display_name(parent)
-                )));
+impl<'a> Sink<'a> {
+    /// Opens a file of a medium for writing: under a temporary name beside it where the
+    /// medium renames atomically, else (object storage) directly, as nothing is there before
+    /// the upload completes at close.
+    fn media(place: &'a Place) -> Result<Sink<'a>, CliError> {
+        let (m, path) = (place.media(), place.path());
+        let in_volume = matches!(place.url, MediaUrl::Virtual { .. });
+        let where_ = if in_volume { " in the volume" } else { "" };
+        if m.medium() != Medium::Object {
+            // Check what the user named (the parent directory), so that no error speaks of
+            // the temporary file.
+            let parent = match path.rfind('/') {
+                Some(0) | None => "/",
+                Some(i) => &path[..i],
+            };
+            match m.stat(parent) {
+                Ok(st) if st.kind == EntryKind::Directory => {}
+                Ok(_) => {
+                    return Err(CliError::Usage(format!("{parent} is not a directory{where_}")));
+                }
+                Err(Error::NotFound { .. }) => {
+                    let hint = if in_volume { " (create it: vellum mkdir -p)" } else { "" };
+                    return Err(CliError::Usage(format!(
+                        "the directory {parent} does not exist{where_}{hint}"
+                    )));
+                }
+                Err(e) => return Err(place.error(e)),
             }
-            Err(Error::NotFound { .. }) => {
-                return Err(CliError::Usage(format!(
-                    "the directory {} does not exist in the volume (create it: vellum mkdir -p)",
-                    display_name(parent)
-                )));
-            }
-            Err(e) => return Err(e.into()),
         }
-        if dst.ends_with(b"/") || volume.stat(&dst).is_ok_and(|st| st.kind == FileKind::Directory) {
+        if path.ends_with('/') || m.stat(path).is_ok_and(|st| st.kind == EntryKind::Directory) {
             return Err(CliError::Usage(format!(
-                "{} is a directory in the volume: name the file to write",
-                display_name(&dst)
+                "{path} is a directory{where_}: name the file to write"
             )));
         }
-        let mut tmp = dst.clone();
-        tmp.extend_from_slice(TMP_SUFFIX.as_bytes());
-        if volume.exists(&tmp)? {
-            volume.remove(&tmp)?;
-        }
-        let file = volume.create_file(&tmp)?;
-        Ok(Sink::Volume { volume, file: Some(file), tmp, dst })
-    }
-
-    /// Opens a file of a medium for writing: under a temporary name where the medium renames
-    /// atomically, else (object storage) directly, as nothing is there before the close.
-    fn media(url: String, target: Target) -> Result<Sink, CliError> {
-        let path = target.path.clone();
-        if path.ends_with('/') {
-            return Err(CliError::Usage(format!(
-                "{url}: name the file to write (not a directory)"
-            )));
-        }
-        if let Ok(st) = target.media.stat(&path)
-            && st.kind == EntryKind::Directory
+        let tmp = m.rename_is_atomic().then(|| format!("{path}{TMP_SUFFIX}"));
+        if let Some(tmp) = &tmp
+            && m.stat(tmp).is_ok()
         {
-            return Err(CliError::Usage(format!("{url} is a directory: name the file to write")));
+            m.remove(tmp).map_err(|e| place.error(e))?;
         }
-        let tmp = target.media.rename_is_atomic().then(|| format!("{path}{TMP_SUFFIX}"));
-        let file = target
-            .media
-            .create(tmp.as_deref().unwrap_or(&path))
-            .map_err(|e| media_error(&url, e))?;
-        Ok(Sink::Media { url, target, file: Some(file), tmp })
+        let file = m.create(tmp.as_deref().unwrap_or(path)).map_err(|e| place.error(e))?;
+        Ok(Sink::Media { place, file: Some(file), tmp })
     }
 
     fn write(&mut self, buf: &[u8], at: u64) -> Result<(), CliError> {
@@ -350,36 +300,26 @@ impl Sink {
                 .lock()
                 .write_all(buf)
                 .map_err(|e| CliError::Io(e, "writing to standard output".into())),
-            Sink::Volume { file, .. } => match file {
-                Some(f) => Ok(f.write_at(buf, at)?),
-                None => Err(CliError::Engine(Error::Closed)),
-            },
-            Sink::Media { url, file, .. } => match file {
-                Some(f) => f.write_at(buf, at).map_err(|e| media_error(url, e)),
+            Sink::Media { place, file, .. } => match file {
+                Some(f) => f.write_at(buf, at).map_err(|e| place.error(e)),
                 None => Err(CliError::Engine(Error::Closed)),
             },
         }
     }
 
     /// The durability point: sync and close, then rename the temporary name over the
-    /// destination. On failure nothing complete-looking is left.
+    /// destination.
     fn finish(&mut self) -> Result<(), CliError> {
         match self {
             Sink::Stdout => std::io::stdout()
                 .flush()
                 .map_err(|e| CliError::Io(e, "writing to standard output".into())),
-            Sink::Volume { volume, file, tmp, dst } => {
-                drop(file.take());
-                // The volume's close (by the caller) commits the rename with the data.
-                volume.rename(&tmp, &dst)?;
-                Ok(())
-            }
-            Sink::Media { url, target, file, tmp } => {
+            Sink::Media { place, file, tmp } => {
                 if let Some(f) = file.take() {
-                    f.close().map_err(|e| media_error(url, e))?;
+                    f.close().map_err(|e| place.error(e))?;
                 }
                 if let Some(tmp) = tmp.take() {
-                    target.media.rename(&tmp, &target.path).map_err(|e| media_error(url, e))?;
+                    place.media().rename(&tmp, place.path()).map_err(|e| place.error(e))?;
                 }
                 Ok(())
             }
@@ -388,18 +328,11 @@ impl Sink {
 
     /// Drops what a failed copy wrote (best effort; the failure is what gets reported).
     fn abort(&mut self) {
-        match self {
-            Sink::Stdout => {}
-            Sink::Volume { volume, file, tmp, .. } => {
-                drop(file.take());
-                let _ = volume.remove(&tmp);
-            }
-            Sink::Media { target, file, tmp, .. } => {
-                // Dropped without close: an object upload never completes.
-                drop(file.take());
-                if let Some(tmp) = tmp.take() {
-                    let _ = target.media.remove(&tmp);
-                }
+        if let Sink::Media { place, file, tmp } = self {
+            // Dropped without close: an object upload never completes.
+            drop(file.take());
+            if let Some(tmp) = tmp.take() {
+                let _ = place.media().remove(&tmp);
             }
         }
     }
@@ -468,79 +401,34 @@ fn pump(source: &mut Source, sink: &mut Sink, progress: bool) -> Result<(u64, u3
 
 /// `vellum cp SRC DST [--verify]`.
 pub fn cp(src: &OsStr, dst: &OsStr, verify: bool) -> Result<(), CliError> {
-    let (from, to) = (side(src)?, side(dst)?);
-    if let (Side::Media(_, MediaUrl::Local(_)), Side::Media(_, MediaUrl::Local(_))) = (&from, &to)
-        && !src.as_bytes().starts_with(b"local://")
-        && !dst.as_bytes().starts_with(b"local://")
-    {
+    let bare_host = |a: &OsStr| {
+        a != "-" && !a.as_bytes().windows(2).any(|w| w == b":/") && !a.as_bytes().contains(&b':')
+    };
+    if bare_host(src) && bare_host(dst) {
         return Err(CliError::Usage(
             "one side of cp must be VOLUME:/path (the volume must exist), - or a URL \
              (local:///abs/path, memory:/path, s3://bucket/key): for two host files use cp(1)"
                 .into(),
         ));
     }
-    if matches!((&from, &to), (Side::Std, Side::Std)) {
+    if src == "-" && dst == "-" {
         return Err(CliError::Usage("cp from - to -: use cat".into()));
     }
-    // The volumes, each opened once (a copy within one volume shares the handle).
-    let dst_volume = match &to {
-        Side::Volume(carrier, _) => Some(volume::open(carrier, false)?),
-        _ => None,
+    // The destination opens first, for writing: a copy within one volume then shares that
+    // open volume (the facade opens a volume once per process).
+    let to = side(dst, false)?;
+    let from = side(src, true)?;
+    let mut source = match &from {
+        None => Source::Stdin,
+        Some(p) => Source::Media {
+            file: p.media().open(p.path()).map_err(|e| p.error(e))?,
+            at: 0,
+            place: p,
+        },
     };
-    let src_volume = match (&from, &to, &dst_volume) {
-        (Side::Volume(a, _), Side::Volume(b, _), Some(v))
-            if std::fs::canonicalize(a).ok() == std::fs::canonicalize(b).ok() =>
-        {
-            Some((v.clone(), false))
-        }
-        (Side::Volume(a, _), _, _) => Some((volume::open(a, true)?, true)),
-        _ => None,
-    };
-    let result =
-        copy_sides(&from, &to, src_volume.as_ref().map(|v| &v.0), dst_volume.as_ref(), verify);
-    // Closed cleanly also when the copy failed (a full volume stays usable).
-    let mut closed = Ok(());
-    if let Some((v, own)) = src_volume
-        && own
-    {
-        let _ = v.close();
-    }
-    if let Some(v) = dst_volume {
-        closed = v.close();
-    }
-    result?;
-    Ok(closed?)
-}
-
-fn copy_sides(
-    from: &Side,
-    to: &Side,
-    src_volume: Option<&Volume>,
-    dst_volume: Option<&Volume>,
-    verify: bool,
-) -> Result<(), CliError> {
-    let mut source = match (from, src_volume) {
-        (Side::Std, _) => Source::Stdin,
-        (Side::Volume(carrier, path), Some(v)) => {
-            Source::Volume { file: v.open_file(path).map_err(in_volume(carrier))?, at: 0 }
-        }
-        (Side::Media(arg, url), _) => {
-            let target = open_target(arg, url, true)?;
-            let file = target.media.open(&target.path).map_err(|e| media_error(arg, e))?;
-            Source::Media { file, at: 0, url: arg.clone() }
-        }
-        (Side::Volume(..), None) => return Err(CliError::Engine(Error::Closed)),
-    };
-    let mut sink = match (to, dst_volume) {
-        (Side::Std, _) => Sink::Stdout,
-        (Side::Volume(_, path), Some(v)) => Sink::volume(v.clone(), path.clone())?,
-        (Side::Media(arg, url), _) => {
-            if let MediaUrl::Local(p) = url {
-                volume::check_parent(p)?;
-            }
-            Sink::media(arg.clone(), open_target(arg, url, false)?)?
-        }
-        (Side::Volume(..), None) => return Err(CliError::Engine(Error::Closed)),
+    let mut sink = match &to {
+        None => Sink::Stdout,
+        Some(p) => Sink::media(p)?,
     };
     let (bytes, crc) = pump(&mut source, &mut sink, true)?;
     drop(source);
@@ -548,27 +436,18 @@ fn copy_sides(
         return Ok(());
     }
     // Read the destination back and compare what arrived with what was sent.
-    let mut back = match (to, dst_volume) {
-        (Side::Std, _) => {
-            return Err(CliError::Usage(
-                "--verify needs a destination that can be read back (not -)".into(),
-            ));
-        }
-        (Side::Volume(carrier, path), Some(v)) => {
-            Source::Volume { file: v.open_file(path).map_err(in_volume(carrier))?, at: 0 }
-        }
-        (Side::Media(arg, url), _) => {
-            let target = open_target(arg, url, true)?;
-            let file = target.media.open(&target.path).map_err(|e| media_error(arg, e))?;
-            Source::Media { file, at: 0, url: arg.clone() }
-        }
-        (Side::Volume(..), None) => return Err(CliError::Engine(Error::Closed)),
+    let Some(p) = &to else {
+        return Err(CliError::Usage(
+            "--verify needs a destination that can be read back (not -)".into(),
+        ));
     };
-    let (got_bytes, got_crc) = checksum(&mut back)?;
+    let file = p.media().open(p.path()).map_err(|e| p.error(e))?;
+    let (got_bytes, got_crc) = checksum(&mut Source::Media { file, at: 0, place: p })?;
     if (got_bytes, got_crc) != (bytes, crc) {
         return Err(CliError::Usage(format!(
-            "verification failed: sent {bytes} bytes (crc32c {crc:08x}), the destination holds \
-             {got_bytes} bytes (crc32c {got_crc:08x})"
+            "{}: verification failed: sent {bytes} bytes (crc32c {crc:08x}), the destination \
+             holds {got_bytes} bytes (crc32c {got_crc:08x})",
+            p.arg
         )));
     }
     Ok(())

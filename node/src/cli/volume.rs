@@ -14,23 +14,13 @@ use vellum_engine::{Error, FileKind, FindingKind, FormatOptions, Volume, VolumeO
 use super::CliError;
 use super::size::human;
 
-/// Opens with production knobs, or buffered where the host file system refuses O_DIRECT.
+/// Opens with production knobs, or buffered where the host file system refuses O_DIRECT
+/// (the facade's one copy of that fallback).
 pub fn open(path: &Path, read_only: bool) -> Result<Volume, CliError> {
     if !path.exists() {
         return Err(CliError::Usage(format!("{}: no such file or device", path.display())));
     }
-    let opts = VolumeOptions { read_only, ..VolumeOptions::default() };
-    let prod = CarrierOptions { read_only, ..CarrierOptions::PRODUCTION };
-    match Volume::open_path(path, prod, opts) {
-        Err(Error::Open { source, .. })
-            if source.kind() == std::io::ErrorKind::InvalidInput
-                && !carrier::is_block_device(path) =>
-        {
-            let buffered = CarrierOptions { direct_io: false, ..prod };
-            Ok(Volume::open_path(path, buffered, opts)?)
-        }
-        other => Ok(other?),
-    }
+    Ok(vellum_engine::media::open_volume(path, read_only)?)
 }
 
 fn open_carrier(path: &Path) -> Result<Box<dyn Carrier>, CliError> {
@@ -532,18 +522,6 @@ pub(super) fn in_volume(carrier: &Path) -> impl Fn(Error) -> CliError + '_ {
     }
 }
 
-pub fn ls(path: &Path, dir: &OsStr) -> Result<(), CliError> {
-    let v = open(path, true)?;
-    let entries = v.list(dir.as_bytes()).map_err(in_volume(path))?;
-    for e in entries {
-        match e.kind {
-            FileKind::Directory => println!("d {:>12}  {}/", "-", display_name(&e.name)),
-            FileKind::File => println!("f {:>12}  {}", e.size, display_name(&e.name)),
-        }
-    }
-    Ok(())
-}
-
 pub fn stat(path: &Path, target: &OsStr) -> Result<(), CliError> {
     let v = open(path, true)?;
     let p = target.as_bytes();
@@ -583,12 +561,6 @@ pub(super) fn split_location(arg: &OsStr) -> Option<(PathBuf, Vec<u8>)> {
         from = i + 1;
     }
     None
-}
-
-pub fn rm(path: &Path, target: &OsStr) -> Result<(), CliError> {
-    let v = open(path, false)?;
-    v.remove(target.as_bytes()).map_err(in_volume(path))?;
-    Ok(v.close()?)
 }
 
 pub fn mkdir(path: &Path, target: &OsStr, parents: bool) -> Result<(), CliError> {
