@@ -29,6 +29,7 @@
 //!   copy then delete); nothing in Vellum relies on it where it is not.
 
 mod local;
+mod location;
 mod memory;
 #[cfg(feature = "s3")]
 mod s3;
@@ -37,8 +38,17 @@ pub mod testing;
 mod url;
 mod vol;
 
+pub use location::{
+    Location, is_block_device, open_carrier, open_or_create_volume, open_production_carrier,
+    open_volume,
+};
 pub use url::{Bare, MediaUrl, S3Url};
-pub use vol::open_volume;
+
+/// The carriers' metric names (writes, bytes, flushes, their durations: docs/METRICS.md).
+pub use crate::carrier::stats_names as carrier_metric_names;
+/// The carrier types a user of volumes names (knobs, kinds, the carrier trait for offline
+/// tools), re-exported so that crates above the engine never import the carrier module.
+pub use crate::carrier::{Carrier, CarrierKind, CarrierOptions};
 
 use std::fmt;
 use std::sync::Arc;
