@@ -14,7 +14,7 @@
 //! commands and `vellum serve` take it as a volume (a file or a block device, as before the
 //! facade), `vellum cp` as a host file.
 //!
-//! Invariants every medium keeps (the conformance suite in `engine/tests/media.rs` checks
+//! Invariants every medium keeps (the conformance suite in `engine/tests/media/` checks
 //! them on all four):
 //! - read-your-writes: what a [`MediaFile`] wrote reads back through the same handle, and
 //!   through a new handle once `sync` or `close` returned;
@@ -258,7 +258,10 @@ impl fmt::Display for KnobSupport {
 }
 
 impl Medium {
-    /// What `knob` means on this medium: the table of docs/MEDIA.md, in code.
+    /// What `knob` means on this medium: the table of docs/MEDIA.md, in code (a test holds
+    /// the two together). The table's rows are the knobs of [`MediaOptions`] (direct IO,
+    /// write-through); the volume knobs (preallocation, sparseness, page cache) are answered
+    /// too: a volume has them all, memory is inherently preallocated, object storage has none.
     pub fn knob_support(self, knob: Knob) -> KnobSupport {
         use KnobSupport::{Implemented, Inherent, Meaningless};
         match (self, knob) {

@@ -88,20 +88,24 @@ fn read_your_writes(media: &dyn Media, dir: &str) {
     let again = ok(media, "open after sync", media.open(&path));
     assert_eq!(read_all(media, again.as_ref()), b"hello, world", "{}: after sync", media.medium());
     drop(again);
-    ok(media, "append after sync", file.append(b"!").map(|_| ()));
+    // A write after a sync: object storage may refuse it (an object is written in one pass,
+    // docs/MEDIA.md); where it is accepted it reads back like anywhere else.
+    let expected: &[u8] = match file.append(b"!") {
+        Err(Error::NotSupported { .. }) if is_object(media) => b"hello, world",
+        other => {
+            ok(media, "append after sync", other);
+            b"hello, world!"
+        }
+    };
     ok(media, "close", file.close());
     let again = ok(media, "open after close", media.open(&path));
-    assert_eq!(
-        read_all(media, again.as_ref()),
-        b"hello, world!",
-        "{}: after close",
-        media.medium()
-    );
+    assert_eq!(read_all(media, again.as_ref()), expected, "{}: after close", media.medium());
     let mut part = [0u8; 5];
     assert_eq!(ok(media, "ranged read", again.read_at(&mut part, 7)), 5);
     assert_eq!(&part, b"world");
     let stat = ok(media, "stat", media.stat(&path));
-    assert_eq!((stat.kind, stat.len), (EntryKind::File, 13), "{}", media.medium());
+    let len = expected.len() as u64;
+    assert_eq!((stat.kind, stat.len), (EntryKind::File, len), "{}", media.medium());
     assert!(stat.version.is_some(), "{}: a file has a version", media.medium());
     // create over an existing file starts it empty.
     let file = ok(media, "create over", media.create(&path));

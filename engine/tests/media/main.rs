@@ -136,3 +136,31 @@ fn read_only() {
     let memory = open_str("memory:", Bare::Local, ro).unwrap();
     assert!(matches!(memory.media.mkdir("/ro"), Err(Error::ReadOnly)));
 }
+
+/// docs/MEDIA.md's knob table says what `Medium::knob_support` says, cell for cell.
+#[test]
+fn the_knob_table_matches_the_code() {
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/MEDIA.md")).unwrap();
+    let table = doc
+        .split("<!-- knob-table: begin")
+        .nth(1)
+        .and_then(|rest| rest.split("<!-- knob-table: end -->").next())
+        .expect("docs/MEDIA.md has the knob table between its markers");
+    let rows: Vec<Vec<String>> = table
+        .lines()
+        .filter(|l| l.starts_with('|') && !l.starts_with("|--"))
+        .map(|l| l.trim_matches('|').split('|').map(|c| c.trim().to_string()).collect())
+        .collect();
+    let media = [Medium::Local, Medium::Memory, Medium::Virtual, Medium::Object];
+    let header: Vec<String> = media.iter().map(|m| format!("`{}`", m.scheme())).collect();
+    assert_eq!(rows[0][1..], header[..], "the table's columns");
+    let knobs = [Knob::DirectIo, Knob::WriteThrough];
+    assert_eq!(rows.len(), 1 + knobs.len(), "one row per knob of MediaOptions");
+    for (row, knob) in rows[1..].iter().zip(knobs) {
+        assert_eq!(row[0], knob.to_string());
+        for (cell, medium) in row[1..].iter().zip(media) {
+            assert_eq!(*cell, medium.knob_support(knob).to_string(), "{knob} on {medium}");
+        }
+    }
+}
