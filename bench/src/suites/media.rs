@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use object_store::{ObjectStore, ObjectStoreExt, WriteMultipart};
-use vellum_engine::carrier::{self, CarrierOptions};
+use vellum_engine::carrier::CarrierOptions;
 use vellum_engine::media::testing::MotoServer;
 use vellum_engine::media::{self, Bare, MediaFile, MediaOptions, Target};
 
@@ -165,7 +165,7 @@ fn virtual_(r: &mut SuiteResult, opts: &Options, dir: &Path, chunks: usize) -> R
     };
     let file = target.media.create("/seq").map_err(e("virtual:// create"))?;
     crate::sys::zero_file(&raw, bytes).map_err(e("raw carrier file"))?;
-    let carrier = carrier::open_path(&raw, knobs).map_err(e("raw carrier"))?;
+    let carrier = media::open_carrier(&raw, knobs).map_err(e("raw carrier"))?;
     let floor_op: Op<'_> = Box::new(|buf, at, write| {
         if write {
             carrier.write_all_at(buf, at).unwrap_or_else(|e| panic!("carrier write: {e}"));
