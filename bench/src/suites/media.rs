@@ -51,8 +51,8 @@ fn seq_pair(
     medium: &str,
     floor_name: &str,
     chunks: usize,
-    facade: Op<'_>,
-    floor: Op<'_>,
+    facade: &Op<'_>,
+    floor: &Op<'_>,
 ) {
     let src = crate::payload(MIB, 11);
     let mut buf = vec![0u8; MIB];
@@ -139,8 +139,8 @@ fn local(r: &mut SuiteResult, opts: &Options, dir: &Path, chunks: usize) -> Resu
         "local://",
         "host file (std::fs)",
         chunks,
-        facade_op(file.as_ref()),
-        floor_op,
+        &facade_op(file.as_ref()),
+        &floor_op,
     );
     file.close().map_err(e("local:// close"))?;
     let _ = std::fs::remove_file(&facade_path);
@@ -173,8 +173,9 @@ fn virtual_(r: &mut SuiteResult, opts: &Options, dir: &Path, chunks: usize) -> R
             carrier.read_exact_at(buf, at).unwrap_or_else(|e| panic!("carrier read: {e}"));
         }
     });
-    seq_pair(r, opts, "virtual://", "raw carrier", chunks, facade_op(file.as_ref()), floor_op);
+    seq_pair(r, opts, "virtual://", "raw carrier", chunks, &facade_op(file.as_ref()), &floor_op);
     file.close().map_err(e("virtual:// close"))?;
+    drop(floor_op);
     drop(target);
     drop(carrier);
     let _ = std::fs::remove_file(&vol);
@@ -202,7 +203,7 @@ fn memory(r: &mut SuiteResult, opts: &Options, chunks: usize) -> Result<(), Stri
             buf.copy_from_slice(&v[at..at + buf.len()]);
         }
     });
-    seq_pair(r, opts, "memory:", "memcpy", chunks, facade_op(file.as_ref()), floor_op);
+    seq_pair(r, opts, "memory:", "memcpy", chunks, &facade_op(file.as_ref()), &floor_op);
     file.close().map_err(e("memory: close"))?;
     let _ = target.media.remove(&target.path);
     Ok(())

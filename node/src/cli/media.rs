@@ -47,11 +47,11 @@ const TMP_SUFFIX: &str = ".vellum-cp-tmp";
 
 /// An error of the facade on `url`, as one line naming the URL, mapped to the exit codes of
 /// docs/OPERATIONS.md (2 bad URL, 5 not found, 6 unreachable).
-pub fn media_error(url: &str, e: Error) -> CliError {
+pub fn media_error(url: &str, e: &Error) -> CliError {
     let line = e.to_string().split_whitespace().collect::<Vec<_>>().join(" ");
     let shown = url.split('?').next().unwrap_or(url);
     let named = if line.contains(shown) { line } else { format!("{url}: {line}") };
-    match &e {
+    match e {
         Error::BadUrl { .. } => CliError::BadArguments(named),
         Error::NotFound { .. }
         | Error::Remote { kind: RemoteFailure::NotFound | RemoteFailure::NoSuchBucket, .. } => {
@@ -74,7 +74,7 @@ fn scheme_url(arg: &OsStr) -> Result<Option<MediaUrl>, CliError> {
     match MediaUrl::parse(s, Bare::Local) {
         Ok(MediaUrl::Local(_)) if !s.starts_with("local://") => Ok(None),
         Ok(url) => Ok(Some(url)),
-        Err(e) => Err(media_error(s, e)),
+        Err(e) => Err(media_error(s, &e)),
     }
 }
 
@@ -100,7 +100,7 @@ impl Place {
     /// Opens what `arg` names; `bare` says what a bare path means.
     fn open(arg: &OsStr, bare: Bare, read_only: bool) -> Result<Place, CliError> {
         let s = utf8(arg)?;
-        let url = MediaUrl::parse(s, bare).map_err(|e| media_error(s, e))?;
+        let url = MediaUrl::parse(s, bare).map_err(|e| media_error(s, &e))?;
         if let MediaUrl::Virtual { volume, .. } = &url
             && !volume.exists()
         {
@@ -111,7 +111,7 @@ impl Place {
             )));
         }
         let options = MediaOptions { read_only, ..MediaOptions::default() };
-        let target = media::open(&url, options).map_err(|e| media_error(s, e))?;
+        let target = media::open(&url, options).map_err(|e| media_error(s, &e))?;
         Ok(Place { arg: s.to_string(), url, target })
     }
 
@@ -122,7 +122,7 @@ impl Place {
             (MediaUrl::Virtual { volume, .. }, Error::NotFound { path }) => CliError::NotFound(
                 format!("{} does not exist in {}", display_name(&path), volume.display()),
             ),
-            (_, e) => media_error(&self.arg, e),
+            (_, e) => media_error(&self.arg, &e),
         }
     }
 
