@@ -52,14 +52,18 @@ macro_rules! internal {
 }
 
 internal!(bitmap, chain, format, image, journal, namespace, records, superblock);
+mod aligned;
 pub mod carrier;
 pub mod error;
 mod io;
 pub mod layout;
 pub mod media;
 mod sync;
+#[cfg(any(test, feature = "test-util"))]
+pub mod testing;
 mod volume;
 
+pub use aligned::AlignedBuf;
 pub use error::{Error, Result};
 pub use format::consts::Uuid;
 pub use io::IoCounts;

@@ -278,7 +278,7 @@ proptest! {
 
 #[test]
 fn the_default_read_tier_follows_the_carrier() {
-    use vellum_engine::carrier::{CarrierOptions, Location};
+    use vellum_engine::media::{CarrierOptions, Location, open_or_create_volume};
     let dir = tempfile::tempdir().unwrap();
     let format16 = vellum_engine::FormatOptions {
         capacity_bytes: Some(16 << 20),
@@ -287,7 +287,7 @@ fn the_default_read_tier_follows_the_carrier() {
     let open = |name: &str, carrier: CarrierOptions| {
         let at = Location::Path(dir.path().join(name));
         let (v, created) =
-            Volume::open_or_create(&at, &format16, carrier, VolumeOptions::default()).unwrap();
+            open_or_create_volume(&at, &format16, carrier, VolumeOptions::default()).unwrap();
         assert!(created);
         v.info().default_policy
     };
@@ -299,7 +299,7 @@ fn the_default_read_tier_follows_the_carrier() {
     // An explicit policy wins.
     let options = VolumeOptions { policy: Some(IoPolicy::DIRECT), ..VolumeOptions::default() };
     let at = Location::Path(dir.path().join("explicit.vlm"));
-    let (v, _) = Volume::open_or_create(&at, &format16, CarrierOptions::BUFFERED, options).unwrap();
+    let (v, _) = open_or_create_volume(&at, &format16, CarrierOptions::BUFFERED, options).unwrap();
     assert_eq!(v.info().default_policy, IoPolicy::DIRECT);
 }
 

@@ -429,7 +429,7 @@ impl PeerBook {
 mod tests {
     #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-    use vellum_engine::carrier::MemoryCarrier;
+    use vellum_engine::testing::MemoryCarrier;
     use vellum_engine::{FormatOptions, VolumeOptions};
 
     use super::*;

@@ -3,7 +3,7 @@
 //! The `metrics` facade records; the application installs an exporter and should give every
 //! histogram [`LATENCY_BUCKETS`] (Prometheus renders histograms without buckets as summaries).
 
-pub use vellum_engine::carrier::stats_names::{
+pub use vellum_engine::media::carrier_metric_names::{
     DURABLE_WRITE_DURATION, FLUSH_DURATION, FLUSHES_TOTAL, WRITES_TOTAL, WRITTEN_BYTES_TOTAL,
 };
 

@@ -326,7 +326,7 @@ mod tests {
     use std::sync::Mutex;
 
     use openraft::{CommittedLeaderId, Entry, Membership};
-    use vellum_engine::carrier::{FaultRng, FaultyCarrier, MemoryCarrier};
+    use vellum_engine::testing::{FaultRng, FaultyCarrier, MemoryCarrier};
     use vellum_engine::{FormatOptions, VolumeOptions};
 
     use super::*;

@@ -4,7 +4,7 @@
 //! or `v09::open_store_at`); [`open_volume`] and the adapters' `open_store` are its two steps,
 //! for a caller that shares the volume with other data or opens it its own way.
 
-use vellum_engine::carrier::{CarrierOptions, Location};
+use vellum_engine::media::{CarrierOptions, Location, open_or_create_volume};
 use vellum_engine::{FormatOptions, Volume, VolumeOptions};
 
 use crate::error::Result;
@@ -146,6 +146,6 @@ pub fn open_volume_with(
 ) -> Result<Volume> {
     let location = Location::parse(location);
     let (volume, _) =
-        Volume::open_or_create(&location, format, CarrierOptions::PRODUCTION, options)?;
+        open_or_create_volume(&location, format, CarrierOptions::PRODUCTION, options)?;
     Ok(volume)
 }

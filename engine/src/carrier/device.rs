@@ -19,10 +19,10 @@ use std::os::fd::AsFd;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use super::aligned::AlignedBuf;
 use super::fd::FdCore;
 use super::file::EMPTY_PROBE_LEN;
-use super::{Carrier, CarrierOptions, CarrierStats, Geometry, Medium, sys};
+use super::{Carrier, CarrierKind, CarrierOptions, CarrierStats, Geometry, sys};
+use crate::aligned::AlignedBuf;
 use crate::error::{Error, Result};
 
 /// Attempts (25 ms apart) to open and lock the device before giving up with `Locked` or
@@ -176,8 +176,8 @@ impl Carrier for DeviceCarrier {
     fn options(&self) -> CarrierOptions {
         self.core.options()
     }
-    fn medium(&self) -> Medium {
-        Medium::Device
+    fn medium(&self) -> CarrierKind {
+        CarrierKind::Device
     }
     fn stats(&self) -> &CarrierStats {
         self.core.stats()

@@ -23,7 +23,7 @@
 use std::io;
 use std::sync::Mutex;
 
-use super::{Carrier, CarrierOptions, CarrierStats, Geometry, Medium};
+use super::{Carrier, CarrierKind, CarrierOptions, CarrierStats, Geometry};
 use crate::format::consts::SECTOR_LEN;
 
 /// A small deterministic generator (SplitMix64) for crash images and seeded workloads.
@@ -498,8 +498,8 @@ impl Carrier for FaultyCarrier {
         CarrierOptions { direct_io: false, write_through: self.write_through, read_only: false }
     }
 
-    fn medium(&self) -> Medium {
-        Medium::Faulty
+    fn medium(&self) -> CarrierKind {
+        CarrierKind::Faulty
     }
 
     fn stats(&self) -> &CarrierStats {

@@ -11,8 +11,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Instant;
 
-use super::aligned::{AlignedBuf, covering, is_aligned};
 use super::{CarrierOptions, CarrierStats, Geometry, sys};
+use crate::aligned::{AlignedBuf, covering, is_aligned};
 
 /// Bytes zero-filled per write when a thin carrier grows.
 const ZERO_CHUNK: usize = 1 << 20;

@@ -37,9 +37,9 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use super::aligned::AlignedBuf;
 use super::fd::FdCore;
-use super::{Carrier, CarrierOptions, CarrierStats, Geometry, Medium, sys};
+use super::{Carrier, CarrierKind, CarrierOptions, CarrierStats, Geometry, sys};
+use crate::aligned::AlignedBuf;
 use crate::error::{Error, Result};
 
 /// Bytes inspected when deciding whether an existing file or device "looks empty".
@@ -342,8 +342,8 @@ impl Carrier for FileCarrier {
     fn options(&self) -> CarrierOptions {
         self.core.options()
     }
-    fn medium(&self) -> Medium {
-        Medium::File
+    fn medium(&self) -> CarrierKind {
+        CarrierKind::File
     }
     fn stats(&self) -> &CarrierStats {
         self.core.stats()

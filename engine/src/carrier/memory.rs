@@ -8,7 +8,7 @@
 use std::io;
 use std::sync::RwLock;
 
-use super::{Carrier, CarrierOptions, CarrierStats, Geometry, Medium};
+use super::{Carrier, CarrierKind, CarrierOptions, CarrierStats, Geometry};
 
 const CHUNK: usize = 1 << 20;
 
@@ -43,7 +43,7 @@ impl MemoryCarrier {
     /// A zeroed carrier of `len_bytes` that refuses knobs without physical meaning in memory
     /// (direct IO, write-through) instead of pretending to honour them.
     pub fn with_options(len_bytes: u64, options: CarrierOptions) -> crate::Result<MemoryCarrier> {
-        options.validate_for(Medium::Memory)?;
+        options.validate_for(CarrierKind::Memory)?;
         Ok(MemoryCarrier::new(len_bytes))
     }
 
@@ -150,8 +150,8 @@ impl Carrier for MemoryCarrier {
         CarrierOptions::BUFFERED
     }
 
-    fn medium(&self) -> Medium {
-        Medium::Memory
+    fn medium(&self) -> CarrierKind {
+        CarrierKind::Memory
     }
 
     fn stats(&self) -> &CarrierStats {

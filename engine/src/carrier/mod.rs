@@ -10,7 +10,6 @@
 //! Every carrier counts its own operations in [`CarrierStats`] (writes, bytes, durable writes,
 //! barriers): tests assert those counts, and the same numbers are exported as metrics.
 
-mod aligned;
 mod device;
 #[cfg(any(test, feature = "test-util"))]
 mod faulty;
@@ -25,7 +24,7 @@ use std::fmt;
 use std::io;
 use std::path::Path;
 
-pub use aligned::AlignedBuf;
+pub use crate::aligned::AlignedBuf;
 pub use device::DeviceCarrier;
 #[cfg(any(test, feature = "test-util"))]
 pub use faulty::{CrashPlan, FaultRng, FaultyCarrier, InjectedError, OpKind, OpRecord, WriteHook};
@@ -41,7 +40,7 @@ use crate::error::{Error, Knob, Result};
 /// Which kind of medium a carrier is; decides what each knob means on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
-pub enum Medium {
+pub enum CarrierKind {
     /// One file on the host file system (locked with `flock` on the file itself).
     File,
     /// A Linux block device or partition.
@@ -53,22 +52,22 @@ pub enum Medium {
     Faulty,
 }
 
-impl Medium {
+impl CarrierKind {
     /// The medium's name as logs and `vellum info` show it (`file`, `device`, `memory`, ...).
     pub fn name(self) -> &'static str {
         match self {
-            Medium::File => "file",
-            Medium::Device => "device",
-            Medium::Memory => "memory",
+            CarrierKind::File => "file",
+            CarrierKind::Device => "device",
+            CarrierKind::Memory => "memory",
             #[cfg(any(test, feature = "test-util"))]
-            Medium::Faulty => "faulty",
+            CarrierKind::Faulty => "faulty",
         }
     }
 
     /// True when what is written can outlive the process (everything but memory): only then
     /// does a barrier or write-through mean anything.
     pub fn is_durable(self) -> bool {
-        self != Medium::Memory
+        self != CarrierKind::Memory
     }
 
     /// The knobs of `options` that mean something on this medium: direct IO and
@@ -87,31 +86,31 @@ impl Medium {
     pub fn knob_support(self, knob: Knob) -> KnobSupport {
         use KnobSupport::{Forced, Implemented, Inherent, Meaningless};
         match (self, knob) {
-            (Medium::File, _) => Implemented,
-            (Medium::Device, Knob::Preallocation | Knob::Sparseness) => Inherent,
-            (Medium::Device, Knob::DirectIo) => Forced,
-            (Medium::Device, Knob::WriteThrough | Knob::Cache) => Implemented,
-            (Medium::Memory, Knob::Preallocation) => Inherent,
+            (CarrierKind::File, _) => Implemented,
+            (CarrierKind::Device, Knob::Preallocation | Knob::Sparseness) => Inherent,
+            (CarrierKind::Device, Knob::DirectIo) => Forced,
+            (CarrierKind::Device, Knob::WriteThrough | Knob::Cache) => Implemented,
+            (CarrierKind::Memory, Knob::Preallocation) => Inherent,
             // A cache in front of memory only copies memory.
             (
-                Medium::Memory,
+                CarrierKind::Memory,
                 Knob::Sparseness | Knob::DirectIo | Knob::WriteThrough | Knob::Cache,
             ) => Meaningless,
             #[cfg(any(test, feature = "test-util"))]
-            (Medium::Faulty, Knob::Cache) => Implemented,
+            (CarrierKind::Faulty, Knob::Cache) => Implemented,
             // The fault model honours write-through (durable on return) and barriers; it has
             // no page cache to bypass.
             #[cfg(any(test, feature = "test-util"))]
-            (Medium::Faulty, Knob::WriteThrough) => Implemented,
+            (CarrierKind::Faulty, Knob::WriteThrough) => Implemented,
             #[cfg(any(test, feature = "test-util"))]
-            (Medium::Faulty, Knob::Preallocation) => Inherent,
+            (CarrierKind::Faulty, Knob::Preallocation) => Inherent,
             #[cfg(any(test, feature = "test-util"))]
-            (Medium::Faulty, Knob::Sparseness | Knob::DirectIo) => Meaningless,
+            (CarrierKind::Faulty, Knob::Sparseness | Knob::DirectIo) => Meaningless,
         }
     }
 }
 
-impl fmt::Display for Medium {
+impl fmt::Display for CarrierKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.name())
     }
@@ -162,7 +161,7 @@ impl CarrierOptions {
         CarrierOptions { direct_io: false, write_through: false, read_only: false };
 
     /// Rejects knobs that are physically meaningless on `medium`.
-    pub fn validate_for(&self, medium: Medium) -> Result<()> {
+    pub fn validate_for(&self, medium: CarrierKind) -> Result<()> {
         for (knob, on) in
             [(Knob::DirectIo, self.direct_io), (Knob::WriteThrough, self.write_through)]
         {
@@ -240,66 +239,14 @@ pub trait Carrier: Send + Sync + fmt::Debug {
     /// The knobs the carrier was opened with (after the medium adjusted them).
     fn options(&self) -> CarrierOptions;
     /// Which medium this is.
-    fn medium(&self) -> Medium;
+    fn medium(&self) -> CarrierKind;
     /// The carrier's operation counters (reads, writes, durable writes, flushes).
     fn stats(&self) -> &CarrierStats;
 }
 
-/// Where a volume lives, as a user names it: `memory:` (process memory, gone at exit) or a
-/// path (a file, or a block device). `./memory:` names a file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Location {
-    /// Process memory (`memory:`): nothing survives the process.
-    Memory,
-    /// A file or a block device at this path.
-    Path(std::path::PathBuf),
-}
-
-impl Location {
-    /// The spelling of the memory location.
-    pub const MEMORY: &'static str = "memory:";
-
-    /// Reads a user's spelling: exactly `memory:` is memory, anything else a path.
-    ///
-    /// ```
-    /// use vellum_engine::carrier::Location;
-    /// assert_eq!(Location::parse("memory:"), Location::Memory);
-    /// assert_eq!(Location::parse("./memory:"), Location::Path("./memory:".into()));
-    /// ```
-    pub fn parse(s: impl AsRef<std::ffi::OsStr>) -> Location {
-        let s = s.as_ref();
-        if s == Location::MEMORY { Location::Memory } else { Location::Path(s.into()) }
-    }
-
-    /// The medium a volume here lives on.
-    pub fn medium(&self) -> Medium {
-        match self {
-            Location::Memory => Medium::Memory,
-            Location::Path(p) if is_block_device(p) => Medium::Device,
-            Location::Path(_) => Medium::File,
-        }
-    }
-
-    /// True when a volume already exists here to be opened (never for memory).
-    pub fn exists(&self) -> bool {
-        match self {
-            Location::Memory => false,
-            Location::Path(p) => p.exists(),
-        }
-    }
-}
-
-impl fmt::Display for Location {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Location::Memory => f.write_str(Location::MEMORY),
-            Location::Path(p) => write!(f, "{}", p.display()),
-        }
-    }
-}
-
-/// Opens a file or block device carrier at `path`, choosing by what the path is.
-pub fn open_path(path: &Path, options: CarrierOptions) -> Result<Box<dyn Carrier>> {
+/// Opens a file or block device carrier at `path`, choosing by what the path is (the
+/// mechanism; the public door is `media::open_carrier`).
+pub(crate) fn open_path(path: &Path, options: CarrierOptions) -> Result<Box<dyn Carrier>> {
     if is_block_device(path) {
         Ok(Box::new(DeviceCarrier::open(path, options)?))
     } else {
@@ -308,7 +255,7 @@ pub fn open_path(path: &Path, options: CarrierOptions) -> Result<Box<dyn Carrier
 }
 
 /// True when `path` names a block device.
-pub fn is_block_device(path: &Path) -> bool {
+pub(crate) fn is_block_device(path: &Path) -> bool {
     use std::os::unix::fs::FileTypeExt;
     std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device())
 }
@@ -343,7 +290,7 @@ impl<C: Carrier + ?Sized> Carrier for std::sync::Arc<C> {
     fn options(&self) -> CarrierOptions {
         (**self).options()
     }
-    fn medium(&self) -> Medium {
+    fn medium(&self) -> CarrierKind {
         (**self).medium()
     }
     fn stats(&self) -> &CarrierStats {

@@ -45,8 +45,8 @@ pub use tiers::Tier;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Mutex, OnceLock, RwLock, RwLockReadGuard};
 
-pub(crate) use crate::carrier::AlignedBuf;
-use crate::carrier::{Carrier, CarrierOptions, Geometry, Medium, StatsSnapshot};
+pub(crate) use crate::aligned::AlignedBuf;
+use crate::carrier::{Carrier, CarrierKind, CarrierOptions, Geometry, StatsSnapshot};
 use crate::error::{Error, IoOp, Result};
 use crate::format::consts::{SUPERBLOCK_LEN, SUPERBLOCKS_LEN};
 use crate::layout::Layout;
@@ -142,7 +142,7 @@ struct Counters {
 #[derive(Debug)]
 pub(crate) struct Io {
     carrier: RwLock<Option<Box<dyn Carrier>>>,
-    pub(crate) medium: Medium,
+    pub(crate) medium: CarrierKind,
     pub(crate) options: CarrierOptions,
     pub(crate) geometry: Geometry,
     layout: OnceLock<Layout>,

@@ -14,7 +14,7 @@
 //! commands and `vellum serve` take it as a volume (a file or a block device, as before the
 //! facade), `vellum cp` as a host file.
 //!
-//! Invariants every medium keeps (the conformance suite in `engine/tests/media.rs` checks
+//! Invariants every medium keeps (the conformance suite in `engine/tests/media/` checks
 //! them on all four):
 //! - read-your-writes: what a [`MediaFile`] wrote reads back through the same handle, and
 //!   through a new handle once `sync` or `close` returned;
@@ -29,6 +29,7 @@
 //!   copy then delete); nothing in Vellum relies on it where it is not.
 
 mod local;
+mod location;
 mod memory;
 #[cfg(feature = "s3")]
 mod s3;
@@ -37,8 +38,17 @@ pub mod testing;
 mod url;
 mod vol;
 
+pub use location::{
+    Location, is_block_device, open_carrier, open_or_create_volume, open_production_carrier,
+    open_volume,
+};
 pub use url::{Bare, MediaUrl, S3Url};
-pub use vol::open_volume;
+
+/// The carriers' metric names (writes, bytes, flushes, their durations: docs/METRICS.md).
+pub use crate::carrier::stats_names as carrier_metric_names;
+/// The carrier types a user of volumes names (knobs, kinds, the carrier trait for offline
+/// tools), re-exported so that crates above the engine never import the carrier module.
+pub use crate::carrier::{Carrier, CarrierKind, CarrierOptions};
 
 use std::fmt;
 use std::sync::Arc;
@@ -248,7 +258,10 @@ impl fmt::Display for KnobSupport {
 }
 
 impl Medium {
-    /// What `knob` means on this medium: the table of docs/MEDIA.md, in code.
+    /// What `knob` means on this medium: the table of docs/MEDIA.md, in code (a test holds
+    /// the two together). The table's rows are the knobs of [`MediaOptions`] (direct IO,
+    /// write-through); the volume knobs (preallocation, sparseness, page cache) are answered
+    /// too: a volume has them all, memory is inherently preallocated, object storage has none.
     pub fn knob_support(self, knob: Knob) -> KnobSupport {
         use KnobSupport::{Implemented, Inherent, Meaningless};
         match (self, knob) {

@@ -7,8 +7,8 @@
 //! it are dropped.
 //!
 //! Knobs: none given means production (direct IO and write-through), with the fallback to
-//! buffered IO where the host file system refuses `O_DIRECT` ([`open_volume`], the one place
-//! that logic lives); a knob given is used as given.
+//! buffered IO where the host file system refuses `O_DIRECT` ([`open_volume`](super::open_volume),
+//! the one place that logic lives); a knob given is used as given.
 //!
 //! Invariants:
 //! - `sync`/`close` of a file is a volume sync (a commit when something changed);
@@ -28,42 +28,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, PoisonError, Weak};
 
+use super::location::open_volume_with;
 use super::{Entry, EntryKind, Media, MediaFile, MediaOptions, Medium, PutMode, Stat, Version};
-use crate::carrier::CarrierOptions;
 use crate::error::{Error, Result};
-use crate::{File, FileKind, Volume, VolumeOptions};
-
-/// Opens the volume on the file or block device at `path` with production knobs (direct IO
-/// and write-through), or buffered where the host file system refuses `O_DIRECT` (tmpfs);
-/// read-only when asked. The one copy of the fallback every opener of a volume by path uses.
-pub fn open_volume(path: &Path, read_only: bool) -> Result<Volume> {
-    open_volume_with(path, None, None, read_only)
-}
-
-/// [`open_volume`] with the knobs given where they are `Some` (no fallback for a knob given).
-fn open_volume_with(
-    path: &Path,
-    direct_io: Option<bool>,
-    write_through: Option<bool>,
-    read_only: bool,
-) -> Result<Volume> {
-    let opts = VolumeOptions { read_only, ..VolumeOptions::default() };
-    let knobs = CarrierOptions {
-        direct_io: direct_io.unwrap_or(true),
-        write_through: write_through.unwrap_or(true),
-        read_only,
-    };
-    match Volume::open_path(path, knobs, opts) {
-        Err(Error::Open { source, .. })
-            if direct_io.is_none()
-                && source.kind() == std::io::ErrorKind::InvalidInput
-                && !crate::carrier::is_block_device(path) =>
-        {
-            Volume::open_path(path, CarrierOptions { direct_io: false, ..knobs }, opts)
-        }
-        other => other,
-    }
-}
+use crate::{File, FileKind, Volume};
 
 /// The volumes this process has open through the facade, by canonical carrier path.
 static OPEN: LazyLock<Mutex<HashMap<PathBuf, Weak<Shared>>>> = LazyLock::new(Mutex::default);
@@ -326,7 +294,9 @@ impl MediaFile for VolFile {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::FormatOptions;
+    use crate::carrier::CarrierOptions;
+    use crate::media::open_volume;
+    use crate::{FormatOptions, VolumeOptions};
 
     #[test]
     fn shared_per_process_and_closed_with_the_last_handle() {

@@ -36,7 +36,7 @@ pub use options::{
 };
 
 use crate::bitmap::Allocator;
-use crate::carrier::{Carrier, CarrierOptions, Medium, StatsSnapshot};
+use crate::carrier::{Carrier, CarrierKind, CarrierOptions, StatsSnapshot};
 use crate::error::{Error, Result};
 use crate::io::CacheStats;
 use crate::io::Io;
@@ -299,7 +299,7 @@ pub struct VolumeInfo {
     /// Where the regions lie.
     pub layout: Layout,
     /// The medium under the volume.
-    pub medium: Medium,
+    pub medium: CarrierKind,
     /// The carrier's knobs in effect.
     pub carrier: CarrierOptions,
     /// The unit the carrier writes atomically: a torn write damages whole units of this size.
@@ -374,7 +374,7 @@ impl Volume {
     /// Opens the volume on the file or block device at `path`.
     ///
     /// ```
-    /// use vellum_engine::carrier::CarrierOptions;
+    /// use vellum_engine::media::CarrierOptions;
     /// use vellum_engine::{FormatOptions, Volume, VolumeOptions};
     ///
     /// let dir = tempfile::tempdir().expect("a temporary directory");
@@ -397,50 +397,6 @@ impl Volume {
         let read_only = carrier.read_only || options.read_only;
         let carrier = crate::carrier::open_path(path, CarrierOptions { read_only, ..carrier })?;
         open::open(carrier, VolumeOptions { read_only, ..options })
-    }
-
-    /// Opens the volume at `location`, or formats a new one with `format` there when there
-    /// is none (a missing file; memory, always: `format.capacity_bytes` is then required).
-    /// The carrier knobs that mean nothing on the medium are dropped (write-through on
-    /// memory); the volume options are kept as given, so a cache asked for on memory is
-    /// refused. An existing volume keeps its own layout. Returns whether it was created.
-    ///
-    /// ```
-    /// use vellum_engine::carrier::{CarrierOptions, Location};
-    /// use vellum_engine::{FormatOptions, Volume, VolumeOptions};
-    ///
-    /// let dir = tempfile::tempdir().expect("a temporary directory");
-    /// let location = Location::parse(dir.path().join("log.vlm"));
-    /// let format = FormatOptions::journaled(16 << 20);
-    /// let (volume, created) =
-    ///     Volume::open_or_create(&location, &format, CarrierOptions::PRODUCTION, VolumeOptions::default())?;
-    /// assert!(created);
-    /// volume.close()?;
-    /// let (_volume, created) =
-    ///     Volume::open_or_create(&location, &format, CarrierOptions::PRODUCTION, VolumeOptions::default())?;
-    /// assert!(!created); // an existing volume keeps its own layout
-    /// # Ok::<(), vellum_engine::Error>(())
-    /// ```
-    pub fn open_or_create(
-        location: &crate::carrier::Location,
-        format: &FormatOptions<'_>,
-        carrier: CarrierOptions,
-        options: VolumeOptions,
-    ) -> Result<(Volume, bool)> {
-        use crate::carrier::{Location, MemoryCarrier};
-        let carrier = location.medium().adapt(carrier);
-        match location {
-            Location::Memory => {
-                let Some(capacity_bytes) = format.capacity_bytes else {
-                    return Err(Error::Invalid(crate::error::Invalid::Capacity { bytes: 0 }));
-                };
-                let memory = Box::new(MemoryCarrier::new(capacity_bytes));
-                Ok((open::format(memory, format, options)?, true))
-            }
-            // A block device exists: it is opened, never formatted implicitly.
-            Location::Path(p) if p.exists() => Ok((Volume::open_path(p, carrier, options)?, false)),
-            Location::Path(p) => Ok((open::create_path(p, format, carrier, options)?, true)),
-        }
     }
 
     /// What open found (adopted slot, fallback, reclaimed blocks).

@@ -21,7 +21,9 @@ use super::{
     CommitMutation, FormatOptions, Inner, Meta, Volume, VolumeOptions, checkpoint, now_ns,
 };
 use crate::bitmap::{Allocator, Bitmap};
-use crate::carrier::{Carrier, CarrierOptions, CreateOptions, DeviceCarrier, FileCarrier, Medium};
+use crate::carrier::{
+    Carrier, CarrierKind, CarrierOptions, CreateOptions, DeviceCarrier, FileCarrier,
+};
 use crate::error::{Corruption, Error, Invalid, Region, Result};
 use crate::format::checksum;
 use crate::format::consts::{FORMAT_VERSION, SUPERBLOCKS_LEN, Uuid};
@@ -368,7 +370,7 @@ pub(crate) fn format(
     };
     // Growth stops at the size of a carrier that cannot grow (a device, memory).
     let grow_max = match format.grow_max_bytes {
-        Some(max) if medium != Medium::File && carrier_len > 0 => Some(max.min(carrier_len)),
+        Some(max) if medium != CarrierKind::File && carrier_len > 0 => Some(max.min(carrier_len)),
         other => other,
     };
     let layout = Layout::for_growing_format(
@@ -387,8 +389,8 @@ pub(crate) fn format(
     }
     // Thin and sparse describe a file carrier; devices and memory are inherently
     // preallocated and fully backed.
-    let thin = medium == Medium::File && !format.preallocate;
-    let sparse = medium == Medium::File && format.sparse;
+    let thin = medium == CarrierKind::File && !format.preallocate;
+    let sparse = medium == CarrierKind::File && format.sparse;
     if !thin && carrier_len < layout.capacity_bytes() {
         return Err(Error::Invalid(Invalid::CarrierTooSmall {
             carrier_bytes: carrier_len,

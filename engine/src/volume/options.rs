@@ -1,6 +1,6 @@
 //! Format-time and open-time options of a volume.
 
-use crate::carrier::{CarrierOptions, KnobSupport, Medium};
+use crate::carrier::{CarrierKind, CarrierOptions, KnobSupport};
 use crate::error::{Error, Knob, Result};
 
 /// How data writes of different files share the carrier.
@@ -118,8 +118,8 @@ impl VolumeOptions {
     ///
     /// Only a file carrier opened without direct IO sits on the host's cache (a device
     /// forces direct IO; the test carrier models a bare disk; memory has no cache).
-    pub fn default_policy(&self, medium: Medium, carrier: CarrierOptions) -> IoPolicy {
-        let host_caches = medium == Medium::File && !carrier.direct_io;
+    pub fn default_policy(&self, medium: CarrierKind, carrier: CarrierOptions) -> IoPolicy {
+        let host_caches = medium == CarrierKind::File && !carrier.direct_io;
         self.policy.unwrap_or(if host_caches {
             IoPolicy { read: Tier::Direct, write: Tier::Buffered }
         } else {
@@ -128,7 +128,7 @@ impl VolumeOptions {
     }
 
     /// The cache budget in effect on `medium`, or the error for a meaningless one.
-    pub fn cache_bytes_for(&self, medium: Medium) -> Result<usize> {
+    pub fn cache_bytes_for(&self, medium: CarrierKind) -> Result<usize> {
         match (self.cache_bytes, medium.knob_support(Knob::Cache)) {
             (Some(0), _) => Ok(0),
             (Some(_), KnobSupport::Meaningless) => {
@@ -136,7 +136,7 @@ impl VolumeOptions {
             }
             (Some(n), _) => Ok(n),
             (None, _) => Ok(match medium {
-                Medium::File | Medium::Device => DEFAULT_CACHE_BYTES,
+                CarrierKind::File | CarrierKind::Device => DEFAULT_CACHE_BYTES,
                 // Memory (meaningless) and the test carrier (tests ask for one when they
                 // want it).
                 _ => 0,

@@ -9,8 +9,8 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::Instant;
 
-use vellum_engine::carrier::{AlignedBuf, CarrierOptions};
-use vellum_engine::{FormatOptions, Volume, VolumeOptions};
+use vellum_engine::media::CarrierOptions;
+use vellum_engine::{AlignedBuf, FormatOptions, Volume, VolumeOptions};
 
 use super::CliError;
 use super::size::human;

@@ -7,8 +7,8 @@ use std::io::{Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use vellum_engine::carrier::{self, Carrier, CarrierOptions, Medium};
 use vellum_engine::error::Knob;
+use vellum_engine::media::{self, Carrier, CarrierKind, CarrierOptions};
 use vellum_engine::superblock::{self, LAYOUT_SPARSE, LAYOUT_THIN, VolumeState};
 use vellum_engine::{Error, FileKind, FindingKind, FormatOptions, Volume, VolumeOptions};
 
@@ -18,23 +18,13 @@ use super::size::human;
 /// Bytes moved per read or write by `cat` and `cp`.
 const CHUNK: usize = 1 << 20;
 
-/// Opens with production knobs, or buffered where the host file system refuses O_DIRECT.
+/// Opens with production knobs, or buffered where the host file system refuses O_DIRECT
+/// (`media::open_volume`, the one copy of that fallback).
 pub fn open(path: &Path, read_only: bool) -> Result<Volume, CliError> {
     if !path.exists() {
         return Err(CliError::Usage(format!("{}: no such file or device", path.display())));
     }
-    let opts = VolumeOptions { read_only, ..VolumeOptions::default() };
-    let prod = CarrierOptions { read_only, ..CarrierOptions::PRODUCTION };
-    match Volume::open_path(path, prod, opts) {
-        Err(Error::Open { source, .. })
-            if source.kind() == std::io::ErrorKind::InvalidInput
-                && !carrier::is_block_device(path) =>
-        {
-            let buffered = CarrierOptions { direct_io: false, ..prod };
-            Ok(Volume::open_path(path, buffered, opts)?)
-        }
-        other => Ok(other?),
-    }
+    Ok(media::open_volume(path, read_only)?)
 }
 
 fn open_carrier(path: &Path) -> Result<Box<dyn Carrier>, CliError> {
@@ -42,11 +32,11 @@ fn open_carrier(path: &Path) -> Result<Box<dyn Carrier>, CliError> {
         return Err(CliError::Usage(format!("{}: no such file or device", path.display())));
     }
     let ro = CarrierOptions {
-        direct_io: carrier::is_block_device(path),
+        direct_io: media::is_block_device(path),
         write_through: false,
         read_only: true,
     };
-    Ok(carrier::open_path(path, ro)?)
+    Ok(media::open_carrier(path, ro)?)
 }
 
 /// The arguments of `vellum format`.
@@ -72,7 +62,7 @@ pub struct FormatArgs {
 const GROW_DEFAULT_START: u64 = 64 << 20;
 
 pub fn format(a: &FormatArgs) -> Result<(), CliError> {
-    let is_device = carrier::is_block_device(&a.carrier);
+    let is_device = media::is_block_device(&a.carrier);
     let (size, grow_max) = match a.grow.then_some(a.max_size) {
         None => (a.size, None),
         Some(max) => {
@@ -198,16 +188,7 @@ fn open_carrier_rw(path: &Path) -> Result<Box<dyn Carrier>, CliError> {
     if !path.exists() {
         return Err(CliError::Usage(format!("{}: no such file or device", path.display())));
     }
-    match carrier::open_path(path, CarrierOptions::PRODUCTION) {
-        Err(Error::Open { source, .. })
-            if source.kind() == std::io::ErrorKind::InvalidInput
-                && !carrier::is_block_device(path) =>
-        {
-            let buffered = CarrierOptions { direct_io: false, ..CarrierOptions::PRODUCTION };
-            Ok(carrier::open_path(path, buffered)?)
-        }
-        other => Ok(other?),
-    }
+    Ok(media::open_production_carrier(path, false)?)
 }
 
 pub fn journal_enable(path: &Path) -> Result<(), CliError> {
@@ -459,7 +440,7 @@ fn journal_line(
 }
 
 /// The page cache an open of this medium gets: an open-time setting, not stored on disk.
-fn cache_knob(medium: Medium) -> serde_json::Value {
+fn cache_knob(medium: CarrierKind) -> serde_json::Value {
     let options = VolumeOptions::default();
     serde_json::json!({
         "support": medium.knob_support(Knob::Cache).to_string(),
@@ -468,7 +449,7 @@ fn cache_knob(medium: Medium) -> serde_json::Value {
     })
 }
 
-fn cache_line(medium: Medium) -> String {
+fn cache_line(medium: CarrierKind) -> String {
     match VolumeOptions::default().cache_bytes_for(medium) {
         Ok(0) | Err(_) => format!("none ({} on {medium})", medium.knob_support(Knob::Cache)),
         Ok(n) => format!(

@@ -494,12 +494,7 @@ mod tests {
     /// A guard for node 1 whose Raft reports voters 1, 2, 3, with a term of 3 (some raft
     /// state) or none at all; and the metrics' sender, to keep them alive.
     fn guard(with_state: bool) -> (Arc<Guard>, watch::Receiver<Option<String>>, impl Sized) {
-        let volume = vellum_engine::Volume::format(
-            Box::new(vellum_engine::carrier::MemoryCarrier::new(4 << 20)),
-            &vellum_engine::FormatOptions::default(),
-            vellum_engine::VolumeOptions::default(),
-        )
-        .unwrap();
+        let volume = crate::server::tests::memory_volume(4 << 20);
         let book = Arc::new(PeerBook::open(&volume, "/raft").unwrap());
         let me = Identity { node_id: 1, incarnation: Incarnation([1; 16]) };
         let (guard, fatal) = Guard::new(me, book, BTreeSet::from([7]));

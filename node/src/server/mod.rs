@@ -224,8 +224,8 @@ async fn volume(args: &ServeArgs, creating: bool) -> Result<vellum_engine::Volum
     };
     let creating = creating
         && matches!(
-            vellum_engine::carrier::Location::parse(&location),
-            vellum_engine::carrier::Location::Path(_)
+            vellum_engine::media::Location::parse(&location),
+            vellum_engine::media::Location::Path(_)
         );
     let size = crate::size::human(args.create_bytes());
     if creating {
@@ -565,7 +565,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     };
     // A carrier that does not exist yet holds no raft state: check that this member may
     // start fresh before formatting (and zero-filling) one.
-    let missing = !vellum_engine::carrier::Location::parse(&args.volume).exists();
+    let missing = !vellum_engine::media::Location::parse(&args.volume).exists();
     if missing {
         if lone {
             args.me().map_err(CliError::Usage)?; // the single-node cluster's membership
@@ -921,6 +921,22 @@ mod tests {
 
     use super::*;
 
+    /// A fresh volume of `bytes` in process memory (`media::Location::Memory`).
+    pub(crate) fn memory_volume(bytes: u64) -> vellum_engine::Volume {
+        let format = vellum_engine::FormatOptions {
+            capacity_bytes: Some(bytes),
+            ..vellum_engine::FormatOptions::default()
+        };
+        let (volume, _) = vellum_engine::media::open_or_create_volume(
+            &vellum_engine::media::Location::Memory,
+            &format,
+            vellum_engine::media::CarrierOptions::BUFFERED,
+            vellum_engine::VolumeOptions::default(),
+        )
+        .unwrap();
+        volume
+    }
+
     /// A follower's log: every entry the leader's batcher proposes is appended to it, as
     /// replication would; the appends it refused are kept.
     struct Follower {
@@ -975,12 +991,7 @@ mod tests {
     async fn no_batch_outgrows_a_member_with_smaller_segments() {
         let limits = http::Limits { max_key_bytes: 1 << 10, max_value_bytes: 1 << 20 };
         let segment = (largest_entry(&limits) + 4096 + 40).next_multiple_of(4096) as u64;
-        let volume = vellum_engine::Volume::format(
-            Box::new(vellum_engine::carrier::MemoryCarrier::new(64 << 20)),
-            &vellum_engine::FormatOptions::default(),
-            vellum_engine::VolumeOptions::default(),
-        )
-        .unwrap();
+        let volume = memory_volume(64 << 20);
         let core = LogCore::open(
             volume,
             LogConfig {

@@ -25,7 +25,7 @@
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
 
-use vellum_engine::carrier::AlignedBuf;
+use vellum_engine::AlignedBuf;
 use vellum_engine::{File, Volume};
 
 use super::frame::{ALIGN, FrameKind, SEGMENT_HEADER_LEN, SEGMENT_VERSION_FLAGS, SegmentHeader};

@@ -23,7 +23,7 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use vellum_engine::carrier::AlignedBuf;
+use vellum_engine::AlignedBuf;
 
 use super::frame::{
     self, ALIGN, FrameHeader, FrameKind, SEGMENT_HEADER_LEN, SEGMENT_VERSION,

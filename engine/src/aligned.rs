@@ -1,5 +1,10 @@
 //! Aligned buffers and the bounce path that lets direct IO accept any request.
 //!
+//! The buffer type of the IO path, public as `vellum_engine::AlignedBuf` (issue 24: users
+//! of the engine, the raft log among them, take it from the crate root, not from the carrier
+//! module). It sits at the crate root rather than inside `io` because the carriers use it too
+//! and carriers are the bottom layer: they import nothing above them.
+//!
 //! Direct IO needs the buffer address, the offset and the length aligned. A fully aligned
 //! request goes to the kernel as is (zero-copy); anything else is widened to the covering
 //! aligned range in a bounce buffer: reads copy out of it, writes read-modify-write the edge
