@@ -24,9 +24,10 @@
 //! - **rename is copy + delete** and is not atomic ([`Media::rename_is_atomic`] is false): a
 //!   crash between the two leaves both keys. A single copy is limited to 5 GiB by S3.
 //! - **list** is one level of the prefix with delimiter `/`: objects are files, common
-//!   prefixes are directories, sorted by path. A prefix with nothing under it does not exist
-//!   ([`Error::NotFound`]), except the root (the bucket). A key that is both an object and a
-//!   prefix (`a` and `a/b`) is listed twice, once as each.
+//!   prefixes are directories, sorted by path. A prefix with nothing under it lists as empty
+//!   (a directory exists while an object is under it); an object's own key is
+//!   [`Error::NotADirectory`]. A key that is both an object and a prefix (`a` and `a/b`) is
+//!   listed twice, once as each.
 //! - **mkdir** has nothing to do (prefixes need no creation): a directory appears with its
 //!   first object and disappears with its last.
 //! - **remove** deletes one object; a missing one is [`Error::NotFound`] (S3 itself would
@@ -595,18 +596,20 @@ impl Media for S3 {
                 len: 0,
             }))
             .collect();
+        // A prefix with nothing under it lists as empty (directories are prefixes); an
+        // object's own key is not a directory.
         if entries.is_empty()
             && let Some(key) = key
         {
             let store = Arc::clone(&self.0.store);
             let head = self.0.run(&dir, async move { store.head(&key).await })?;
-            return Err(match head {
-                Ok(_) => Error::NotADirectory { path: dir.into_bytes() },
-                Err(e) => match classify(&e) {
-                    Failure::NotFound => Error::NotFound { path: dir.into_bytes() },
-                    _ => self.0.error(&dir, &e),
-                },
-            });
+            match head {
+                Ok(_) => return Err(Error::NotADirectory { path: dir.into_bytes() }),
+                Err(e) if !matches!(classify(&e), Failure::NotFound) => {
+                    return Err(self.0.error(&dir, &e));
+                }
+                Err(_) => {}
+            }
         }
         entries.sort_by(|a, b| a.path.cmp(&b.path).then((a.kind as u8).cmp(&(b.kind as u8))));
         Ok(entries)
