@@ -289,6 +289,7 @@ fn failures_are_clear_and_quick() {
     let e = t.media.stat("/k").unwrap_err();
     assert!(start.elapsed() < Duration::from_secs(10), "took {:?}", start.elapsed());
     assert!(matches!(e, Error::Remote { kind: RemoteFailure::Unreachable, .. }), "{e}");
+    eprintln!("unreachable: {e}");
     let line = e.to_string();
     assert!(line.contains("s3://b/k") && line.contains("127.0.0.1:1"), "{line}");
     let e = t.media.put("/k", b"x", PutMode::Overwrite).unwrap_err();
@@ -297,6 +298,7 @@ fn failures_are_clear_and_quick() {
     // No credentials: one line naming the variables, before any request.
     let e = open_s3_with_env(url, MediaOptions::default(), &[]).unwrap_err();
     assert!(matches!(e, Error::Remote { kind: RemoteFailure::Unauthorized, .. }), "{e}");
+    eprintln!("no credentials: {e}");
     let line = e.to_string();
     assert!(line.contains("AWS_ACCESS_KEY_ID") && line.contains("AWS_SECRET_ACCESS_KEY"), "{line}");
     // Credentials never go in the endpoint (nor show in its error).
@@ -324,6 +326,7 @@ fn failures_are_clear_and_quick() {
         t.media.create("/k").unwrap().close().unwrap_err(),
     ] {
         assert!(matches!(e, Error::Remote { kind: RemoteFailure::NoSuchBucket, .. }), "{e}");
+        eprintln!("missing bucket: {e}");
     }
     drop(server);
 
@@ -336,8 +339,22 @@ fn failures_are_clear_and_quick() {
         [t.media.put("/k", b"x", PutMode::Overwrite).unwrap_err(), t.media.list("/").unwrap_err()]
     {
         assert!(matches!(e, Error::Remote { kind: RemoteFailure::Unauthorized, .. }), "{e}");
+        eprintln!("wrong credentials: {e}");
         assert!(!e.to_string().contains("test"), "no key in the error: {e}");
     }
+}
+
+#[test]
+fn the_server_going_away_mid_upload() {
+    let Some((server, t)) = moto("gone-bucket") else { return };
+    let w = t.media.create("/half").unwrap();
+    w.append(&pattern(9 << 20, 4)).unwrap(); // one part sent, the rest buffered
+    drop(server);
+    let start = Instant::now();
+    let e = w.close().unwrap_err();
+    assert!(start.elapsed() < Duration::from_secs(15), "took {:?}", start.elapsed());
+    assert!(matches!(e, Error::Remote { kind: RemoteFailure::Unreachable, .. }), "{e}");
+    eprintln!("server gone mid-upload: {e}");
 }
 
 #[test]

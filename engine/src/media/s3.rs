@@ -10,7 +10,7 @@
 //!   writes (`write_at` at the current end, `append`); nothing is visible on the server until
 //!   `sync` or `close` completes the upload, which is the durability point (write-through is
 //!   inherent). Below [`PART`] bytes the writer buffers and sends one PUT; from [`PART`] bytes
-//!   on it streams a multipart upload (parts of [`PART`] bytes, at most [`PARTS_IN_FLIGHT`]
+//!   on (it never buffers more) it streams a multipart upload (parts of [`PART`] bytes, at most [`PARTS_IN_FLIGHT`]
 //!   in flight while the caller writes on) and completes it on `sync`/`close`. After that the
 //!   object is whole and the writer takes no more bytes. A writer dropped without
 //!   `sync`/`close` publishes nothing (its multipart upload is aborted): a half-written object
@@ -132,8 +132,8 @@ pub(crate) fn open_with(url: &S3Url, options: MediaOptions, env: Lookup) -> Resu
         return Err(Error::Remote {
             url: format!("{}{}", base.0, base.1),
             kind: RemoteFailure::Unauthorized,
-            message: "no credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and \
-                      AWS_SESSION_TOKEN for temporary credentials) in the environment"
+            message: "none in the environment: set AWS_ACCESS_KEY_ID and \
+                      AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN for temporary credentials)"
                 .into(),
         });
     };
@@ -902,7 +902,7 @@ impl Writer {
         }
     }
 
-    /// Sends the buffer's first [`PART`] bytes as a part, opening the multipart upload
+    /// Sends the buffer (a full [`PART`]) as a part, opening the multipart upload
     /// first if needed, and keeps at most [`PARTS_IN_FLIGHT`] parts in flight.
     fn send_part(&self, st: &mut WriterState) -> Result<()> {
         if matches!(st.phase, Phase::Buffering) {
@@ -912,8 +912,8 @@ impl Writer {
                 self.inner.request(&self.path, async move { store.put_multipart(&key).await })?;
             st.phase = Phase::Uploading { upload, parts: VecDeque::new() };
         }
-        let rest = st.buf.split_off(PART);
-        let part = std::mem::replace(&mut st.buf, rest);
+        // The next part's buffer is allocated whole once: no regrowth while it fills.
+        let part = std::mem::replace(&mut st.buf, Vec::with_capacity(PART));
         let rt = runtime(&self.inner, &self.path)?;
         let Phase::Uploading { upload, parts } = &mut st.phase else {
             return Ok(());
@@ -987,10 +987,16 @@ impl MediaFile for Writer {
     fn write_at(&self, buf: &[u8], offset: u64) -> Result<()> {
         let mut st = self.state();
         self.check_writable(&st, offset)?;
-        st.buf.extend_from_slice(buf);
-        st.len += buf.len() as u64;
-        while st.buf.len() >= PART {
-            if let Err(e) = self.send_part(&mut st) {
+        // The buffer never holds more than a part: fill it, send it when full, go on.
+        let mut rest = buf;
+        while !rest.is_empty() {
+            let n = rest.len().min(PART - st.buf.len());
+            st.buf.extend_from_slice(&rest[..n]);
+            st.len += n as u64;
+            rest = &rest[n..];
+            if st.buf.len() == PART
+                && let Err(e) = self.send_part(&mut st)
+            {
                 return Err(self.fail(&mut st, e));
             }
         }
