@@ -1107,3 +1107,36 @@ impl Drop for Writer {
         );
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn paths_become_keys() {
+        assert_eq!(key_of("/").unwrap(), ("/".to_string(), None));
+        assert_eq!(key_of("//").unwrap().1, None);
+        let (path, key) = key_of("/a/b/").unwrap();
+        assert_eq!((path.as_str(), key.unwrap().as_ref()), ("/a/b", "a/b"));
+        for bad in ["a", "/a//b", "/a/./b", "/a/../b", ""] {
+            assert!(matches!(key_of(bad), Err(Error::Invalid(Invalid::Path))), "{bad}");
+        }
+        assert!(matches!(object_key("/"), Err(Error::IsADirectory { .. })));
+    }
+
+    #[test]
+    fn no_credentials_in_endpoints_shown() {
+        assert_eq!(redact_userinfo("http://u:p@h:9/x"), "http://h:9/x");
+        assert_eq!(redact_userinfo("https://h:9"), "https://h:9");
+        assert_eq!(redact_userinfo("http://h/a@b"), "http://h/a@b");
+    }
+
+    #[test]
+    fn s3_error_codes_are_read() {
+        let body = "<Error><Code>NoSuchBucket</Code><Message>gone</Message></Error>";
+        assert_eq!(s3_code(body), Some(("NoSuchBucket", "gone")));
+        assert_eq!(s3_code("<Code>X</Code>"), Some(("X", "")));
+        assert_eq!(s3_code("plain text"), None);
+    }
+}
