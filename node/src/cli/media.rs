@@ -19,7 +19,7 @@
 //! previous object). `--verify` also reads the destination back and compares its CRC-32C
 //! with the one of the bytes sent.
 //!
-//! One copy loop ([`pump`]) moves the bytes between every pair of media, a 1 MiB chunk at a
+//! One copy loop ([`pump`]) moves the bytes between every pair of media, an 8 MiB chunk at a
 //! time, with a progress bar on stderr for copies above 8 MiB when stderr is a terminal.
 
 use std::ffi::OsStr;
@@ -36,8 +36,9 @@ use vellum_engine::media::{
 use super::CliError;
 use super::volume::{self, display_name};
 
-/// Bytes moved per read and write by `cp` and `cat`.
-pub const CHUNK: usize = 1 << 20;
+/// Bytes moved per read and write by `cp` and `cat`: 8 MiB, so that a read from object
+/// storage (one ranged GET per `read_at`) carries its request cost over enough bytes.
+pub const CHUNK: usize = 8 << 20;
 
 /// Copies larger than this show a progress bar (on a terminal).
 const PROGRESS_ABOVE: u64 = 8 << 20;
