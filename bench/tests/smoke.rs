@@ -9,8 +9,14 @@ use vellum_bench::{Options, SUITES, run};
 fn every_suite_runs_at_small_scale() {
     let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("bench-smoke");
     let _ = std::fs::remove_dir_all(&dir);
-    let opts =
-        Options { dir: dir.clone(), reps: 2, scale: 0.05, progress: false, slow_disk_ms: 8.0 };
+    let opts = Options {
+        dir: dir.clone(),
+        reps: 2,
+        scale: 0.05,
+        progress: false,
+        slow_disk_ms: 8.0,
+        archive_bytes: Some(8 << 20),
+    };
     let names: Vec<String> = SUITES.iter().map(|s| (*s).to_string()).collect();
     let results = run(&names, &opts).unwrap();
     assert_eq!(results.len(), SUITES.len());

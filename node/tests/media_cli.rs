@@ -71,7 +71,7 @@ fn pattern(len: usize) -> Vec<u8> {
 fn host_local_volume_host_round_trip() {
     let dir = tempfile::tempdir().unwrap();
     let d = s(dir.path());
-    let data = pattern(3 << 20 | 12345);
+    let data = pattern((3 << 20) + 12_345);
     let host = dir.path().join("src.bin");
     std::fs::write(&host, &data).unwrap();
     let vol = dir.path().join("v.vlm");
@@ -162,7 +162,7 @@ fn object_storage_round_trips() {
     ok(&["cp", s(&host), &f_url, "--verify"]);
     assert_eq!(ok(&["cat", &f_url]), data);
     let listing = String::from_utf8(ok(&["ls", &moto.url("bars", "dir/")])).unwrap();
-    assert!(listing.contains("f") && listing.contains("5000000"), "{listing}");
+    assert!(listing.contains("  f\n") && listing.contains("5000000"), "{listing}");
     let root = String::from_utf8(ok(&["ls", &moto.url("bars", "")])).unwrap();
     assert!(root.contains("dir/"), "{root}");
 
