@@ -33,6 +33,13 @@ impl MotoServer {
     /// `None` (with the reason on stderr) when `moto_server` is not installed, unless
     /// `VELLUM_REQUIRE_S3=1`, which makes that a panic.
     pub fn start() -> Option<MotoServer> {
+        MotoServer::start_with_env(&[])
+    }
+
+    /// [`MotoServer::start`] with extra environment variables for moto, e.g.
+    /// `INITIAL_NO_AUTH_ACTION_COUNT=0`, which makes moto check credentials against its own
+    /// (empty) IAM, so every key is refused (`InvalidAccessKeyId`): the wrong-credentials tests.
+    pub fn start_with_env(vars: &[(&str, &str)]) -> Option<MotoServer> {
         let required = std::env::var("VELLUM_REQUIRE_S3").is_ok_and(|v| v == "1");
         let skip = |why: String| {
             assert!(!required, "VELLUM_REQUIRE_S3=1 but {why}");
@@ -45,6 +52,7 @@ impl MotoServer {
         };
         let child = match Command::new("moto_server")
             .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .envs(vars.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -105,4 +113,35 @@ impl Drop for MotoServer {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Makes every `s3://` medium opened from now on in this process read its AWS variables
+/// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`,
+/// `AWS_DEFAULT_REGION`) from `vars` instead of the process environment; `set_s3_env(&ENV)`
+/// points in-process tests at moto. A stand-in for `std::env::set_var`, which edition 2024
+/// makes unsafe (the workspace denies unsafe code). Child processes get [`ENV`] instead.
+#[cfg(feature = "s3")]
+pub fn set_s3_env(vars: &[(&str, &str)]) {
+    let vars = vars.iter().map(|(k, v)| ((*k).to_string(), (*v).to_string())).collect();
+    *super::s3::ENV_OVERRIDE.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
+        Some(vars);
+}
+
+/// Opens an `s3://` URL with its AWS variables looked up in `vars` only (neither the process
+/// environment nor [`set_s3_env`]): for tests of what a given environment does (no
+/// credentials, a session token, a region).
+#[cfg(feature = "s3")]
+pub fn open_s3_with_env(
+    url: &str,
+    options: super::MediaOptions,
+    vars: &[(&str, &str)],
+) -> crate::error::Result<super::Target> {
+    let super::MediaUrl::S3(s3) = super::MediaUrl::parse(url, super::Bare::Local)? else {
+        return Err(crate::Error::BadUrl { url: url.into(), reason: "not an s3:// URL".into() });
+    };
+    let lookup = |name: &str| vars.iter().find(|(k, _)| *k == name).map(|(_, v)| (*v).to_string());
+    Ok(super::Target {
+        media: super::s3::open_with(&s3, options, &lookup)?,
+        path: format!("/{}", s3.key),
+    })
 }

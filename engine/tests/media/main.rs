@@ -1,6 +1,6 @@
 //! The media conformance suite on every medium (issue 24): `conformance::run_suite` on
-//! `local://` (buffered, and direct IO with write-through), `memory:` and `virtual://`; the
-//! `s3://` instantiation calls the same function on a target of the test server.
+//! `local://` (buffered, and direct IO with write-through), `memory:`, `virtual://` and
+//! `s3://` (on moto, the test server: `object_storage`).
 //!
 //! Run: `cargo test --release -p vellum-engine --test media`.
 
@@ -97,6 +97,28 @@ fn virtual_volume_inner_path() {
     let target = open_str(&format!("{url}:/inner"), Bare::Volume, MediaOptions::default()).unwrap();
     assert_eq!(target.path, "/inner");
     run_suite(&target);
+}
+
+/// `s3://` on a local S3-compatible server (moto; skipped with the reason when it is not
+/// installed, a failure under `VELLUM_REQUIRE_S3=1`).
+#[test]
+fn object_storage() {
+    use vellum_engine::media::testing::{ENV, MotoServer, set_s3_env};
+    let Some(server) = MotoServer::start() else { return };
+    let status = server.create_bucket("conformance").unwrap();
+    assert!(status.contains("200"), "create bucket: {status}");
+    set_s3_env(&ENV);
+    let url = server.url("conformance", "suite");
+    let target = open_str(&url, Bare::Local, MediaOptions::default()).unwrap();
+    assert_eq!(target.media.medium(), Medium::Object);
+    assert_eq!(target.path, "/suite");
+    run_suite(&target);
+    // Inherent write-through asked for is fine; meaningless direct IO is refused.
+    let wt = MediaOptions { write_through: Some(true), ..MediaOptions::default() };
+    open_str(&url, Bare::Local, wt).unwrap();
+    let direct = MediaOptions { direct_io: Some(true), ..MediaOptions::default() };
+    let e = open_str(&url, Bare::Local, direct).unwrap_err();
+    assert!(matches!(e, Error::KnobMeaningless { knob: Knob::DirectIo, .. }), "{e}");
 }
 
 /// Meaningless knobs are errors when a medium is opened with them; implemented ones work.
