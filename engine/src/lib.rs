@@ -9,8 +9,12 @@
 //! [superblock A | superblock B] [bitmap] [journal] [image] [data]
 //! ```
 //!
-//! - `carrier`: the media, with direct IO, write-through (`pwritev2(RWF_DSYNC)`) and barriers;
-//!   a fault-injecting carrier models power loss for tests (feature `test-util`).
+//! - `media`: the one door above the engine (docs/MEDIA.md): the facade over `local://`,
+//!   `memory:`, `virtual://` and `s3://`, where a volume lives (`Location`) and how one is
+//!   opened or created; crates above the engine name carriers only through it.
+//! - `carrier`: the byte stores a volume lives on, with direct IO, write-through
+//!   (`pwritev2(RWF_DSYNC)`) and barriers; a fault-injecting carrier models power loss for
+//!   tests (feature `test-util`, re-exported for other crates' tests as `testing`).
 //! - `io`: the one IO layer every carrier call goes through (areas, alignment, counts,
 //!   poisoning), with the volume's own page cache and its writeback thread.
 //! - `superblock`, `layout`, `bitmap`: the fixed regions.

@@ -24,7 +24,7 @@
 //! - a knob that is physically meaningless on a medium is an error when asked for
 //!   ([`MediaOptions`], [`Medium::knob_support`]), never silently ignored;
 //! - [`Media::put`] with [`PutMode::Create`] or [`PutMode::Update`] is a conditional write:
-//!   a stale writer gets [`Error::PreconditionFailed`], never a silent overwrite;
+//!   a stale writer gets [`Error::PreconditionFailed`](crate::Error::PreconditionFailed), never a silent overwrite;
 //! - rename is atomic where [`Media::rename_is_atomic`] says so (not on object storage:
 //!   copy then delete); nothing in Vellum relies on it where it is not.
 
