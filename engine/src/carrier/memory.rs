@@ -42,7 +42,10 @@ impl MemoryCarrier {
 
     /// A zeroed carrier of `len_bytes` that refuses knobs without physical meaning in memory
     /// (direct IO, write-through) instead of pretending to honour them.
-    pub fn with_options(len_bytes: u64, options: CarrierOptions) -> crate::error::Result<MemoryCarrier> {
+    pub fn with_options(
+        len_bytes: u64,
+        options: CarrierOptions,
+    ) -> crate::error::Result<MemoryCarrier> {
         options.validate_for(CarrierKind::Memory)?;
         Ok(MemoryCarrier::new(len_bytes))
     }
