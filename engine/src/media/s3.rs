@@ -472,18 +472,7 @@ impl Inner {
             let got = store.get_opts(&key, options).await?;
             got.bytes().await
         });
-        self.removed(path, result)
-    }
-
-    /// A GET's 404 on an object opened before: it was removed since (a lost precondition).
-    fn removed<T>(&self, path: &str, result: Result<T>) -> Result<T> {
-        match result {
-            Err(Error::NotFound { .. }) => Err(Error::PreconditionFailed {
-                path: path.into(),
-                why: "the object was removed since it was opened".into(),
-            }),
-            other => other,
-        }
+        removed(path, result)
     }
 
     /// Opens a streaming GET of `key` from `offset` to the end at version `etag`: a task on
@@ -596,7 +585,7 @@ impl Stream {
                 })?;
                 self.rx = Some(rx);
                 for block in got {
-                    let block = inner.removed(path, block.map_err(|e| inner.error(path, &e)))?;
+                    let block = removed(path, block.map_err(|e| inner.error(path, &e)))?;
                     let k = block.len().min(buf.len() - n);
                     buf[n..n + k].copy_from_slice(&block[..k]);
                     n += k;
@@ -616,6 +605,17 @@ impl Stream {
             self.at += k as u64;
         }
         Ok(())
+    }
+}
+
+/// A GET's 404 on an object opened before: it was removed since (a lost precondition).
+fn removed<T>(path: &str, result: Result<T>) -> Result<T> {
+    match result {
+        Err(Error::NotFound { .. }) => Err(Error::PreconditionFailed {
+            path: path.into(),
+            why: "the object was removed since it was opened".into(),
+        }),
+        other => other,
     }
 }
 
