@@ -102,7 +102,7 @@ pub(crate) const READAHEAD: usize = 1 << 20;
 /// The blocks a reader's streaming GET is cut into.
 pub(crate) const BLOCK: usize = 1 << 20;
 /// Blocks of a streaming GET waiting for the reader (its read-ahead, in blocks).
-pub(crate) const BLOCKS_AHEAD: usize = 2;
+pub(crate) const BLOCKS_AHEAD: usize = 4;
 
 /// GET requests per object (`s3://bucket/key`), for tests that count them.
 #[cfg(feature = "test-util")]
