@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use vellum_engine::Error;
 use vellum_engine::error::{Knob, RemoteFailure};
-use vellum_engine::media::testing::{ENV, MotoServer, open_s3_with_env, set_s3_env};
+use vellum_engine::media::testing::{ENV, MotoServer, open_s3_with_env, s3_gets, set_s3_env};
 use vellum_engine::media::{
     Bare, EntryKind, KnobSupport, MediaOptions, Medium, PutMode, Target, Version, open_str,
 };
@@ -146,6 +146,68 @@ fn read_your_writes_small_and_large() {
             });
         }
     });
+}
+
+#[test]
+fn a_sequential_read_is_one_streaming_get() {
+    let Some((_server, t)) = moto("stream") else { return };
+    let m = &t.media;
+    let len = (20 << 20) + 4321;
+    let big = pattern(len, 3);
+    m.put("/seq", &big, PutMode::Overwrite).unwrap();
+
+    // 1 MiB reads from the start to the end: one GET, not twenty-one.
+    let r = m.open("/seq").unwrap();
+    let mut whole = Vec::with_capacity(len);
+    let mut buf = vec![0; 1 << 20];
+    loop {
+        let n = r.read_at(&mut buf, whole.len() as u64).unwrap();
+        if n == 0 {
+            break;
+        }
+        whole.extend_from_slice(&buf[..n]);
+    }
+    assert!(whole == big, "streamed read differs");
+    assert_eq!(s3_gets("s3://stream/seq"), 1, "GETs for a sequential read");
+
+    // Small reads: one readahead GET, then one stream for the rest. A read elsewhere drops
+    // the stream (a ranged GET); reading on from there streams again.
+    let r = m.open("/seq").unwrap();
+    let mut small = vec![0; 100_000];
+    let mut at = 0;
+    while at < 3 << 20 {
+        let n = r.read_at(&mut small, at as u64).unwrap();
+        assert_eq!(small[..n], big[at..at + n]);
+        at += n;
+    }
+    assert_eq!(s3_gets("s3://stream/seq"), 3);
+    let mut at = 15 << 20;
+    for _ in 0..4 {
+        let n = r.read_at(&mut buf, at as u64).unwrap();
+        assert_eq!(buf[..n], big[at..at + n]);
+        at += n;
+    }
+    assert_eq!(s3_gets("s3://stream/seq"), 5);
+    drop(r);
+
+    // A replaced object: the stream opened after is refused, never a mix of versions.
+    let r = m.open("/seq").unwrap();
+    r.read_at(&mut buf, 0).unwrap();
+    m.put("/seq", &pattern(len, 4), PutMode::Overwrite).unwrap();
+    let r2 = m.open("/seq").unwrap();
+    let mut small = vec![0; 10];
+    r2.read_at(&mut small, 0).unwrap();
+    m.put("/seq", &pattern(len, 5), PutMode::Overwrite).unwrap();
+    let e = r2.read_at(&mut buf, 10).unwrap_err();
+    assert!(matches!(e, Error::PreconditionFailed { .. }), "{e}");
+    let mut rest = vec![0; len];
+    let e = r.read_at(&mut rest, 1 << 20);
+    // The first reader's stream was open on its version before the replacement: what it
+    // serves is that version whole, or the read is refused.
+    match e {
+        Ok(n) => assert!(rest[..n] == big[1 << 20..(1 << 20) + n], "a mix of versions"),
+        Err(e) => assert!(matches!(e, Error::PreconditionFailed { .. }), "{e}"),
+    }
 }
 
 #[test]

@@ -20,7 +20,13 @@
 //!   version at open time (length and ETag from one HEAD); every GET carries `If-Match` on that
 //!   ETag, so a replaced object is [`Error::PreconditionFailed`] on the next read, never a mix
 //!   of two versions. A read smaller than [`READAHEAD`] fetches [`READAHEAD`] bytes and keeps
-//!   them for the next sequential read; nothing else is cached.
+//!   them for the next sequential read. A read that continues where the previous one ended
+//!   (or a read of at least [`READAHEAD`] bytes from the start) opens one streaming GET from
+//!   there to the end, with the same `If-Match`, and the following sequential reads are served
+//!   from it: one request for a whole-object read, not one per read. A task on the runtime
+//!   pulls the stream into blocks of [`BLOCK`] bytes, at most [`BLOCKS_AHEAD`] of them waiting
+//!   (a few MiB ahead at most); a read elsewhere drops the stream (and falls back to a ranged
+//!   GET), as does dropping the reader.
 //! - **rename is copy + delete** and is not atomic ([`Media::rename_is_atomic`] is false): a
 //!   crash between the two leaves both keys. A single copy is limited to 5 GiB by S3.
 //! - **list** is one level of the prefix with delimiter `/`: objects are files, common
@@ -93,6 +99,28 @@ pub(crate) const PART: usize = 8 << 20;
 pub(crate) const PARTS_IN_FLIGHT: usize = 2;
 /// The smallest ranged GET of a reader (smaller reads are served from what it fetched).
 pub(crate) const READAHEAD: usize = 1 << 20;
+/// The blocks a reader's streaming GET is cut into.
+pub(crate) const BLOCK: usize = 1 << 20;
+/// Blocks of a streaming GET waiting for the reader (its read-ahead, in blocks).
+pub(crate) const BLOCKS_AHEAD: usize = 4;
+
+/// GET requests per object (`s3://bucket/key`), for tests that count them.
+#[cfg(feature = "test-util")]
+pub(crate) static GETS: Mutex<Vec<(String, u64)>> = Mutex::new(Vec::new());
+
+/// Counts one GET of `path` (tests only).
+#[allow(unused_variables)]
+fn count_get(inner: &Inner, path: &str) {
+    #[cfg(feature = "test-util")]
+    {
+        let name = format!("{}{path}", inner.bucket_url);
+        let mut gets = GETS.lock().unwrap_or_else(PoisonError::into_inner);
+        match gets.iter_mut().find(|(k, _)| *k == name) {
+            Some((_, n)) => *n += 1,
+            None => gets.push((name, 1)),
+        }
+    }
+}
 
 /// How the medium looks up an environment variable (the process environment, or a test's
 /// stand-in).
@@ -432,6 +460,7 @@ impl Inner {
         range: std::ops::Range<u64>,
         etag: Option<&str>,
     ) -> Result<Bytes> {
+        count_get(self, path);
         let store = Arc::clone(&self.store);
         let key = key.clone();
         let options = GetOptions {
@@ -443,14 +472,156 @@ impl Inner {
             let got = store.get_opts(&key, options).await?;
             got.bytes().await
         });
-        match result {
-            Err(Error::NotFound { .. }) => Err(Error::PreconditionFailed {
-                path: path.into(),
-                why: "the object was removed since it was opened".into(),
-            }),
-            other => other,
-        }
+        removed(path, result)
     }
+
+    /// Opens a streaming GET of `key` from `offset` to the end at version `etag`: a task on
+    /// the runtime pulls it into blocks of [`BLOCK`] bytes, at most [`BLOCKS_AHEAD`] waiting.
+    fn stream_from(
+        &self,
+        path: &str,
+        key: &Key,
+        offset: u64,
+        etag: Option<&str>,
+    ) -> Result<Stream> {
+        count_get(self, path);
+        let store = Arc::clone(&self.store);
+        let key = key.clone();
+        let options = GetOptions {
+            range: Some(GetRange::Offset(offset)),
+            if_match: etag.map(str::to_string),
+            ..GetOptions::default()
+        };
+        let (tx, rx) = tokio::sync::mpsc::channel(BLOCKS_AHEAD);
+        let task = runtime(self, path)?.spawn(async move {
+            let mut chunks = match store.get_opts(&key, options).await {
+                Ok(got) => got.into_stream(),
+                Err(e) => {
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
+            };
+            let mut block = bytes::BytesMut::new();
+            while let Some(chunk) = chunks.next().await {
+                let chunk = match chunk {
+                    Ok(chunk) => chunk,
+                    Err(e) => {
+                        let _ = tx.send(Err(e)).await;
+                        return;
+                    }
+                };
+                let full = if block.is_empty() && chunk.len() >= BLOCK {
+                    chunk
+                } else {
+                    if block.is_empty() {
+                        block.reserve(BLOCK);
+                    }
+                    block.extend_from_slice(&chunk);
+                    if block.len() < BLOCK {
+                        continue;
+                    }
+                    block.split().freeze()
+                };
+                // The reader went away (dropped, or read elsewhere): stop, close the GET.
+                if tx.send(Ok(full)).await.is_err() {
+                    return;
+                }
+            }
+            if !block.is_empty() {
+                let _ = tx.send(Ok(block.freeze())).await;
+            }
+        });
+        Ok(Stream { at: offset, block: Bytes::new(), rx: Some(rx), task })
+    }
+}
+
+/// A reader's open streaming GET: the bytes from `at` on are `block`, then what `rx` brings.
+#[derive(Debug)]
+struct Stream {
+    /// The object offset of `block`'s first byte (the next byte the reader gets).
+    at: u64,
+    /// What is left of the block being read.
+    block: Bytes,
+    /// The blocks the task pulls (taken while a receive is on the runtime).
+    rx: Option<tokio::sync::mpsc::Receiver<object_store::Result<Bytes>>>,
+    /// The task pulling the GET.
+    task: JoinHandle<()>,
+}
+
+impl Drop for Stream {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Stream {
+    /// Fills `buf` from the stream (the object has at least `buf.len()` bytes from `at`).
+    fn read(&mut self, inner: &Inner, path: &str, buf: &mut [u8]) -> Result<()> {
+        let mut n = 0;
+        while n < buf.len() {
+            if self.block.is_empty() {
+                // One trip to the runtime brings every block this read still needs.
+                let need = buf.len() - n;
+                let Some(mut rx) = self.rx.take() else {
+                    return Err(ended(inner, path));
+                };
+                let (rx, got) = inner.run(path, async move {
+                    let mut got = Vec::new();
+                    let mut have = 0;
+                    while have < need {
+                        match rx.recv().await {
+                            Some(Ok(block)) => {
+                                have += block.len();
+                                got.push(Ok(block));
+                            }
+                            Some(Err(e)) => {
+                                got.push(Err(e));
+                                break;
+                            }
+                            None => break,
+                        }
+                    }
+                    (rx, got)
+                })?;
+                self.rx = Some(rx);
+                for block in got {
+                    let block = removed(path, block.map_err(|e| inner.error(path, &e)))?;
+                    let k = block.len().min(buf.len() - n);
+                    buf[n..n + k].copy_from_slice(&block[..k]);
+                    n += k;
+                    self.at += k as u64;
+                    // Only the last block can reach past the read: it waits for the next.
+                    self.block = block.slice(k..);
+                }
+                if self.block.is_empty() && n < buf.len() {
+                    return Err(ended(inner, path));
+                }
+                continue;
+            }
+            let k = self.block.len().min(buf.len() - n);
+            buf[n..n + k].copy_from_slice(&self.block[..k]);
+            self.block = self.block.slice(k..);
+            n += k;
+            self.at += k as u64;
+        }
+        Ok(())
+    }
+}
+
+/// A GET's 404 on an object opened before: it was removed since (a lost precondition).
+fn removed<T>(path: &str, result: Result<T>) -> Result<T> {
+    match result {
+        Err(Error::NotFound { .. }) => Err(Error::PreconditionFailed {
+            path: path.into(),
+            why: "the object was removed since it was opened".into(),
+        }),
+        other => other,
+    }
+}
+
+/// A streaming GET that ended before the object's length.
+fn ended(inner: &Inner, path: &str) -> Error {
+    inner.remote(path, RemoteFailure::Other, "the object's GET ended before its length".into())
 }
 
 /// Checks and normalises an absolute path into `(path, key)`: no empty, `.` or `..`
@@ -512,6 +683,7 @@ impl Media for S3 {
             len: meta.size,
             etag: meta.e_tag,
             cache: Mutex::new(None),
+            seq: Mutex::new(Sequential { end: 0, stream: None }),
         }))
     }
 
@@ -744,6 +916,16 @@ struct Reader {
     etag: Option<String>,
     /// The last readahead: its offset and bytes.
     cache: Mutex<Option<(u64, Bytes)>>,
+    /// Where the last read ended, and the streaming GET sequential reads are served from.
+    seq: Mutex<Sequential>,
+}
+
+#[derive(Debug)]
+struct Sequential {
+    /// The end of the last read.
+    end: u64,
+    /// The open streaming GET (its next byte is at `stream.at`).
+    stream: Option<Stream>,
 }
 
 impl Reader {
@@ -767,6 +949,20 @@ impl MediaFile for Reader {
             return Ok(0);
         }
         let want = buf.len().min((self.len - offset) as usize);
+        let mut seq = self.seq.lock().unwrap_or_else(PoisonError::into_inner);
+        let end = std::mem::replace(&mut seq.end, offset + want as u64);
+        if let Some(stream) = &mut seq.stream {
+            if stream.at == offset {
+                if let Err(e) = stream.read(&self.inner, &self.path, &mut buf[..want]) {
+                    seq.stream = None;
+                    seq.end = 0;
+                    return Err(e);
+                }
+                return Ok(want);
+            }
+            // A read elsewhere: the stream's bytes are not the ones wanted.
+            seq.stream = None;
+        }
         if let Some((at, bytes)) = self.cache().as_ref()
             && offset >= *at
             && offset + want as u64 <= *at + bytes.len() as u64
@@ -775,6 +971,16 @@ impl MediaFile for Reader {
             buf[..want].copy_from_slice(&bytes[from..from + want]);
             return Ok(want);
         }
+        // A read that continues the last one (or a large one from the start): stream the
+        // rest of the object.
+        if offset == end && (offset > 0 || want >= READAHEAD) {
+            let mut stream =
+                self.inner.stream_from(&self.path, &self.key, offset, self.etag.as_deref())?;
+            stream.read(&self.inner, &self.path, &mut buf[..want])?;
+            seq.stream = Some(stream);
+            return Ok(want);
+        }
+        drop(seq);
         let fetch = want.max(READAHEAD).min((self.len - offset) as usize);
         let bytes = self.inner.get_range(
             &self.path,

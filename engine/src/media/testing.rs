@@ -145,3 +145,15 @@ pub fn open_s3_with_env(
         path: format!("/{}", s3.key),
     })
 }
+
+/// GET requests the `s3://` media of this process sent for `object` (`s3://bucket/key`,
+/// without the query) so far: tests count requests, not time.
+#[cfg(feature = "s3")]
+pub fn s3_gets(object: &str) -> u64 {
+    super::s3::GETS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .find(|(k, _)| k == object)
+        .map_or(0, |(_, n)| *n)
+}
