@@ -456,3 +456,50 @@ pub(crate) fn preallocate(
     m.ns.set_size(ino, size.max(end), now_ns());
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use crate::carrier::CarrierOptions;
+    use crate::{FormatOptions, Volume, VolumeOptions};
+
+    const MIB: usize = 1 << 20;
+
+    /// A large write that starts a file lands 1 MiB-aligned on the carrier (whole large pages
+    /// in the host's cache), and an overwrite of it is exactly one carrier write of its bytes:
+    /// no zeros, no metadata, no barrier.
+    #[test]
+    fn a_large_first_run_is_aligned_and_an_overwrite_is_one_carrier_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let format = FormatOptions::journaled(32 << 20);
+        let v = Volume::create_path(
+            &dir.path().join("v.vlm"),
+            &format,
+            CarrierOptions::BUFFERED,
+            VolumeOptions::default(),
+        )
+        .unwrap();
+        // A small file first, so the data cursor sits off any alignment.
+        v.create_file("/small").unwrap().write_at(b"x", 0).unwrap();
+        let f = v.create_file("/big").unwrap();
+        let data = vec![7u8; MIB];
+        f.write_at(&data, 0).unwrap();
+        f.write_at(&data, MIB as u64).unwrap();
+        let bs = u64::from(v.inner.layout.block_size);
+        let extents = f.extents().unwrap();
+        assert_eq!(extents.len(), 1, "the second MiB continues the first: {extents:?}");
+        assert_eq!(extents[0].physical_block * bs % MIB as u64, 0, "{extents:?}");
+        let before = v.io_counts();
+        f.write_at(&data, 0).unwrap();
+        let after = v.io_counts();
+        let data_area = 3; // IoCounts: superblocks, bitmap, image, data, journal
+        assert_eq!(after.writes[data_area] - before.writes[data_area], 1);
+        assert_eq!(after.write_bytes[data_area] - before.write_bytes[data_area], MIB as u64);
+        assert_eq!(
+            after.write_bytes.iter().sum::<u64>() - before.write_bytes.iter().sum::<u64>(),
+            MIB as u64
+        );
+        assert_eq!(after.barriers, before.barriers);
+        assert_eq!(f.read_to_end().unwrap().len(), 2 * MIB);
+    }
+}
