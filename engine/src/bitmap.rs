@@ -246,6 +246,32 @@ impl Allocator {
         None
     }
 
+    /// First free run of exactly `want` blocks starting at a multiple of `align`, starting at
+    /// `cursor` and wrapping once.
+    fn aligned_fit(
+        &self,
+        region: BlockRange,
+        cursor: u64,
+        want: u64,
+        align: u64,
+    ) -> Option<BlockRange> {
+        let span = want.checked_add(align - 1)?;
+        for (from, until) in [(cursor, region.end()), (region.start, cursor)] {
+            let mut at = from;
+            while let Some(run) = self.run_from(region, at, span) {
+                if run.start >= until {
+                    break;
+                }
+                let start = run.start.next_multiple_of(align);
+                if start + want <= run.end() {
+                    return Some(BlockRange { start, len: want });
+                }
+                at = run.end();
+            }
+        }
+        None
+    }
+
     fn take(&mut self, run: BlockRange, hold: bool) {
         for b in run.start..run.end() {
             assert!(self.is_free(b), "allocating busy block {b}");
@@ -277,6 +303,20 @@ impl Allocator {
     /// `want` data blocks, as few runs as the free space allows, held (not live) until
     /// [`Allocator::attach`]. `after` asks for a run that continues the file's last extent.
     pub fn alloc_data(&mut self, want: u64, after: Option<u64>) -> Result<Vec<BlockRange>> {
+        self.alloc_data_aligned(want, after, 1)
+    }
+
+    /// [`Allocator::alloc_data`], and when the run cannot continue the file's last extent,
+    /// one whole free run starting at a multiple of `align` blocks is preferred (before any
+    /// other fit): a large write then sits on the carrier where the host's page cache holds
+    /// it in whole large pages (an unaligned 1 MiB write on a buffered carrier file costs
+    /// about a tenth more kernel time). The blocks skipped to reach the alignment stay free.
+    pub fn alloc_data_aligned(
+        &mut self,
+        want: u64,
+        after: Option<u64>,
+        align: u64,
+    ) -> Result<Vec<BlockRange>> {
         if want.saturating_add(META_RESERVE_BLOCKS) > self.free_blocks() {
             return Err(Error::NoSpace);
         }
@@ -289,6 +329,15 @@ impl Allocator {
         {
             self.take(run, true);
             left -= run.len;
+            runs.push(run);
+        }
+        if runs.is_empty()
+            && align > 1
+            && let Some(run) = self.aligned_fit(self.layout.data, self.data_cursor, left, align)
+        {
+            self.take(run, true);
+            self.data_cursor = run.end();
+            left = 0;
             runs.push(run);
         }
         for region in [self.layout.data, self.layout.image] {
@@ -453,6 +502,25 @@ mod tests {
         );
         a.commit_completed();
         assert_eq!(a.free_blocks(), before);
+        a.check_invariants();
+    }
+
+    #[test]
+    fn large_runs_start_aligned_and_the_skipped_blocks_stay_free() {
+        let mut a = alloc();
+        let small = a.alloc_data(3, None).unwrap();
+        let big = a.alloc_data_aligned(64, None, 32).unwrap();
+        assert_eq!(big.len(), 1);
+        assert_eq!(big[0].start % 32, 0);
+        assert_eq!(big[0].len, 64);
+        // Continuing the extent wins over the alignment.
+        let next = a.alloc_data_aligned(64, Some(big[0].end()), 32).unwrap();
+        assert_eq!(next[0].start, big[0].end());
+        // The blocks skipped to reach the alignment stay free, and are handed out later.
+        let gap = small[0].end()..big[0].start;
+        assert!(gap.clone().all(|b| !a.is_owned(b)));
+        let rest = a.alloc_data(a.free_blocks() - META_RESERVE_BLOCKS, None).unwrap();
+        assert!(gap.clone().all(|b| rest.iter().any(|r| r.start <= b && b < r.end())));
         a.check_invariants();
     }
 
