@@ -155,6 +155,9 @@ pub enum Command {
         #[command(flatten)]
         access: client::Access,
     },
+    /// Build a new member volume from a snapshot archive (docs/OPERATIONS.md, "Disaster
+    /// recovery"): checks the archive's SHA-256 first, refuses a volume with raft state.
+    Restore(crate::archive::RestoreArgs),
     /// Make TLS certificates for a cluster: a CA, node and client certificates (see
     /// docs/OPERATIONS.md, "Security").
     Cert {
@@ -274,6 +277,7 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
             runtime()?.block_on(demo::run(&dir, writes, no_wait))?;
         }
         Command::Cert { op } => cert::run(op)?,
+        Command::Restore(args) => crate::archive::restore_command(&args)?,
         Command::Kv { op, endpoints, access } => {
             return runtime()?.block_on(client::kv(op, &endpoints, &access));
         }

@@ -26,7 +26,9 @@ pub use openraft010 as openraft;
 
 pub use self::log_store::{CommittedTerm, LogStore};
 pub use self::proposals::{KvBatcher, Proposals010};
-pub use self::restore::{ExportedSnapshot, Meta, export_snapshot, restore_snapshot};
+pub use self::restore::{
+    ExportedSnapshot, Meta, export_snapshot, has_raft_state, restore_snapshot,
+};
 pub use self::state_machine::V010;
 use crate::error::Result;
 use crate::log::{LogConfig, LogCore};

@@ -63,6 +63,29 @@ impl ExportedSnapshot {
         Ok(ExportedSnapshot { meta, meta_bytes, data })
     }
 
+    /// A snapshot of `data` at log id `(term, index)` (proposed by `leader`) with `members`
+    /// as voters, encoded as the store encodes its own: for tools and tests that need a
+    /// snapshot without running a cluster.
+    pub fn build(
+        term: u64,
+        leader: u64,
+        index: u64,
+        members: BTreeMap<u64, KvNode>,
+        data: BTreeMap<String, Vec<u8>>,
+    ) -> Result<ExportedSnapshot> {
+        let leader_id = openraft010::vote::leader_id_adv::LeaderId { term, node_id: leader };
+        let last: LogId = openraft010::LogId::new(leader_id, index);
+        let voters: BTreeSet<u64> = members.keys().copied().collect();
+        let membership = Membership::new(vec![voters], members)
+            .map_err(|e| Error::BadSnapshot(format!("the membership: {e}")))?;
+        let stored = StoredMembership::new(Some(last), membership);
+        let machine =
+            Machine::<V010> { last_applied: Some(last), membership: stored.clone(), data };
+        let meta: Meta = SnapshotMeta { last_log_id: Some(last), last_membership: stored };
+        let (meta_bytes, data) = (encode(&meta)?, encode(&machine)?);
+        Ok(ExportedSnapshot { meta, meta_bytes, data })
+    }
+
     /// The last log id the snapshot covers.
     pub fn last_log_id(&self) -> Option<LogId> {
         self.meta.last_log_id
@@ -132,6 +155,20 @@ pub fn restore_snapshot(
     })();
     core.close();
     result
+}
+
+/// Whether the store under `log.dir` of `volume` (no store open on it) holds any raft state
+/// (what [`restore_snapshot`] refuses). Blocking.
+pub fn has_raft_state(volume: &Volume, log: &LogConfig) -> Result<bool> {
+    let dir = log.dir.clone();
+    let core = LogCore::open(volume.clone(), log.clone())?;
+    let state = refuse_state(volume, &core, &dir);
+    core.close();
+    match state {
+        Ok(()) => Ok(false),
+        Err(Error::HasRaftState { .. }) => Ok(true),
+        Err(e) => Err(e),
+    }
 }
 
 fn refuse_state(volume: &Volume, core: &LogCore, dir: &str) -> Result<()> {
