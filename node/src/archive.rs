@@ -167,7 +167,7 @@ fn mkdir(target: &Target, path: &str) -> Result<()> {
     match target.media.mkdir(path) {
         Ok(()) => Ok(()),
         Err(vellum_engine::Error::AlreadyExists { .. }) => Ok(()),
-        Err(e) if matches!(e, vellum_engine::Error::NotSupported { .. }) => Ok(()),
+        Err(vellum_engine::Error::NotSupported { .. }) => Ok(()),
         Err(e) => Err(e.into()),
     }
 }
@@ -598,8 +598,12 @@ mod tests {
         restore_command(&args).unwrap();
         let err = restore_command(&args).unwrap_err().to_string();
         assert!(err.contains("already holds raft state"), "{err}");
-        let volume =
-            vellum_raft_store::open_volume(&args.volume, 32 << 20, Default::default()).unwrap();
+        let volume = vellum_raft_store::open_volume(
+            &args.volume,
+            32 << 20,
+            vellum_engine::VolumeOptions::default(),
+        )
+        .unwrap();
         let log = vellum_raft_store::LogConfig::default();
         let restored = vellum_raft_store::v010::export_snapshot(&volume, &log).unwrap().unwrap();
         assert_eq!(restored.position(), Some((2, 40)));

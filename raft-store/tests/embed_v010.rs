@@ -261,7 +261,12 @@ async fn an_exported_snapshot_restores_into_a_new_store_that_elects_itself() {
 
     let path = dir.path().join("new.vlm");
     // A volume with no store open on it (restore opens the log itself).
-    let fresh = vellum_raft_store::open_volume(&path, 32 << 20, Default::default()).unwrap();
+    let fresh = vellum_raft_store::open_volume(
+        &path,
+        32 << 20,
+        vellum_raft_store::VolumeOptions::default(),
+    )
+    .unwrap();
     let node = KvNode { raft_addr: "127.0.0.1:1".into(), api_addr: "127.0.0.1:2".into() };
     let restored =
         restore_snapshot(&fresh, log.clone(), &snap, BTreeMap::from([(1, node.clone())]));
@@ -298,7 +303,12 @@ async fn an_exported_snapshot_restores_into_a_new_store_that_elects_itself() {
     raft.shutdown().await.unwrap();
     drop((raft, store));
     // Restoring again over the restored state is refused.
-    let volume = vellum_raft_store::open_volume(&path, 32 << 20, Default::default()).unwrap();
+    let volume = vellum_raft_store::open_volume(
+        &path,
+        32 << 20,
+        vellum_raft_store::VolumeOptions::default(),
+    )
+    .unwrap();
     let again = restore_snapshot(&volume, log, &snap, BTreeMap::from([(1, node)]));
     assert!(matches!(again, Err(Error::HasRaftState { .. })), "{again:?}");
 }

@@ -70,26 +70,28 @@ impl Archiver {
                 archived = None; // another leader may have archived meanwhile: read again
                 was_leader = true;
             }
-            let known = match archived {
-                Some(k) => k,
-                None => {
-                    let t = target.clone();
-                    match tokio::task::spawn_blocking(move || archive::list(&t)).await {
-                        Ok(Ok(all)) => {
-                            let newest = all.last().map(|m| m.index);
-                            if let Some(index) = newest {
-                                metrics::gauge!(m::ARCHIVE_INDEX).set(index as f64);
-                            }
-                            archived = Some(newest);
-                            newest
+            let known = if let Some(k) = archived {
+                k
+            } else {
+                let t = target.clone();
+                match tokio::task::spawn_blocking(move || archive::list(&t)).await {
+                    Ok(Ok(all)) => {
+                        let newest = all.last().map(|m| m.index);
+                        if let Some(index) = newest {
+                            metrics::gauge!(m::ARCHIVE_INDEX).set(index as f64);
                         }
-                        Ok(Err(e)) => {
-                            metrics::counter!(m::ARCHIVE_FAILURES).increment(1);
-                            tracing::warn!(error = %e, "listing the snapshot archives; retrying next period");
-                            continue;
-                        }
-                        Err(_) => return,
+                        archived = Some(newest);
+                        newest
                     }
+                    Ok(Err(e)) => {
+                        metrics::counter!(m::ARCHIVE_FAILURES).increment(1);
+                        tracing::warn!(
+                            error = %e,
+                            "listing the snapshot archives; retrying next period"
+                        );
+                        continue;
+                    }
+                    Err(_) => return,
                 }
             };
             let snapshot = metrics.snapshot.map(|l| l.index);

@@ -12,6 +12,25 @@ use crate::security::exposure::Exposure;
 use crate::security::tokens::BearerToken;
 use crate::size::parse_size;
 
+/// Parses a duration: `500ms`, `30s`, `5m`, `1h` (a bare number is seconds).
+pub fn duration_arg(text: &str) -> Result<std::time::Duration, String> {
+    let t = text.trim();
+    let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let n: u64 = num.parse().map_err(|_| format!("'{text}' is not a duration (30s, 5m, 1h)"))?;
+    let secs = |k: u64| std::time::Duration::from_secs(n.saturating_mul(k));
+    let d = match unit {
+        "ms" => std::time::Duration::from_millis(n),
+        "" | "s" => secs(1),
+        "m" => secs(60),
+        "h" => secs(3600),
+        _ => return Err(format!("'{text}' is not a duration (30s, 5m, 1h)")),
+    };
+    if d.is_zero() {
+        return Err("a duration must be more than zero".into());
+    }
+    Ok(d)
+}
+
 fn size_arg(s: &str) -> Result<u64, String> {
     parse_size(s)
 }
@@ -498,23 +517,4 @@ mod tests {
         assert!(parse_initial_cluster("1=1.2.3.4:1/1.2.3.4:2,1=1.2.3.4:3/1.2.3.4:4").is_err());
         assert!(parse_initial_cluster("").is_err());
     }
-}
-
-/// Parses a duration: `500ms`, `30s`, `5m`, `1h` (a bare number is seconds).
-pub fn duration_arg(text: &str) -> Result<std::time::Duration, String> {
-    let t = text.trim();
-    let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
-    let n: u64 = num.parse().map_err(|_| format!("'{text}' is not a duration (30s, 5m, 1h)"))?;
-    let secs = |k: u64| std::time::Duration::from_secs(n.saturating_mul(k));
-    let d = match unit {
-        "ms" => std::time::Duration::from_millis(n),
-        "" | "s" => secs(1),
-        "m" => secs(60),
-        "h" => secs(3600),
-        _ => return Err(format!("'{text}' is not a duration (30s, 5m, 1h)")),
-    };
-    if d.is_zero() {
-        return Err("a duration must be more than zero".into());
-    }
-    Ok(d)
 }
