@@ -123,3 +123,41 @@ fn a_cluster_that_lost_every_disk_comes_back_from_its_archive() {
         assert_eq!(fresh.read(n, "after-restore", false), Some("yes".into()));
     }
 }
+
+fn metric(c: &Cluster, id: u64, name: &str) -> f64 {
+    let text = c.get(&c.by_ref(id).url("/metrics")).unwrap().text().unwrap();
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+/// An archive store that fails (here a prefix under a regular file: every write refused)
+/// never stops the node: writes go on, the failure counter rises, nothing is listed. Then a
+/// store that works again is used on the next period.
+#[test]
+fn a_failing_archive_store_never_stops_the_node() {
+    let mut c = Cluster::new(1);
+    let blocker = c.dir.path().join("not-a-dir");
+    std::fs::write(&blocker, b"x").unwrap();
+    let url = format!("local://{}/archive", blocker.display());
+    c.nodes[0].extra.extend(
+        ["--snapshot-entries", "20", "--archive-interval", "1s", "--snapshot-archive", &url]
+            .map(String::from),
+    );
+    c.start_all();
+    c.wait_ready();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut k = 0;
+    while metric(&c, 1, "vellum_archive_failures_total") < 2.0 {
+        assert!(Instant::now() < deadline, "no archive failure counted: {}", c.logs());
+        assert!(c.put(&c.nodes[0], &format!("k{k}"), "v"), "the node keeps serving writes");
+        k += 1;
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(metric(&c, 1, "vellum_archive_uploads_total"), 0.0);
+    assert!(c.put(&c.nodes[0], "still", "serving"));
+    assert_eq!(c.read(&c.nodes[0], "still", false), Some("serving".into()));
+    assert!(c.nodes[0].log_text().contains("retrying next period"));
+}
