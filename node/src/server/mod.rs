@@ -647,6 +647,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         http: reach.api(Duration::from_secs(10), true)?,
         auth,
         book,
+        volume: volume.clone(),
     };
     let rpc_limits = raft_api::RpcLimits {
         max_entry_bytes,

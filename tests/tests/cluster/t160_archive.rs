@@ -57,6 +57,21 @@ fn a_cluster_that_lost_every_disk_comes_back_from_its_archive() {
         assert!(c.put(c.by_ref(leader), "tick", "x"));
         std::thread::sleep(Duration::from_millis(200));
     }
+    phase("vellum backup through a follower: a consistent snapshot of the running cluster");
+    let follower = c.nodes.iter().find(|n| n.id != leader).unwrap();
+    let backup = c.dir.path().join("backup");
+    let out = Command::new(vellum_bin())
+        .arg("backup")
+        .args(["--from", &format!("127.0.0.1:{}", follower.api)])
+        .args(["--to", &format!("local://{}", backup.display())])
+        .output()
+        .unwrap();
+    let said =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "backup: {said}");
+    let backed = newest_archive(&backup).unwrap();
+    assert!(backed >= acked, "the backup covers every acknowledged write: {backed} < {acked}");
+    assert!(said.contains(&format!("log index {backed}")), "{said}");
     phase("more writes, then every node and volume is lost");
     for k in 0..50 {
         assert!(c.put(c.by_ref(leader), &format!("b{k}"), &format!("late-{k}")));
