@@ -215,39 +215,6 @@ pub async fn remove_member(
     changed(s.raft.change_membership(change, false).await, ApiError::BadRequest)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn learner(raft: &str, api: &str) -> AddLearner {
-        AddLearner { id: 4, raft_addr: raft.into(), api_addr: api.into() }
-    }
-
-    #[test]
-    fn learner_addresses_are_checked() {
-        for (raft, api) in [
-            ("127.0.0.1:7004", "127.0.0.1:8004"),
-            ("[::1]:7004", "db4.example.com:8004"),
-            ("10.0.0.4:7004", "node-4:8004"),
-        ] {
-            assert!(check_addresses(&learner(raft, api)).is_ok(), "{raft} {api}");
-        }
-        for (raft, api) in [
-            ("db4.example.com:7004", "127.0.0.1:8004"),
-            ("127.0.0.1", "127.0.0.1:8004"),
-            ("127.0.0.1:7004", "127.0.0.1"),
-            ("127.0.0.1:7004", "http://x:80"),
-            ("127.0.0.1:7004", "a b:80"),
-            ("127.0.0.1:7004", "host:0"),
-            ("127.0.0.1:7004", ":80"),
-            ("127.0.0.1:7004", "x/../y:80"),
-            ("", ""),
-        ] {
-            assert!(check_addresses(&learner(raft, api)).is_err(), "{raft:?} {api:?}");
-        }
-    }
-}
-
 /// The header of `GET /v1/cluster/snapshot` that carries the snapshot's encoded openraft
 /// meta (standard base64); the body is the snapshot's bytes as the store keeps them.
 pub const SNAPSHOT_META_HEADER: &str = "x-vellum-snapshot-meta";
@@ -299,5 +266,38 @@ pub async fn snapshot(State(s): State<AppState>) -> Response {
         Ok(Ok(None)) => ApiError::Internal("no snapshot".into()).into_response(),
         Ok(Err(e)) => ApiError::Internal(e.to_string()).into_response(),
         Err(e) => ApiError::Internal(e.to_string()).into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn learner(raft: &str, api: &str) -> AddLearner {
+        AddLearner { id: 4, raft_addr: raft.into(), api_addr: api.into() }
+    }
+
+    #[test]
+    fn learner_addresses_are_checked() {
+        for (raft, api) in [
+            ("127.0.0.1:7004", "127.0.0.1:8004"),
+            ("[::1]:7004", "db4.example.com:8004"),
+            ("10.0.0.4:7004", "node-4:8004"),
+        ] {
+            assert!(check_addresses(&learner(raft, api)).is_ok(), "{raft} {api}");
+        }
+        for (raft, api) in [
+            ("db4.example.com:7004", "127.0.0.1:8004"),
+            ("127.0.0.1", "127.0.0.1:8004"),
+            ("127.0.0.1:7004", "127.0.0.1"),
+            ("127.0.0.1:7004", "http://x:80"),
+            ("127.0.0.1:7004", "a b:80"),
+            ("127.0.0.1:7004", "host:0"),
+            ("127.0.0.1:7004", ":80"),
+            ("127.0.0.1:7004", "x/../y:80"),
+            ("", ""),
+        ] {
+            assert!(check_addresses(&learner(raft, api)).is_err(), "{raft:?} {api:?}");
+        }
     }
 }
