@@ -1,6 +1,7 @@
 //! `vellum`: the KV node (`serve`, `demo`), its clients (`kv`, `cluster`), and the volume
 //! tools (`format`, `info`, `check`, `ls`, ...).
 
+mod archive;
 mod cli;
 mod error;
 mod security;

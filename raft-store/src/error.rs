@@ -137,6 +137,18 @@ pub enum Error {
         /// The first journal sequence that may be lost.
         lost_from: u64,
     },
+    /// A snapshot is restored only into a store with no raft state (no vote, no log, no
+    /// applied state, no snapshot): restoring over state could roll back a live member.
+    #[error(
+        "the volume already holds raft state ({what}): a snapshot is restored only into a new volume"
+    )]
+    HasRaftState {
+        /// What state was found.
+        what: &'static str,
+    },
+    /// The snapshot to restore is not one: it does not decode, or its meta and data disagree.
+    #[error("not a restorable snapshot: {0}")]
+    BadSnapshot(String),
 }
 
 /// `Result` with the raft store's [`Error`].

@@ -223,3 +223,92 @@ async fn max_entry_bytes_is_exact() {
     raft.client_write(put("after", 1)).await.unwrap();
     raft.shutdown().await.unwrap();
 }
+
+/// Issue 24: the current snapshot of a running store, exported and restored into a new
+/// volume with a new membership, starts a Raft node that elects itself without
+/// `initialize` (refused as already initialized), serves the snapshot's state and appends
+/// after the snapshot's index; a second restore into the same volume is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exported_snapshot_restores_into_a_new_store_that_elects_itself() {
+    use vellum_raft_store::v010::{ExportedSnapshot, export_snapshot, restore_snapshot};
+    let dir = tempfile::tempdir().unwrap();
+    let store = open_store_at(dir.path().join("old.vlm"), StoreConfig::with_volume_bytes(32 << 20))
+        .unwrap();
+    let raft = one_node(&store).await;
+    for i in 0..20 {
+        raft.client_write(put(&format!("key-{i}"), 10)).await.unwrap();
+    }
+    raft.trigger().snapshot().await.unwrap();
+    let log = vellum_raft_store::LogConfig::default();
+    let mut exported = None;
+    for _ in 0..100 {
+        exported = export_snapshot(&store.volume, &log).unwrap();
+        if exported.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let exported = exported.expect("a snapshot was built");
+    raft.shutdown().await.unwrap();
+    let (_, at) = exported.position().unwrap();
+    assert!(at >= 21, "the snapshot covers the writes: {at}");
+    // The exported bytes check and decode as they are.
+    let snap =
+        ExportedSnapshot::decode(exported.meta_bytes.clone(), exported.data.clone()).unwrap();
+    let mut bad = exported.data.clone();
+    bad.truncate(bad.len() / 2);
+    assert!(ExportedSnapshot::decode(exported.meta_bytes.clone(), bad).is_err());
+
+    let path = dir.path().join("new.vlm");
+    // A volume with no store open on it (restore opens the log itself).
+    let fresh = vellum_raft_store::open_volume(
+        &path,
+        32 << 20,
+        vellum_raft_store::VolumeOptions::default(),
+    )
+    .unwrap();
+    let node = KvNode { raft_addr: "127.0.0.1:1".into(), api_addr: "127.0.0.1:2".into() };
+    let restored =
+        restore_snapshot(&fresh, log.clone(), &snap, BTreeMap::from([(1, node.clone())]));
+    fresh.close().unwrap();
+    assert_eq!(restored.unwrap().index, at);
+    let store = open_store_at(&path, StoreConfig::with_volume_bytes(32 << 20)).unwrap();
+    assert_eq!(store.reader.get("key-19"), Some(vec![7; 10]));
+    let raft = Raft::new(
+        1,
+        Arc::new(
+            Config {
+                heartbeat_interval: 50,
+                election_timeout_min: 150,
+                election_timeout_max: 300,
+                ..Config::default()
+            }
+            .validate()
+            .unwrap(),
+        ),
+        NoPeers,
+        store.log_store.clone(),
+        store.state_machine.clone(),
+    )
+    .await
+    .unwrap();
+    assert!(raft.is_initialized().await.unwrap());
+    raft.wait(Some(Duration::from_secs(10))).leader_with_quorum_acked(None, "leads").await.unwrap();
+    let written = raft.client_write(put("after", 3)).await.unwrap();
+    assert!(written.log_id.index > at, "{:?} after {at}", written.log_id);
+    assert_eq!(store.reader.get("key-0"), Some(vec![7; 10]));
+    assert_eq!(store.reader.get("after"), Some(vec![7; 3]));
+    let members = export_snapshot(&store.volume, &log).unwrap().unwrap().members();
+    assert_eq!(members.get(&1).map(|n| n.raft_addr.as_str()), Some("127.0.0.1:1"));
+    raft.shutdown().await.unwrap();
+    drop((raft, store));
+    // Restoring again over the restored state is refused.
+    let volume = vellum_raft_store::open_volume(
+        &path,
+        32 << 20,
+        vellum_raft_store::VolumeOptions::default(),
+    )
+    .unwrap();
+    let again = restore_snapshot(&volume, log, &snap, BTreeMap::from([(1, node)]));
+    assert!(matches!(again, Err(Error::HasRaftState { .. })), "{again:?}");
+}

@@ -180,6 +180,21 @@ pub enum Command {
         #[command(flatten)]
         access: client::Access,
     },
+    /// Write a consistent snapshot of a running cluster as one archive to any medium (etcd's
+    /// `snapshot save`; admin role): the leader's snapshot covering a linearizable read.
+    Backup {
+        /// The cluster's API addresses, comma-separated, tried in order (as --endpoints).
+        #[arg(long, value_delimiter = ',', value_name = "API_URLS")]
+        from: Vec<String>,
+        /// The archive prefix to write to (`s3://...`, `local:///dir`, a host path).
+        #[arg(long, value_name = "URL")]
+        to: String,
+        #[command(flatten)]
+        access: client::Access,
+    },
+    /// Build a new member volume from a snapshot archive (docs/OPERATIONS.md, "Disaster
+    /// recovery"): checks the archive's SHA-256 first, refuses a volume with raft state.
+    Restore(crate::archive::RestoreArgs),
     /// Make TLS certificates for a cluster: a CA, node and client certificates (see
     /// docs/OPERATIONS.md, "Security").
     Cert {
@@ -299,6 +314,11 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
             runtime()?.block_on(demo::run(&dir, writes, no_wait))?;
         }
         Command::Cert { op } => cert::run(op)?,
+        Command::Backup { from, to, access } => {
+            let endpoints = client::Endpoints { endpoints: from };
+            runtime()?.block_on(client::backup(&endpoints.list(), &to, &access))?;
+        }
+        Command::Restore(args) => crate::archive::restore_command(&args)?,
         Command::Kv { op, endpoints, access } => {
             return runtime()?.block_on(client::kv(op, &endpoints, &access));
         }

@@ -12,6 +12,25 @@ use crate::security::exposure::Exposure;
 use crate::security::tokens::BearerToken;
 use crate::size::parse_size;
 
+/// Parses a duration: `500ms`, `30s`, `5m`, `1h` (a bare number is seconds).
+pub fn duration_arg(text: &str) -> Result<std::time::Duration, String> {
+    let t = text.trim();
+    let (num, unit) = t.split_at(t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len()));
+    let n: u64 = num.parse().map_err(|_| format!("'{text}' is not a duration (30s, 5m, 1h)"))?;
+    let secs = |k: u64| std::time::Duration::from_secs(n.saturating_mul(k));
+    let d = match unit {
+        "ms" => std::time::Duration::from_millis(n),
+        "" | "s" => secs(1),
+        "m" => secs(60),
+        "h" => secs(3600),
+        _ => return Err(format!("'{text}' is not a duration (30s, 5m, 1h)")),
+    };
+    if d.is_zero() {
+        return Err("a duration must be more than zero".into());
+    }
+    Ok(d)
+}
+
 fn size_arg(s: &str) -> Result<u64, String> {
     parse_size(s)
 }
@@ -174,6 +193,41 @@ pub struct ServeArgs {
         help_heading = "Security"
     )]
     pub deny_peers: Vec<u64>,
+    /// Archive each new snapshot to this prefix, on the leader, in the background (any
+    /// medium: `s3://bucket/prefix?endpoint=...`, `local:///dir`; docs/OPERATIONS.md,
+    /// "Disaster recovery").
+    #[arg(long, env = "VELLUM_SNAPSHOT_ARCHIVE", value_name = "URL", help_heading = "Archive")]
+    pub snapshot_archive: Option<String>,
+    /// How often the leader checks for a snapshot newer than the last archived one (and
+    /// asks for a snapshot when the applied index moved past the current one): 30s, 5m, ...
+    #[arg(
+        long,
+        env = "VELLUM_ARCHIVE_INTERVAL",
+        default_value = "60s",
+        value_parser = duration_arg,
+        value_name = "DURATION",
+        help_heading = "Archive"
+    )]
+    pub archive_interval: std::time::Duration,
+    /// Keep the newest N complete archives under --snapshot-archive; older ones are deleted.
+    #[arg(
+        long,
+        env = "VELLUM_ARCHIVE_KEEP",
+        default_value = "5",
+        value_parser = clap::value_parser!(u64).range(1..),
+        help_heading = "Archive"
+    )]
+    pub archive_keep: u64,
+    /// With --snapshot-archive: a volume with no raft state is first restored from the
+    /// newest complete archive there (never a volume with state; with no archive the node
+    /// starts as usual). The membership comes from --initial-cluster.
+    #[arg(
+        long,
+        env = "VELLUM_AUTO_RESTORE",
+        requires = "snapshot_archive",
+        help_heading = "Archive"
+    )]
+    pub auto_restore: bool,
     /// Connection caps and deadlines of the ports (`listener.rs`).
     #[command(flatten)]
     pub conn: crate::server::listener::ConnArgs,

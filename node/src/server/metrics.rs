@@ -46,6 +46,11 @@ pub const CONN_HANDSHAKES: &str = "vellum_connection_handshakes_in_flight";
 pub const CONN_ACCEPTED: &str = "vellum_connections_accepted_total";
 pub const CONN_REJECTED: &str = "vellum_connections_rejected_total";
 pub const CONN_CLOSED: &str = "vellum_connections_closed_total";
+pub const ARCHIVE_UPLOADS: &str = "vellum_archive_uploads_total";
+pub const ARCHIVE_BYTES: &str = "vellum_archive_bytes_total";
+pub const ARCHIVE_FAILURES: &str = "vellum_archive_failures_total";
+pub const ARCHIVE_AGE: &str = "vellum_archive_seconds_since_last";
+pub const ARCHIVE_INDEX: &str = "vellum_archive_last_index";
 
 /// The Prometheus text content type Prometheus 2 and 3 both accept.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -90,6 +95,21 @@ fn describe() {
         "Client API requests, by route, method and status code."
     );
     describe_gauge!(BUILD_INFO, "Always 1; the version label names the build.");
+    describe_counter!(
+        ARCHIVE_UPLOADS,
+        "Snapshot archives this node uploaded (--snapshot-archive)."
+    );
+    describe_counter!(ARCHIVE_BYTES, Unit::Bytes, "Snapshot bytes this node archived.");
+    describe_counter!(
+        ARCHIVE_FAILURES,
+        "Archive attempts that failed (the store unreachable or refusing; retried next period)."
+    );
+    describe_gauge!(
+        ARCHIVE_AGE,
+        Unit::Seconds,
+        "Seconds since the last archive this node wrote or found (since start when none)."
+    );
+    describe_gauge!(ARCHIVE_INDEX, "Log index of the newest archived snapshot this node knows.");
     describe_gauge!(
         CORE_RUNNING,
         "1 while openraft's core task runs, 0 once it stopped (a storage error or a panic; \

@@ -28,6 +28,7 @@
 //! re-read on SIGHUP); `--join-token` is the admin token this node presents to the
 //! cluster's API when it joins.
 
+mod archiver;
 mod codec;
 pub mod config;
 pub mod http;
@@ -574,6 +575,9 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         fresh_start_allowed(&args, &reach).await?;
     }
     let volume = volume(&args, missing).await?;
+    if args.auto_restore {
+        auto_restore(&args, &volume).await?;
+    }
     metrics::spawn_volume_metrics(volume.clone());
     let capacity = volume.info().layout.capacity_bytes();
     let log_config =
@@ -643,6 +647,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         http: reach.api(Duration::from_secs(10), true)?,
         auth,
         book,
+        volume: volume.clone(),
     };
     let rpc_limits = raft_api::RpcLimits {
         max_entry_bytes,
@@ -657,6 +662,17 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         "api",
         conn.api,
     );
+    if let Some(url) = args.snapshot_archive.clone() {
+        let archiver = archiver::Archiver {
+            url,
+            interval: args.archive_interval,
+            keep: usize::try_from(args.archive_keep).unwrap_or(usize::MAX),
+            id: args.id,
+            raft: raft.clone(),
+            volume: volume.clone(),
+        };
+        tokio::spawn(archiver.run(stop_rx.clone()));
+    }
     let scheme = |tls: bool| if tls { "https" } else { "http" };
     // The bind address, and the advertised one when it differs.
     let shown = |tls: bool, bind: std::net::SocketAddr, public: std::net::SocketAddr| {
@@ -724,6 +740,44 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         (Some(why), _) => Err(why),
         (None, closed) => closed,
     }
+}
+
+/// `--auto-restore`: a volume with no raft state is restored from the newest complete
+/// archive under `--snapshot-archive`, with `--initial-cluster` (or this node alone) as the
+/// membership. A volume with state is left as it is; with no archive the node starts as
+/// usual; a corrupt archive or an unreachable store stops the start (one line).
+async fn auto_restore(args: &ServeArgs, volume: &vellum_engine::Volume) -> Result<(), CliError> {
+    let Some(url) = args.snapshot_archive.clone() else { return Ok(()) };
+    let members = match &args.initial_cluster {
+        Some(spec) => config::parse_initial_cluster(spec).map_err(fail("--initial-cluster"))?,
+        None => std::collections::BTreeMap::from([(args.id, args.me().map_err(CliError::Usage)?)]),
+    };
+    let v = volume.clone();
+    let restored = tokio::task::spawn_blocking(move || {
+        let log = LogConfig::default();
+        if vellum_raft_store::v010::has_raft_state(&v, &log)? {
+            return Ok(None);
+        }
+        let Some((manifest, snap)) = crate::archive::fetch_url(&url)? else {
+            return Ok(Some(None));
+        };
+        crate::archive::restore_into(&v, &snap, members)?;
+        Ok::<_, crate::archive::ArchiveError>(Some(Some(manifest)))
+    })
+    .await
+    .map_err(|e| fail("--auto-restore")(e.to_string()))?
+    .map_err(|e| fail("--auto-restore")(e.to_string()))?;
+    match restored {
+        None => tracing::info!("--auto-restore: the volume holds raft state; not restoring"),
+        Some(None) => tracing::info!("--auto-restore: no archive yet; starting as usual"),
+        Some(Some(m)) => tracing::info!(
+            index = m.index,
+            term = m.term,
+            archive = %m.name(),
+            "--auto-restore: restored the volume from the newest archive"
+        ),
+    }
+    Ok(())
 }
 
 /// Closes the log and the volume once Raft is shut down: Raft's tasks owned the log and the

@@ -17,6 +17,7 @@
 
 mod log_store;
 mod proposals;
+mod restore;
 mod state_machine;
 
 use std::io::Cursor;
@@ -25,6 +26,9 @@ pub use openraft010 as openraft;
 
 pub use self::log_store::{CommittedTerm, LogStore};
 pub use self::proposals::{KvBatcher, Proposals010};
+pub use self::restore::{
+    ExportedSnapshot, Meta, export_snapshot, has_raft_state, restore_snapshot,
+};
 pub use self::state_machine::V010;
 use crate::error::Result;
 use crate::log::{LogConfig, LogCore};

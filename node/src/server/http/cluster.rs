@@ -215,6 +215,60 @@ pub async fn remove_member(
     changed(s.raft.change_membership(change, false).await, ApiError::BadRequest)
 }
 
+/// The header of `GET /v1/cluster/snapshot` that carries the snapshot's encoded openraft
+/// meta (standard base64); the body is the snapshot's bytes as the store keeps them.
+pub const SNAPSHOT_META_HEADER: &str = "x-vellum-snapshot-meta";
+
+/// `GET /v1/cluster/snapshot` (`vellum backup`): on the leader, after a ReadIndex barrier, a
+/// snapshot covering at least the read index (one is built when the current one is older),
+/// as stored: body = data, [`SNAPSHOT_META_HEADER`] = meta. Followers redirect to the
+/// leader.
+pub async fn snapshot(State(s): State<AppState>) -> Response {
+    use base64::Engine as _;
+    use vellum_raft_store::v010::openraft::ReadPolicy;
+    if let Some(r) = not_leader(&s) {
+        return r;
+    }
+    let read = match s.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
+        Ok(read) => read.index(),
+        Err(_) => return ApiError::NoLeader { leader: None }.into_response(),
+    };
+    let covered =
+        |s: &AppState| s.raft.metrics().borrow_watched().snapshot.is_some_and(|l| l.index >= read);
+    if !covered(&s) {
+        let _ = s.raft.trigger().snapshot().await;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !covered(&s) {
+            if std::time::Instant::now() > deadline {
+                return ApiError::Internal("no snapshot covering the read index in 60 s".into())
+                    .into_response();
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+    let volume = s.volume.clone();
+    let exported = tokio::task::spawn_blocking(move || {
+        vellum_raft_store::v010::export_snapshot(&volume, &vellum_raft_store::LogConfig::default())
+    })
+    .await;
+    match exported {
+        Ok(Ok(Some(snap))) => (
+            [
+                (axum::http::header::CONTENT_TYPE.as_str(), "application/octet-stream".to_string()),
+                (
+                    SNAPSHOT_META_HEADER,
+                    base64::engine::general_purpose::STANDARD.encode(&snap.meta_bytes),
+                ),
+            ],
+            snap.data,
+        )
+            .into_response(),
+        Ok(Ok(None)) => ApiError::Internal("no snapshot".into()).into_response(),
+        Ok(Err(e)) => ApiError::Internal(e.to_string()).into_response(),
+        Err(e) => ApiError::Internal(e.to_string()).into_response(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -15,7 +15,7 @@
 //! would be served from a state that no longer follows the log.
 
 mod auth;
-mod cluster;
+pub(crate) mod cluster;
 mod errors;
 mod kv;
 
@@ -70,6 +70,8 @@ pub struct AppState {
     pub auth: Option<Auth>,
     /// The peer book: ids removed from the cluster are never added again.
     pub book: Arc<vellum_raft_store::member::PeerBook>,
+    /// The node's volume: `GET /v1/cluster/snapshot` reads the current snapshot from it.
+    pub volume: vellum_engine::Volume,
 }
 
 /// Who leads, as this node sees it.
@@ -131,6 +133,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/cluster/learners", post(cluster::add_learner))
         .route("/v1/cluster/members", put(cluster::change_members))
         .route("/v1/cluster/members/{id}", axum::routing::delete(cluster::remove_member))
+        // `vellum backup`: admin role (under /v1/cluster/), on the leader.
+        .route("/v1/cluster/snapshot", get(cluster::snapshot))
         .route("/livez", get(livez))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
