@@ -116,12 +116,14 @@ impl fmt::Display for CarrierKind {
     }
 }
 
-/// How a knob relates to a medium.
+/// How a knob relates to a medium: a carrier's ([`CarrierKind::knob_support`]) or a media
+/// facade's (`media::Medium::knob_support`), one vocabulary for both.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KnobSupport {
     /// Both settings work and differ physically.
     Implemented,
-    /// Always on by the nature of the medium (a block device is preallocated and non-sparse).
+    /// Always on by the nature of the medium (a block device is preallocated and non-sparse;
+    /// write-through on object storage: a completed upload is durable).
     Inherent,
     /// Always on because the carrier insists (direct IO on a device: the kernel cache is not
     /// trusted when an advisory lock cannot stop outside writers).

@@ -234,28 +234,7 @@ pub trait Media: Send + Sync + fmt::Debug {
     fn get(&self, path: &str) -> Result<(Vec<u8>, Version)>;
 }
 
-/// How a knob relates to a medium (the design's "implemented, physically meaningless, or
-/// inherent" rule).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum KnobSupport {
-    /// Both settings work and differ physically.
-    Implemented,
-    /// Always on by the nature of the medium (write-through on object storage: a completed
-    /// upload is durable).
-    Inherent,
-    /// Has no physical meaning (write-through on memory); asking for it is an error.
-    Meaningless,
-}
-
-impl fmt::Display for KnobSupport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            KnobSupport::Implemented => "implemented",
-            KnobSupport::Inherent => "inherent",
-            KnobSupport::Meaningless => "physically meaningless",
-        })
-    }
-}
+pub use crate::carrier::KnobSupport;
 
 impl Medium {
     /// What `knob` means on this medium: the table of docs/MEDIA.md, in code (a test holds
