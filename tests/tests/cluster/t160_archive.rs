@@ -264,7 +264,7 @@ fn a_failing_archive_store_never_stops_the_node() {
         k += 1;
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert_eq!(metric(&c, 1, "vellum_archive_uploads_total"), 0.0);
+    assert!(metric(&c, 1, "vellum_archive_uploads_total") < 1.0, "nothing uploaded");
     assert!(c.put(&c.nodes[0], "still", "serving"));
     assert_eq!(c.read(&c.nodes[0], "still", false), Some("serving".into()));
     assert!(c.nodes[0].log_text().contains("retrying next period"));
