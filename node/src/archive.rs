@@ -4,7 +4,11 @@
 //!
 //! Layout under a prefix URL (any medium of the facade: `s3://`, `local://`, ...):
 //! - `PREFIX/<index:020>-<term>/data`: the snapshot's bytes as the raft store keeps them,
-//!   written first (create-only).
+//!   written first, streamed in [`UPLOAD_CHUNK`] pieces through `Media::create`,
+//!   `MediaFile::append` and `close` (a multipart upload on object storage above its
+//!   threshold), never one buffer-sized `put`; on a file system to a per-writer `.part`
+//!   name first, renamed into place. A `data` left by an earlier attempt is kept
+//!   when its SHA-256 matches and replaced otherwise (without a manifest it is no archive).
 //! - `PREFIX/<index:020>-<term>/manifest.json`: written LAST, create-only ([`Manifest`]):
 //!   format, the snapshot's log id, membership, size and SHA-256 of `data`, the encoded
 //!   openraft meta, when and by which node.
@@ -199,21 +203,27 @@ pub fn write(target: &Target, snap: &ExportedSnapshot, node_id: u64) -> Result<M
     let dir = join(&target.path, &manifest.name());
     mkdir(target, &target.path)?;
     mkdir(target, &dir)?;
-    match target.media.put(&join(&dir, DATA), &snap.data, PutMode::Create) {
-        Ok(_) => {}
-        Err(e)
-            if is_precondition(&e) || matches!(e, vellum_engine::Error::AlreadyExists { .. }) =>
-        {
-            // Left by an earlier attempt (or another writer) of the same log id: the same
-            // state, if its checksum says so.
-            let (existing, _) = target.media.get(&join(&dir, DATA))?;
-            if sha256_hex(&existing) != manifest.sha256 {
-                return Err(ArchiveError::Corrupt(format!(
-                    "{dir}/{DATA} exists with other bytes; remove the incomplete archive {dir}"
-                )));
-            }
-        }
+    let data = join(&dir, DATA);
+    let present = match target.media.stat(&data) {
+        // Left by an earlier attempt (or another writer) of the same log id: the same
+        // state if its checksum says so; otherwise an upload cut short, replaced.
+        Ok(_) => sha256_hex(&target.media.get(&data)?.0) == manifest.sha256,
+        Err(e) if is_not_found(&e) => false,
         Err(e) => return Err(e.into()),
+    };
+    if !present && target.media.rename_is_atomic() {
+        // A file system writes in place: stream to this writer's own name, then rename, so
+        // two nodes archiving the same log id never interleave in one `data`.
+        let part = format!("{data}.{node_id}-{}.part", now_ms());
+        let done = upload(target, &part, &snap.data)
+            .and_then(|()| target.media.rename(&part, &data).map_err(ArchiveError::from));
+        if done.is_err() {
+            let _ = target.media.remove(&part);
+        }
+        done?;
+    } else if !present {
+        // Object storage: the object appears only when `close` completes the upload.
+        upload(target, &data, &snap.data)?;
     }
     let json = serde_json::to_vec_pretty(&manifest).unwrap_or_default();
     match target.media.put(&join(&dir, MANIFEST), &json, PutMode::Create) {
@@ -227,6 +237,21 @@ pub fn write(target: &Target, snap: &ExportedSnapshot, node_id: u64) -> Result<M
     }
     update_latest(target, &manifest, &json)?;
     Ok(manifest)
+}
+
+/// The size of one `append` of an upload (object storage: one part of its multipart upload).
+pub const UPLOAD_CHUNK: usize = 8 << 20;
+
+/// Streams `bytes` to `path` (replacing what is there): `create`, `append` per
+/// [`UPLOAD_CHUNK`], `close` (which completes the upload). A failure leaves no complete object
+/// on object storage; on a file system a partial file, which [`write`] replaces.
+fn upload(target: &Target, path: &str, bytes: &[u8]) -> Result<()> {
+    let file = target.media.create(path)?;
+    for chunk in bytes.chunks(UPLOAD_CHUNK) {
+        file.append(chunk)?;
+    }
+    file.close()?;
+    Ok(())
 }
 
 /// Points `latest.json` at `manifest` unless it names a newer archive already; a writer
@@ -532,10 +557,14 @@ mod tests {
         std::fs::write(half.join(DATA), &snap(3, 50).data[..10]).unwrap();
         assert_eq!(list(&target).unwrap().len(), 1);
         assert_eq!(fetch_url(&url).unwrap().unwrap().0.index, 10);
-        // Its data is replaced by a later complete upload only if identical: refused here.
-        let err = write(&target, &snap(3, 50), 1).unwrap_err();
-        assert!(matches!(err, ArchiveError::Corrupt(_)), "{err}");
-        assert_eq!(list(&target).unwrap().len(), 1);
+        // A later upload of the same log id replaces the cut-short data (no manifest: no
+        // archive), then completes it.
+        let m = write(&target, &snap(3, 50), 1).unwrap();
+        assert_eq!(list(&target).unwrap().len(), 2);
+        assert_eq!(std::fs::read(half.join(DATA)).unwrap(), snap(3, 50).data);
+        assert_eq!(fetch_url(&url).unwrap().unwrap().0.index, m.index);
+        // No `.part` left behind.
+        assert_eq!(std::fs::read_dir(&half).unwrap().count(), 2);
         let empty = tempfile::tempdir().unwrap();
         assert!(fetch_url(&local(empty.path()).0).unwrap().is_none());
     }
