@@ -167,11 +167,22 @@ fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
+/// Creates the directory `path` and, where missing, its parents (`mkdir -p`: an archive
+/// prefix on a new backup disk need not exist yet); one that exists is fine.
 fn mkdir(target: &Target, path: &str) -> Result<()> {
     match target.media.mkdir(path) {
         Ok(()) => Ok(()),
         Err(vellum_engine::Error::AlreadyExists { .. }) => Ok(()),
         Err(vellum_engine::Error::NotSupported { .. }) => Ok(()),
+        Err(vellum_engine::Error::NotFound { .. }) => {
+            match path.trim_end_matches('/').rsplit_once('/') {
+                Some((parent, _)) if !parent.is_empty() => {
+                    mkdir(target, parent)?;
+                    mkdir(target, path)
+                }
+                _ => Err(vellum_engine::Error::NotFound { path: path.as_bytes().to_vec() }.into()),
+            }
+        }
         Err(e) => Err(e.into()),
     }
 }
@@ -544,6 +555,15 @@ mod tests {
         let one = format!("{url}/{}", name(2, 20));
         let (m, s) = fetch_url(&one).unwrap().unwrap();
         assert_eq!((m.index, s.members().len()), (20, 3));
+    }
+
+    #[test]
+    fn a_prefix_whose_parents_do_not_exist_is_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("local://{}/new-disk/cluster/archives", dir.path().display());
+        let target = open(&url).unwrap();
+        write(&target, &snap(1, 5), 1).unwrap();
+        assert_eq!(list(&target).unwrap().iter().map(|m| m.index).collect::<Vec<_>>(), vec![5]);
     }
 
     #[test]
