@@ -15,7 +15,7 @@
 use std::collections::BTreeSet;
 
 use crate::error::{Error, Result};
-use crate::layout::{BlockRange, Layout};
+use crate::layout::{BlockRange, Layout, VolumeGeometry};
 
 /// A fixed-size set of block indexes.
 #[derive(Clone, PartialEq, Eq)]
@@ -115,6 +115,28 @@ impl Bitmap {
         out
     }
 
+    /// The on-disk bytes of the `bits` bits from `first` (a multiple of 64: one member's
+    /// share of the volume's bitmap), padded with zeros to `bytes_len`.
+    pub fn encode_span(&self, first: u64, bits: u64, bytes_len: usize) -> Vec<u8> {
+        assert!(first.is_multiple_of(64) && bits.is_multiple_of(64), "span {first}+{bits}");
+        let words = ((bits / 64) as usize).min(bytes_len / 8);
+        let mut out = self.encode_words((first / 64) as usize, words);
+        out.resize(bytes_len, 0);
+        out
+    }
+
+    /// Sets the bits of `bytes` (one member's on-disk bitmap of `bits` bits) at bit `first`
+    /// of this bitmap (a multiple of 64).
+    pub fn or_span(&mut self, first: u64, bits: u64, bytes: &[u8]) {
+        assert!(first.is_multiple_of(64), "span at {first}");
+        let part = Bitmap::decode(bytes, bits);
+        for (i, w) in part.words.iter().enumerate() {
+            if let Some(dst) = self.words.get_mut((first / 64) as usize + i) {
+                *dst |= w;
+            }
+        }
+    }
+
     /// Decodes the on-disk bytes of a bitmap of `len` bits.
     pub fn decode(bytes: &[u8], len: u64) -> Bitmap {
         let mut b = Bitmap::new(len);
@@ -176,11 +198,22 @@ impl Allocator {
         }
     }
 
-    /// The set a fresh volume starts with: the fixed regions.
-    pub fn fixed_regions(layout: &Layout) -> Bitmap {
-        let mut b = Bitmap::new(layout.total_blocks);
-        b.set_range(BlockRange { start: 0, len: layout.image.start });
+    /// The set a fresh volume starts with: the fixed regions of every member.
+    pub fn fixed_regions(geometry: &VolumeGeometry) -> Bitmap {
+        let mut b = Bitmap::new(geometry.layout().total_blocks);
+        for run in geometry.fixed_runs() {
+            b.set_range(run);
+        }
         b
+    }
+
+    /// A member of `layout` (the volume's layout with it) joined: its blocks are the new end
+    /// of the block space, its fixed `runs` in use, the rest free (`Volume::add_member`).
+    pub fn add_member(&mut self, layout: Layout, fixed: BlockRange) {
+        let old = self.layout.total_blocks;
+        assert!(layout.total_blocks > old && fixed.start == old, "member at {}", fixed.start);
+        self.grow(layout);
+        self.take(fixed, false);
     }
 
     pub fn live(&self) -> &Bitmap {
@@ -450,7 +483,8 @@ impl Allocator {
 
     /// Marks every bitmap-region block dirty (a rebuilt bitmap is written whole).
     pub fn mark_all_bitmap_dirty(&mut self) {
-        self.dirty_bitmap_blocks.extend(0..self.layout.bitmap.len);
+        let bits_per_block = u64::from(self.layout.block_size) * 8;
+        self.dirty_bitmap_blocks.extend(0..self.layout.max_blocks.div_ceil(bits_per_block));
     }
 
     /// Checks that the counters agree with the sets (tests and fuzzers call this).
@@ -470,7 +504,7 @@ mod tests {
 
     fn alloc() -> Allocator {
         let layout = Layout::for_format(16 << 20, 4096, 0, Some(64)).unwrap();
-        Allocator::new(layout, Allocator::fixed_regions(&layout))
+        Allocator::new(layout, Allocator::fixed_regions(&VolumeGeometry::single(layout)))
     }
 
     #[test]

@@ -9,6 +9,8 @@ use std::fmt;
 use std::io;
 use std::path::PathBuf;
 
+use crate::format::consts::Uuid;
+
 /// `Result` with the engine's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -216,7 +218,8 @@ pub enum Unsupported {
     },
     /// The journal fields are set while the journal feature bit is not.
     JournalInUse,
-    /// More than one carrier, or a carrier index other than 0.
+    /// A block address with bits 48..63 set (FORMAT.md, "Conventions": addresses are the
+    /// members' concatenated block space, below 2^48).
     MultiCarrier {
         /// This carrier's index in the volume.
         index: u32,
@@ -247,10 +250,138 @@ impl fmt::Display for Unsupported {
                 f.write_str("journal fields set without the journal feature bit")
             }
             Unsupported::MultiCarrier { index, count } => {
-                write!(f, "carrier {index} of {count} (this build supports one carrier)")
+                write!(f, "a block address in member {index} of {count} (addresses are below 2^48)")
             }
             Unsupported::BlockSize(b) => write!(f, "block size {b}"),
             Unsupported::RecordKind { table, tag } => write!(f, "{table} record kind {tag:#x}"),
+        }
+    }
+}
+
+/// What is wrong with a member carrier (see [`Error::Member`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum MemberProblem {
+    /// The member table names member `index`, but its carrier cannot be opened (`path`
+    /// shown), or the table records no path and none was given.
+    Missing {
+        /// The member's index.
+        index: u32,
+        /// Why it could not be opened.
+        why: String,
+    },
+    /// The carrier holds a member of another volume.
+    OtherVolume {
+        /// The volume it belongs to.
+        volume: Uuid,
+    },
+    /// The carrier is already member `index` of this volume (given twice, or the volume
+    /// itself).
+    AlreadyMember {
+        /// The member it is.
+        index: u32,
+    },
+    /// The carrier says it is member `found` where member `expected` belongs.
+    IndexMismatch {
+        /// The index the member table puts here.
+        expected: u32,
+        /// The index its superblock records.
+        found: u32,
+    },
+    /// The carrier's member UUID is not the one the member table records (the old carrier
+    /// of a replaced member, or another copy).
+    Stale {
+        /// The member's index.
+        index: u32,
+    },
+    /// The carrier holds no superblock of this volume.
+    NotAMember,
+    /// The carrier is member `index` (not member 0) of a volume: open the volume by its first
+    /// member.
+    NotFirst {
+        /// The member it is.
+        index: u32,
+        /// Member 0's carrier path, when this member's superblock records it.
+        first: Option<String>,
+    },
+    /// The carrier is smaller than a member may be.
+    TooSmall {
+        /// The carrier's usable bytes.
+        bytes: u64,
+        /// The smallest member, in bytes.
+        min_bytes: u64,
+    },
+    /// The volume has the most members the format allows.
+    TooMany {
+        /// The limit.
+        max: usize,
+    },
+    /// The members' paths do not fit the superblock's path table.
+    PathTable {
+        /// Bytes the paths need.
+        bytes: usize,
+        /// Bytes the table holds.
+        max: usize,
+    },
+    /// Members are added to preallocated volumes only (not thin or sparse).
+    NotPreallocated,
+    /// The carrier's direct-IO alignment does not divide the volume's block size.
+    Alignment {
+        /// The volume's block size.
+        block_size: u32,
+    },
+    /// A copied member does not read back as written (`vellum carrier replace`).
+    CopyMismatch {
+        /// The first byte that differs.
+        offset: u64,
+    },
+}
+
+impl fmt::Display for MemberProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            MemberProblem::Missing { index, why } => {
+                write!(f, "member {index} of the volume is missing ({why})")
+            }
+            MemberProblem::OtherVolume { volume } => {
+                write!(f, "belongs to another volume ({volume}); nothing was changed")
+            }
+            MemberProblem::AlreadyMember { index } => {
+                write!(f, "is already member {index} of this volume; nothing was changed")
+            }
+            MemberProblem::IndexMismatch { expected, found } => {
+                write!(f, "is member {found} where the member table puts member {expected}")
+            }
+            MemberProblem::Stale { index } => write!(
+                f,
+                "is not the carrier the member table records for member {index} (a replaced \
+                 member's old carrier?)"
+            ),
+            MemberProblem::NotAMember => f.write_str("holds no member of this volume"),
+            MemberProblem::NotFirst { index, first: Some(first) } => {
+                write!(f, "is member {index} of a volume; open it by its member 0 ({first})")
+            }
+            MemberProblem::NotFirst { index, first: None } => {
+                write!(f, "is member {index} of a volume; open it by its member 0")
+            }
+            MemberProblem::TooSmall { bytes, min_bytes } => {
+                write!(f, "{bytes} bytes is smaller than a member may be ({min_bytes} bytes)")
+            }
+            MemberProblem::TooMany { max } => write!(f, "the volume has {max} members already"),
+            MemberProblem::PathTable { bytes, max } => write!(
+                f,
+                "the members' paths take {bytes} bytes; the superblock holds {max} (use \
+                 shorter paths)"
+            ),
+            MemberProblem::NotPreallocated => {
+                f.write_str("a thin or sparse volume takes no members (format it preallocated)")
+            }
+            MemberProblem::Alignment { block_size } => {
+                write!(f, "its direct-IO alignment does not divide the block size {block_size}")
+            }
+            MemberProblem::CopyMismatch { offset } => {
+                write!(f, "the copy differs from the member at byte {offset}; nothing switched")
+            }
         }
     }
 }
@@ -491,6 +622,15 @@ pub enum Error {
     DirectoryNotEmpty {
         /// The path in the volume, byte for byte.
         path: Vec<u8>,
+    },
+    /// A member of a multi-carrier volume is missing, foreign, duplicated or out of place
+    /// (FORMAT.md, "Members"); `member` names its carrier (its path, or `member N`).
+    #[error("{member}: {problem}")]
+    Member {
+        /// The member's carrier path, or `member N` when it has none.
+        member: String,
+        /// What is wrong with it.
+        problem: MemberProblem,
     },
     /// The request itself is malformed.
     #[error("invalid request: {0}")]

@@ -131,6 +131,31 @@ impl Layout {
         Ok(layout)
     }
 
+    /// The layout of a member after the first (`vellum carrier add`): `capacity_blocks`
+    /// blocks (a multiple of 64), no journal, the default image region, no growth. A pure
+    /// function of its two arguments, so member 0's member table alone gives the geometry
+    /// of the whole volume.
+    pub fn for_member(block_size: u32, capacity_blocks: u64) -> Result<Layout> {
+        if !capacity_blocks.is_multiple_of(MEMBER_ALIGN_BLOCKS) {
+            return Err(Error::Invalid(Invalid::Capacity {
+                bytes: capacity_blocks.saturating_mul(u64::from(block_size)),
+            }));
+        }
+        let bytes = capacity_blocks.saturating_mul(u64::from(block_size));
+        Layout::for_growing_format(bytes, None, block_size, 0, None)
+    }
+
+    /// The fewest blocks a member after the first may have.
+    pub fn min_member_blocks(block_size: u32) -> u64 {
+        let bs = u64::from(block_size);
+        let mut blocks = MEMBER_ALIGN_BLOCKS;
+        while Layout::for_member(block_size, blocks).is_err() {
+            blocks += MEMBER_ALIGN_BLOCKS;
+            assert!(blocks * bs < 1 << 40, "no member size fits block size {block_size}");
+        }
+        blocks
+    }
+
     /// True when the member may still grow.
     pub fn can_grow(&self) -> bool {
         self.total_blocks < self.max_blocks
@@ -217,6 +242,106 @@ impl Layout {
     /// Bytes of the member.
     pub fn capacity_bytes(&self) -> u64 {
         self.total_blocks * u64::from(self.block_size)
+    }
+}
+
+/// Where one member lies in the volume's block space: member `k`'s block `i` is the volume's
+/// block `base + i` (FORMAT.md, "Members").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MemberSpan {
+    /// The member's block 0 in the volume's block space.
+    pub base: u64,
+    /// The member's own geometry (at its cap: the span never moves).
+    pub layout: Layout,
+}
+
+impl MemberSpan {
+    /// One past the member's last block in the volume's block space (its cap: a growing
+    /// member keeps its whole span reserved).
+    pub fn end(&self) -> u64 {
+        self.base + self.layout.max_blocks
+    }
+}
+
+/// The geometry of a volume of one or more members: the concatenation of their spans,
+/// member 0 first. Member 0 holds the journal and the commit point; members 1.. have no
+/// journal and a default image region, as [`Layout::for_member`] gives.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VolumeGeometry {
+    /// Every member's span, in member order.
+    pub spans: Vec<MemberSpan>,
+}
+
+impl VolumeGeometry {
+    /// A volume of one member.
+    pub fn single(layout: Layout) -> VolumeGeometry {
+        VolumeGeometry { spans: vec![MemberSpan { base: 0, layout }] }
+    }
+
+    /// Member 0's geometry `first` followed by members of `capacities` blocks each.
+    pub fn new(first: Layout, capacities: &[u64]) -> Result<VolumeGeometry> {
+        // Several members: member 0 is at its cap (a member is added only once it grew
+        // there), so the block space has no hole.
+        if !capacities.is_empty() && first.can_grow() {
+            return Err(Error::Invalid(Invalid::MaxSize {
+                max_bytes: first.max_blocks * u64::from(first.block_size),
+                capacity_bytes: first.capacity_bytes(),
+            }));
+        }
+        let mut spans = vec![MemberSpan { base: 0, layout: first }];
+        for &cap in capacities {
+            let base = spans.last().map_or(0, MemberSpan::end);
+            let layout = Layout::for_member(first.block_size, cap)?;
+            if base.checked_add(layout.max_blocks).is_none_or(|end| end >= 1 << 48) {
+                return Err(Error::Invalid(Invalid::Capacity {
+                    bytes: cap.saturating_mul(u64::from(first.block_size)),
+                }));
+            }
+            spans.push(MemberSpan { base, layout });
+        }
+        Ok(VolumeGeometry { spans })
+    }
+
+    /// Members in the volume.
+    pub fn count(&self) -> usize {
+        self.spans.len()
+    }
+
+    /// The volume's block space as one layout: member 0's superblocks, bitmap, journal and
+    /// image region; a data region from member 0's to the last member's end (holding the
+    /// other members' fixed regions, which are always in use). Equal to member 0's layout
+    /// for a volume of one member.
+    pub fn layout(&self) -> Layout {
+        let first = self.spans[0].layout;
+        let last = self.spans[self.spans.len() - 1];
+        let total_blocks = last.base + last.layout.total_blocks;
+        let max_blocks = last.end();
+        Layout {
+            total_blocks,
+            max_blocks,
+            data: BlockRange { start: first.data.start, len: total_blocks - first.data.start },
+            ..first
+        }
+    }
+
+    /// This geometry with every member at its cap (the IO layer's area checks).
+    pub fn at_cap(&self) -> VolumeGeometry {
+        let spans = self
+            .spans
+            .iter()
+            .map(|s| MemberSpan { base: s.base, layout: s.layout.grown_to(s.layout.max_blocks) })
+            .collect();
+        VolumeGeometry { spans }
+    }
+
+    /// The member holding volume block `block`.
+    pub fn member_of(&self, block: u64) -> Option<usize> {
+        self.spans.iter().position(|s| block >= s.base && block < s.end())
+    }
+
+    /// The runs no allocation may take: every member's superblocks, bitmap and journal.
+    pub fn fixed_runs(&self) -> Vec<BlockRange> {
+        self.spans.iter().map(|s| BlockRange { start: s.base, len: s.layout.image.start }).collect()
     }
 }
 

@@ -77,6 +77,7 @@ pub use journal::ReplayReport;
 pub use volume::CommitMutation;
 pub use volume::{
     CheckReport, DEFAULT_CACHE_BYTES, DirEntry, ExtentInfo, File, FileKind, Finding, FindingKind,
-    FormatOptions, IoPolicy, JournalInfo, Metadata, OpenReport, SlotStatus, Tier, Volume,
-    VolumeInfo, VolumeOptions, WriteConcurrency, check, default_journal_bytes,
+    FormatOptions, IoPolicy, JournalInfo, MemberCarrier, MemberInfo, Metadata, OpenReport,
+    SlotStatus, Tier, Volume, VolumeInfo, VolumeOptions, WriteConcurrency, check, check_members,
+    default_journal_bytes, gather_members,
 };

@@ -18,7 +18,7 @@ use crate::format::checksum;
 use crate::format::codec::{Reader, Writer};
 use crate::format::consts::{FORMAT_VERSION, MAX_MEMBERS, SUPERBLOCK_LEN, Uuid};
 use crate::io::{Area, AreaRead, Io};
-use crate::layout::{BlockRange, Layout};
+use crate::layout::{BlockRange, Layout, VolumeGeometry};
 
 /// `VELLUMSB`: the first 8 bytes of both slots.
 pub const MAGIC: [u8; 8] = *b"VELLUMSB";
@@ -49,7 +49,9 @@ pub const CREATED_AT: usize = JOURNAL_FIELDS_AT + JOURNAL_FIELDS_LEN;
 pub const MEMBERS_AT: usize = CREATED_AT + 8;
 pub const MEMBER_LEN: usize = 16 + 8;
 pub const GROW_MAX_AT: usize = MEMBERS_AT + MAX_MEMBERS * MEMBER_LEN;
-pub const RESERVED_AT: usize = GROW_MAX_AT + 8;
+/// The member path table (volumes of several members; zero for one member).
+pub const PATHS_AT: usize = GROW_MAX_AT + 8;
+pub const RESERVED_AT: usize = PATHS_AT;
 pub const CHECKSUM_AT: usize = SUPERBLOCK_LEN - 4;
 pub const RESERVED_LEN: usize = CHECKSUM_AT - RESERVED_AT;
 
@@ -116,7 +118,7 @@ pub enum VolumeState {
     Dirty = 2,
 }
 
-/// A member of the volume (only member 0 exists in v1).
+/// A member of the volume: an entry of the member table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Member {
     pub uuid: Uuid,
@@ -152,6 +154,10 @@ pub struct Superblock {
     pub created_unix_ns: u64,
     /// The journal's checkpoint position (zero unless `incompat` has `INCOMPAT_JOURNAL`).
     pub journal: JournalFields,
+    /// The member path table: where each member's carrier was when this superblock was
+    /// written, as bytes of a host path (empty: not recorded). At most `carrier_count`
+    /// entries; missing entries are empty. All empty on a volume of one member.
+    pub member_paths: Vec<Vec<u8>>,
 }
 
 /// Byte offset of `slot` on the carrier.
@@ -168,6 +174,21 @@ impl Superblock {
     /// True when the journal is in use.
     pub fn journaled(&self) -> bool {
         self.incompat & INCOMPAT_JOURNAL != 0
+    }
+
+    /// The geometry of the whole volume this superblock of member 0 describes (decode
+    /// checked that its member table places every member).
+    pub fn geometry(&self) -> VolumeGeometry {
+        assert_eq!(self.carrier_index, 0, "only member 0's superblock describes the volume");
+        let caps: Vec<u64> = self.members[1..].iter().map(|m| m.capacity_blocks).collect();
+        VolumeGeometry::new(self.layout, &caps).expect("a member table that places every member")
+    }
+
+    /// [`Superblock::geometry`] of a superblock being built (an add or a format): an error
+    /// instead of a panic when the table places no member.
+    pub fn geometry_checked(&self) -> Result<VolumeGeometry> {
+        let caps: Vec<u64> = self.members[1..].iter().map(|m| m.capacity_blocks).collect();
+        VolumeGeometry::new(self.layout, &caps)
     }
 
     /// True when unknown ro-compat bits require a read-only open.
@@ -237,8 +258,12 @@ impl Superblock {
         let grows = self.incompat & INCOMPAT_GROW != 0;
         assert!(grows || self.layout.max_blocks == self.layout.total_blocks, "a cap without the bit");
         w.u64_le(if grows { self.layout.max_blocks } else { 0 });
-        w.assert_at(RESERVED_AT);
-        w.zeros(RESERVED_LEN);
+        w.assert_at(PATHS_AT);
+        let table = encode_paths(&self.member_paths, self.carrier_count);
+        assert!(table.len() <= RESERVED_LEN, "member paths of {} bytes", table.len());
+        assert!(self.carrier_count > 1 || table.iter().all(|&b| b == 0), "paths of one member");
+        w.put(&table);
+        w.zeros(RESERVED_LEN - table.len());
         w.assert_at(CHECKSUM_AT);
         let crc = checksum::superblock(slot, &self.uuid, &out[..CHECKSUM_AT]);
         out[CHECKSUM_AT..].copy_from_slice(&crc.to_le_bytes());
@@ -318,12 +343,6 @@ impl Superblock {
         {
             return Err(r.bad_value("carrier_count", u64::from(carrier_count)));
         }
-        if carrier_count != 1 {
-            return Err(Error::Unsupported(Unsupported::MultiCarrier {
-                index: carrier_index,
-                count: carrier_count,
-            }));
-        }
         let total_blocks = r.u64_le()?;
         let mut ranges = [BlockRange::default(); 4];
         for range in &mut ranges {
@@ -386,24 +405,70 @@ impl Superblock {
         } else {
             layout.max_blocks = grow_max;
         }
-        r.expect_zero(RESERVED_LEN, "reserved")?;
+        let member_paths = if carrier_count == 1 {
+            r.expect_zero(RESERVED_LEN, "reserved")?;
+            Vec::new()
+        } else {
+            let table = r.bytes(RESERVED_LEN)?;
+            decode_paths(table, carrier_count).ok_or_else(|| {
+                Error::corrupt(
+                    region,
+                    base + PATHS_AT as u64,
+                    Corruption::BadValue { field: "member_paths", value: 0 },
+                )
+            })?
+        };
         layout.validate(base + TOTAL_BLOCKS_AT as u64)?;
-        if members[0].capacity_blocks != total_blocks || members[0].uuid.is_nil() {
-            return Err(Error::corrupt(
+        let bad_member = |value: u64| {
+            Error::corrupt(
                 region,
                 base + MEMBERS_AT as u64,
-                Corruption::BadValue {
-                    field: "member_capacity_blocks",
-                    value: members[0].capacity_blocks,
-                },
-            ));
+                Corruption::BadValue { field: "member_capacity_blocks", value },
+            )
+        };
+        for m in &members {
+            if m.uuid.is_nil() || m.capacity_blocks == 0 || !m.capacity_blocks.is_multiple_of(64) {
+                return Err(bad_member(m.capacity_blocks));
+            }
+        }
+        let own = members[carrier_index as usize];
+        if own.capacity_blocks != total_blocks {
+            return Err(bad_member(own.capacity_blocks));
+        }
+        if carrier_count > 1 && layout_flags != 0 {
+            return Err(Error::Unsupported(Unsupported::ReservedNonZero { field: "layout_flags" }));
+        }
+        if carrier_index == 0 && carrier_count > 1 {
+            // The rest of the table must describe members the geometry can place.
+            let caps: Vec<u64> = members[1..].iter().map(|m| m.capacity_blocks).collect();
+            if VolumeGeometry::new(layout, &caps).is_err() {
+                return Err(bad_member(caps.iter().sum()));
+            }
+        }
+        if carrier_index > 0 {
+            // A later member: identity and geometry only (FORMAT.md, "Members").
+            let secondary = |field: &'static str, value: u64| {
+                Err(Error::corrupt(region, base, Corruption::BadValue { field, value }))
+            };
+            if state != VolumeState::Clean {
+                return secondary("state", state as u64);
+            }
+            if incompat & (INCOMPAT_JOURNAL | INCOMPAT_GROW) != 0 {
+                return secondary("incompat_features", incompat);
+            }
+            if root != BlockRef::default() || bitmap_checksum != 0 {
+                return secondary("root_block", root.block);
+            }
+            if Layout::for_member(block_size, total_blocks).ok() != Some(layout) {
+                return secondary("member_layout", total_blocks);
+            }
         }
         if state == VolumeState::Dirty && bitmap_checksum != 0 {
             return Err(Error::Unsupported(Unsupported::ReservedNonZero {
                 field: "bitmap_checksum",
             }));
         }
-        if !layout.allocatable().contains(root.block) {
+        if carrier_index == 0 && !layout.allocatable().contains(root.block) {
             return Err(Error::corrupt(
                 region,
                 base + ROOT_BLOCK_AT as u64,
@@ -427,8 +492,46 @@ impl Superblock {
             bitmap_checksum,
             created_unix_ns,
             journal,
+            member_paths,
         })
     }
+}
+
+/// The member path table's bytes: for each member `0..count`, its path's length
+/// (u16, little-endian) and the path's bytes. Longer than the reserved area when the paths do
+/// not fit (the caller refuses it).
+pub fn encode_paths(paths: &[Vec<u8>], count: u32) -> Vec<u8> {
+    if count <= 1 {
+        return Vec::new();
+    }
+    let mut out = Vec::new();
+    for k in 0..count as usize {
+        let path = paths.get(k).map_or(&[][..], Vec::as_slice);
+        let len = u16::try_from(path.len()).unwrap_or(u16::MAX);
+        out.extend_from_slice(&len.to_le_bytes());
+        out.extend_from_slice(&path[..usize::from(len)]);
+    }
+    out
+}
+
+/// Bytes the member path table may take.
+pub const PATHS_MAX: usize = RESERVED_LEN;
+
+/// Decodes the path table of `count` members; `None` when an entry runs past the area or a
+/// byte after the last entry is not zero.
+fn decode_paths(table: &[u8], count: u32) -> Option<Vec<Vec<u8>>> {
+    let mut at = 0;
+    let mut paths = Vec::new();
+    for _ in 0..count {
+        let len = usize::from(u16::from_le_bytes([*table.get(at)?, *table.get(at + 1)?]));
+        let path = table.get(at + 2..at + 2 + len)?;
+        if path.contains(&0) {
+            return None;
+        }
+        paths.push(path.to_vec());
+        at += 2 + len;
+    }
+    table[at..].iter().all(|&b| b == 0).then_some(paths)
 }
 
 /// The result of reading one slot.
@@ -440,7 +543,7 @@ pub struct SlotRead {
 
 /// Reads and decodes both slots. Only a failed carrier read is an `Err`.
 pub fn read_slots(carrier: &dyn crate::carrier::Carrier) -> Result<[SlotRead; 2]> {
-    read_slots_in(&crate::io::Probe(carrier))
+    read_slots_in(&crate::io::Probe::single(carrier))
 }
 
 /// Reads and decodes both slots through the IO layer.

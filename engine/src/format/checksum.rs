@@ -44,6 +44,12 @@ pub fn plain(bytes: &[u8]) -> u32 {
     crc32c::crc32c(bytes)
 }
 
+/// [`plain`] of the concatenation of what `crc` covers and `bytes` (the bitmap checksum over
+/// every member's region, one member at a time).
+pub fn plain_append(crc: u32, bytes: &[u8]) -> u32 {
+    crc32c::crc32c_append(crc, bytes)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -253,13 +253,14 @@ impl Loader<'_> {
 
 /// Loads the image `sb` points to.
 pub(crate) fn load(reader: &dyn AreaRead, sb: &Superblock) -> Result<LoadedImage> {
-    let layout = sb.layout;
+    let geometry = sb.geometry();
+    let layout = geometry.layout();
     let mut loader = Loader {
         reader,
         layout,
         uuid: sb.uuid,
         generation: sb.generation,
-        reachable: Allocator::fixed_regions(&layout),
+        reachable: Allocator::fixed_regions(&geometry),
         metadata_blocks: 0,
     };
     loader.claim(sb.root.block)?;

@@ -1,6 +1,8 @@
 //! The IO layer: every read, write, barrier and grow of the engine goes through here.
 //!
-//! It owns the carrier and answers for four things the modules above never do themselves:
+//! It owns the carriers (one per member of the volume: `members`, the member table that turns
+//! the volume's one block space into a carrier and an offset) and answers for these things
+//! the modules above never do themselves:
 //! - **Regions.** Every request names the area it is for (a superblock slot, the bitmap,
 //!   image or data blocks) and must lie inside it (`assert!`: a request outside its area is a
 //!   bug that would overwrite a superblock or the bitmap, so it stops the process before the
@@ -34,6 +36,7 @@
 //! [`Session`]), so close waits for IO in flight and nothing reaches the carrier after it.
 
 pub(crate) mod cache;
+pub(crate) mod members;
 mod tiers;
 pub(crate) mod worker;
 pub(crate) mod writeback;
@@ -48,9 +51,9 @@ use std::sync::{Mutex, OnceLock, RwLock, RwLockReadGuard};
 pub(crate) use crate::aligned::AlignedBuf;
 use crate::carrier::{Carrier, CarrierKind, CarrierOptions, Geometry, StatsSnapshot};
 use crate::error::{Error, IoOp, Result};
-use crate::format::consts::{SUPERBLOCK_LEN, SUPERBLOCKS_LEN};
-use crate::layout::Layout;
+use crate::layout::{Layout, MemberSpan, VolumeGeometry};
 use cache::{Backing, PageCache};
+use members::{IoMember, Route, Table};
 
 /// Alignment of every buffer the engine hands to a carrier (address; offsets and lengths are
 /// whole blocks or sectors). A carrier that needs more is refused at open.
@@ -141,11 +144,12 @@ struct Counters {
 /// The IO layer of one open volume. See the module docs.
 #[derive(Debug)]
 pub(crate) struct Io {
-    carrier: RwLock<Option<Box<dyn Carrier>>>,
+    table: RwLock<Option<Table>>,
+    /// Member 0's medium, knobs and geometry (write-through only when every member has it).
     pub(crate) medium: CarrierKind,
     pub(crate) options: CarrierOptions,
     pub(crate) geometry: Geometry,
-    layout: OnceLock<Layout>,
+    block_size: OnceLock<u32>,
     cache: OnceLock<PageCache>,
     poisoned: AtomicBool,
     /// Failed writes, writebacks, barriers and grows so far (the error sequence).
@@ -163,20 +167,26 @@ pub(crate) struct Io {
     pub(crate) writeback: Mutex<Option<worker::Worker>>,
 }
 
-/// A carrier call's hold on the open carrier (close waits for every session to end).
+/// A carrier call's hold on the open carriers (close waits for every session to end).
 pub(crate) struct Session<'a> {
     io: &'a Io,
-    carrier: RwLockReadGuard<'a, Option<Box<dyn Carrier>>>,
+    table: RwLockReadGuard<'a, Option<Table>>,
 }
 
 impl Io {
-    pub(crate) fn new(carrier: Box<dyn Carrier>, mutants: Mutants) -> Io {
+    /// The IO layer over the carriers of every member, member 0 first.
+    pub(crate) fn with_members(carriers: Vec<Box<dyn Carrier>>, mutants: Mutants) -> Io {
+        assert!(!carriers.is_empty(), "a volume has a member");
+        let (medium, geometry) = (carriers[0].medium(), carriers[0].geometry());
+        let mut options = carriers[0].options();
+        options.write_through = carriers.iter().all(|c| c.options().write_through);
+        let members = carriers.into_iter().map(IoMember::new).collect();
         Io {
-            medium: carrier.medium(),
-            options: carrier.options(),
-            geometry: carrier.geometry(),
-            carrier: RwLock::new(Some(carrier)),
-            layout: OnceLock::new(),
+            medium,
+            options,
+            geometry,
+            table: RwLock::new(Some(Table { members, spans: Vec::new() })),
+            block_size: OnceLock::new(),
             cache: OnceLock::new(),
             poisoned: AtomicBool::new(false),
             errors: AtomicU64::new(0),
@@ -190,10 +200,18 @@ impl Io {
         }
     }
 
-    /// Fixes the layout requests are checked against (once, when the volume is adopted or
+    /// Fixes the geometry requests are checked against (when the volume is adopted or
     /// formatted) and sets up the page cache of `cache_bytes` (0: none).
-    pub(crate) fn init(&self, layout: Layout, cache_bytes: usize) {
-        assert!(self.layout.set(layout).is_ok(), "the IO layer's layout is set once");
+    pub(crate) fn init(&self, geometry: &VolumeGeometry, cache_bytes: usize) {
+        let layout = geometry.layout();
+        self.set_geometry(geometry);
+        {
+            // Carriers the adopted superblock does not name (an add cut before its flip was
+            // durable) are released.
+            let mut table = self.table.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+            table.as_mut().expect("the carriers are open").members.truncate(geometry.count());
+        }
+        assert!(self.block_size.set(layout.block_size).is_ok(), "the IO layer is set up once");
         if cache_bytes > 0 {
             let bs = layout.block_size as usize;
             let sector = (self.geometry.physical_sector as usize).max(512);
@@ -204,8 +222,72 @@ impl Io {
         }
     }
 
-    pub(crate) fn layout(&self) -> &Layout {
-        self.layout.get().expect("the IO layer is initialized before block IO")
+    /// Checks every later request against `geometry` (at its cap): adoption sets the newest
+    /// candidate's before it reads an image that may lie on any member.
+    pub(crate) fn set_geometry(&self, geometry: &VolumeGeometry) {
+        let mut table = self.table.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let table = table.as_mut().expect("the carriers are open");
+        assert!(
+            geometry.count() <= table.members.len(),
+            "a geometry of {} members over {} carriers",
+            geometry.count(),
+            table.members.len()
+        );
+        table.spans = geometry.at_cap().spans;
+    }
+
+    /// A member joins at the end of the block space (`Volume::add_member`: its carrier is
+    /// zero-filled and carries its superblocks already). Waits for every session to end.
+    pub(crate) fn add_member(&self, carrier: Box<dyn Carrier>, span: MemberSpan) -> Result<()> {
+        let mut table = self.table.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(table) = table.as_mut() else { return Err(Error::Closed) };
+        assert_eq!(
+            table.spans.last().map_or(0, MemberSpan::end),
+            span.base,
+            "members join at the end"
+        );
+        assert_eq!(table.spans.len(), table.members.len(), "a geometry is set before members join");
+        table.members.push(IoMember::new(carrier));
+        table.spans.push(span);
+        Ok(())
+    }
+
+    /// Runs `f` with every carrier call of the volume held off (the member table under its
+    /// write lock: `f` uses the carriers directly), then puts `new` in member `k`'s place if
+    /// `f` succeeded (`Volume::replace_member`).
+    pub(crate) fn replace_carrier(
+        &self,
+        k: usize,
+        new: Box<dyn Carrier>,
+        f: impl FnOnce(&Table, &dyn Carrier) -> Result<()>,
+    ) -> Result<()> {
+        let mut guard = self.table.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some(table) = guard.as_mut() else { return Err(Error::Closed) };
+        if self.is_poisoned() {
+            return Err(Error::Poisoned);
+        }
+        assert!(k > 0 && k < table.members.len(), "replacing member {k}");
+        f(table, new.as_ref())?;
+        table.members[k] = IoMember::new(new);
+        Ok(())
+    }
+
+    /// Each open member's medium and knobs, member 0 first.
+    pub(crate) fn member_knobs(&self) -> Vec<(CarrierKind, CarrierOptions)> {
+        self.session().map_or_else(
+            |_| Vec::new(),
+            |s| {
+                s.table()
+                    .members
+                    .iter()
+                    .map(|m| (m.carrier.medium(), m.carrier.options()))
+                    .collect()
+            },
+        )
+    }
+
+    fn block_size(&self) -> u64 {
+        u64::from(*self.block_size.get().expect("the IO layer is initialized before block IO"))
     }
 
     pub(crate) fn cache(&self) -> Option<&PageCache> {
@@ -233,13 +315,13 @@ impl Io {
         AlignedBuf::zeroed(len, IO_ALIGN)
     }
 
-    /// Holds the carrier open for a series of calls; `Closed` once it was released.
+    /// Holds the carriers open for a series of calls; `Closed` once they were released.
     pub(crate) fn session(&self) -> Result<Session<'_>> {
-        let carrier = self.carrier.read().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if carrier.is_none() {
+        let table = self.table.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if table.is_none() {
             return Err(Error::Closed);
         }
-        Ok(Session { io: self, carrier })
+        Ok(Session { io: self, table })
     }
 
     pub(crate) fn is_poisoned(&self) -> bool {
@@ -284,10 +366,10 @@ impl Io {
         }
     }
 
-    /// The carrier's counts (kept after close).
+    /// The carriers' counts, summed over the members (kept after close).
     pub(crate) fn carrier_stats(&self) -> StatsSnapshot {
         match self.session() {
-            Ok(s) => s.carrier().stats().snapshot(),
+            Ok(s) => sum_stats(&s.table().members),
             Err(_) => *lock(&self.final_stats),
         }
     }
@@ -297,19 +379,19 @@ impl Io {
     /// carrier afterwards.
     pub(crate) fn release(&self) {
         writeback::stop(self);
-        let mut guard = self.carrier.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let (Some(cache), Some(carrier)) = (self.cache(), guard.as_deref())
+        let mut guard = self.table.write().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let (Some(cache), Some(table)) = (self.cache(), guard.as_ref())
             && cache.dirty_pages() > 0
             && !self.is_poisoned()
         {
-            let late = Late { io: self, carrier };
+            let late = Late { io: self, table };
             // Poison checked above: the door is open for these last writebacks.
             if let Err(e) = cache.flush_all(&late).and_then(|()| late.barrier()) {
                 self.poison(&e);
             }
         }
-        if let Some(c) = guard.take() {
-            *lock(&self.final_stats) = c.stats().snapshot();
+        if let Some(t) = guard.take() {
+            *lock(&self.final_stats) = sum_stats(&t.members);
         }
     }
 
@@ -340,30 +422,6 @@ impl Io {
         );
     }
 
-    /// Checks that `[offset, offset + len)` lies inside `area` of `layout`.
-    fn check(layout: Option<&Layout>, area: Area, offset: u64, len: usize) {
-        let end = offset + len as u64;
-        let inside = match area {
-            Area::Superblocks => offset == 0 && end == SUPERBLOCKS_LEN,
-            Area::Superblock(slot) => {
-                slot < 2
-                    && offset == u64::from(slot) * SUPERBLOCK_LEN as u64
-                    && len == SUPERBLOCK_LEN
-            }
-            Area::Bitmap | Area::Journal | Area::Image | Area::Data => {
-                let layout = layout.expect("block IO before the layout is known");
-                let bs = u64::from(layout.block_size);
-                let range = match area {
-                    Area::Bitmap => layout.bitmap,
-                    Area::Journal => layout.journal,
-                    _ => layout.allocatable(),
-                };
-                len > 0 && offset >= range.start * bs && end <= range.end() * bs
-            }
-        };
-        assert!(inside, "{area:?} request [{offset}, {end}) outside its area");
-    }
-
     fn count(counter: &[AtomicU64; AREAS], bytes: &[AtomicU64; AREAS], area: Area, len: usize) {
         counter[area.index()].fetch_add(1, Ordering::Relaxed);
         bytes[area.index()].fetch_add(len as u64, Ordering::Relaxed);
@@ -381,9 +439,30 @@ impl Io {
     }
 }
 
+/// The counts of every member's carrier, summed.
+fn sum_stats(members: &[IoMember]) -> StatsSnapshot {
+    let mut sum = StatsSnapshot::default();
+    for m in members {
+        let s = m.carrier.stats().snapshot();
+        sum.reads += s.reads;
+        sum.read_bytes += s.read_bytes;
+        sum.writes += s.writes;
+        sum.written_bytes += s.written_bytes;
+        sum.durable_writes += s.durable_writes;
+        sum.barriers += s.barriers;
+        sum.dir_syncs += s.dir_syncs;
+    }
+    sum
+}
+
 impl Session<'_> {
+    pub(crate) fn table(&self) -> &Table {
+        self.table.as_ref().expect("a session holds open carriers")
+    }
+
+    /// Member 0's carrier: the commit point, and the one that grows.
     pub(crate) fn carrier(&self) -> &dyn Carrier {
-        self.carrier.as_deref().expect("a session holds an open carrier")
+        self.table().carrier(0)
     }
 
     /// The door: no write, barrier or grow reaches the carrier of a poisoned volume (a
@@ -395,13 +474,17 @@ impl Session<'_> {
         Ok(())
     }
 
-    /// Reads inside `area` of the volume's layout.
-    pub(crate) fn read(&self, area: Area, offset: u64, buf: &mut [u8]) -> Result<()> {
-        self.read_in(self.io.layout.get(), area, offset, buf)
+    fn route(&self, layout: Option<&Layout>, area: Area, offset: u64, len: usize) -> Route {
+        self.table().route(layout, area, offset, len)
     }
 
-    /// Reads inside `area` of `layout` (adoption reads a candidate superblock's image before
-    /// the volume's layout is fixed).
+    /// Reads inside `area` of the volume's layout.
+    pub(crate) fn read(&self, area: Area, offset: u64, buf: &mut [u8]) -> Result<()> {
+        self.read_in(None, area, offset, buf)
+    }
+
+    /// Reads inside `area` of `layout` while the geometry is not set yet (adoption reads a
+    /// candidate superblock's image before the volume's geometry is fixed).
     pub(crate) fn read_in(
         &self,
         layout: Option<&Layout>,
@@ -409,10 +492,10 @@ impl Session<'_> {
         offset: u64,
         buf: &mut [u8],
     ) -> Result<()> {
-        Io::check(layout, area, offset, buf.len());
+        let r = self.route(layout, area, offset, buf.len());
         Io::check_aligned(area, offset, buf);
         Io::count(&self.io.counters.reads, &self.io.counters.read_bytes, area, buf.len());
-        self.carrier().read_exact_at(buf, offset).map_err(self.io.failed(
+        self.table().carrier(r.member).read_exact_at(buf, r.offset).map_err(self.io.failed(
             IoOp::Read,
             offset,
             buf.len(),
@@ -423,18 +506,20 @@ impl Session<'_> {
     /// unflushed once they returned (a commit or sync then takes a barrier first).
     pub(crate) fn write(&self, area: Area, offset: u64, buf: &[u8]) -> Result<()> {
         self.open_door()?;
-        Io::check(self.io.layout.get(), area, offset, buf.len());
+        let r = self.route(None, area, offset, buf.len());
         Io::check_aligned(area, offset, buf);
         Io::count(&self.io.counters.writes, &self.io.counters.write_bytes, area, buf.len());
         let data = area == Area::Data;
         if data && self.io.mark_unflushed_early {
             self.io.unflushed.store(true, Ordering::Release);
         }
-        self.carrier().write_all_at(buf, offset).map_err(self.io.failed(
+        let member = &self.table().members[r.member];
+        member.carrier.write_all_at(buf, r.offset).map_err(self.io.failed(
             IoOp::Write,
             offset,
             buf.len(),
         ))?;
+        member.mark_written();
         if data && !self.io.mark_unflushed_early {
             // Only after the write returned: a barrier issued before that (by a commit on
             // another thread) does not cover it, so the flag must outlive that barrier. Set
@@ -448,7 +533,7 @@ impl Session<'_> {
         {
             // Image blocks were data blocks once (freed pages are dropped at the commit that
             // releases them; this is the belt to that brace).
-            let bs = u64::from(self.io.layout().block_size);
+            let bs = self.io.block_size();
             cache.discard(offset / bs, (offset + buf.len() as u64).div_ceil(bs));
         }
         Ok(())
@@ -457,9 +542,9 @@ impl Session<'_> {
     /// Reads data blocks into `bufs` in order from `offset` (one vectored carrier call).
     pub(crate) fn read_vectored(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
         let len: usize = bufs.iter().map(|b| b.len()).sum();
-        Io::check(self.io.layout.get(), Area::Data, offset, len);
+        let r = self.route(None, Area::Data, offset, len);
         Io::count(&self.io.counters.reads, &self.io.counters.read_bytes, Area::Data, len);
-        self.carrier().read_vectored_at(bufs, offset).map_err(self.io.failed(
+        self.table().carrier(r.member).read_vectored_at(bufs, r.offset).map_err(self.io.failed(
             IoOp::Read,
             offset,
             len,
@@ -471,16 +556,18 @@ impl Session<'_> {
     pub(crate) fn write_vectored(&self, offset: u64, bufs: &[&[u8]]) -> Result<()> {
         self.open_door()?;
         let len: usize = bufs.iter().map(|b| b.len()).sum();
-        Io::check(self.io.layout.get(), Area::Data, offset, len);
+        let r = self.route(None, Area::Data, offset, len);
         Io::count(&self.io.counters.writes, &self.io.counters.write_bytes, Area::Data, len);
         if self.io.mark_unflushed_early {
             self.io.unflushed.store(true, Ordering::Release);
         }
-        self.carrier().write_vectored_at(bufs, offset).map_err(self.io.failed(
+        let member = &self.table().members[r.member];
+        member.carrier.write_vectored_at(bufs, r.offset).map_err(self.io.failed(
             IoOp::Write,
             offset,
             len,
         ))?;
+        member.mark_written();
         if !self.io.mark_unflushed_early {
             self.io.unflushed.store(true, Ordering::Release);
         }
@@ -491,35 +578,43 @@ impl Session<'_> {
     /// it (preallocation's zeros): it does not mark the volume unflushed.
     pub(crate) fn write_fill(&self, offset: u64, buf: &[u8]) -> Result<()> {
         self.open_door()?;
-        Io::check(self.io.layout.get(), Area::Data, offset, buf.len());
+        let r = self.route(None, Area::Data, offset, buf.len());
         Io::count(&self.io.counters.writes, &self.io.counters.write_bytes, Area::Data, buf.len());
-        self.carrier().write_all_at(buf, offset).map_err(self.io.failed(
+        let member = &self.table().members[r.member];
+        member.carrier.write_all_at(buf, r.offset).map_err(self.io.failed(
             IoOp::Write,
             offset,
             buf.len(),
-        ))
+        ))?;
+        member.mark_written();
+        Ok(())
     }
 
     /// A write that is on stable storage when it returns (write-through).
     pub(crate) fn write_durable(&self, area: Area, offset: u64, buf: &[u8]) -> Result<()> {
         self.open_door()?;
-        Io::check(self.io.layout.get(), area, offset, buf.len());
+        let r = self.route(None, area, offset, buf.len());
         Io::check_aligned(area, offset, buf);
         Io::count(&self.io.counters.writes, &self.io.counters.write_bytes, area, buf.len());
-        self.carrier().write_durable_at(buf, offset).map_err(self.io.failed(
+        self.table().carrier(r.member).write_durable_at(buf, r.offset).map_err(self.io.failed(
             IoOp::DurableWrite,
             offset,
             buf.len(),
         ))
     }
 
+    /// A barrier on every member written since its last one (member 0 when none was).
     pub(crate) fn barrier(&self) -> Result<()> {
         self.open_door()?;
-        self.io.counters.barriers.fetch_add(1, Ordering::Relaxed);
-        self.carrier().barrier().map_err(self.io.failed(IoOp::Barrier, 0, 0))
+        for k in self.table().to_flush() {
+            self.io.counters.barriers.fetch_add(1, Ordering::Relaxed);
+            self.table().carrier(k).barrier().map_err(self.io.failed(IoOp::Barrier, 0, 0))?;
+        }
+        Ok(())
     }
 
-    /// Grows the carrier to `len_bytes` (a thin file carrier).
+    /// Grows member 0's carrier to `len_bytes` (a thin file carrier; only a volume of one
+    /// member grows).
     pub(crate) fn grow(&self, from: u64, len_bytes: u64, sparse: bool) -> Result<()> {
         self.open_door()?;
         self.carrier().grow(len_bytes, sparse).map_err(self.io.failed(
@@ -557,54 +652,80 @@ impl Backing for Session<'_> {
     }
 }
 
-/// The carrier under close's write lock, for the dirty pages a racing write left.
+/// The carriers under close's write lock, for the dirty pages a racing write left.
 struct Late<'a> {
     io: &'a Io,
-    carrier: &'a dyn Carrier,
+    table: &'a Table,
 }
 
 impl Late<'_> {
     fn barrier(&self) -> Result<()> {
-        self.carrier.barrier().map_err(self.io.failed(IoOp::Barrier, 0, 0))
+        for k in self.table.to_flush() {
+            self.table.carrier(k).barrier().map_err(self.io.failed(IoOp::Barrier, 0, 0))?;
+        }
+        Ok(())
     }
 }
 
 impl Backing for Late<'_> {
     type Error = Error;
     fn read(&self, offset: u64, buf: &mut [u8]) -> Result<()> {
-        Io::check(self.io.layout.get(), Area::Data, offset, buf.len());
-        self.carrier.read_exact_at(buf, offset).map_err(self.io.failed(
+        let r = self.table.route(None, Area::Data, offset, buf.len());
+        self.table.carrier(r.member).read_exact_at(buf, r.offset).map_err(self.io.failed(
             IoOp::Read,
             offset,
             buf.len(),
         ))
     }
     fn write(&self, offset: u64, buf: &[u8]) -> Result<()> {
-        Io::check(self.io.layout.get(), Area::Data, offset, buf.len());
-        self.carrier.write_all_at(buf, offset).map_err(self.io.failed(
+        let r = self.table.route(None, Area::Data, offset, buf.len());
+        let member = &self.table.members[r.member];
+        member.carrier.write_all_at(buf, r.offset).map_err(self.io.failed(
             IoOp::Write,
             offset,
             buf.len(),
-        ))
+        ))?;
+        member.mark_written();
+        Ok(())
     }
     fn read_vectored(&self, offset: u64, bufs: &mut [&mut [u8]]) -> Result<()> {
         let len: usize = bufs.iter().map(|b| b.len()).sum();
-        Io::check(self.io.layout.get(), Area::Data, offset, len);
-        self.carrier.read_vectored_at(bufs, offset).map_err(self.io.failed(IoOp::Read, offset, len))
-    }
-    fn write_vectored(&self, offset: u64, bufs: &[&[u8]]) -> Result<()> {
-        let len: usize = bufs.iter().map(|b| b.len()).sum();
-        Io::check(self.io.layout.get(), Area::Data, offset, len);
-        self.carrier.write_vectored_at(bufs, offset).map_err(self.io.failed(
-            IoOp::Write,
+        let r = self.table.route(None, Area::Data, offset, len);
+        self.table.carrier(r.member).read_vectored_at(bufs, r.offset).map_err(self.io.failed(
+            IoOp::Read,
             offset,
             len,
         ))
     }
+    fn write_vectored(&self, offset: u64, bufs: &[&[u8]]) -> Result<()> {
+        let len: usize = bufs.iter().map(|b| b.len()).sum();
+        let r = self.table.route(None, Area::Data, offset, len);
+        let member = &self.table.members[r.member];
+        member.carrier.write_vectored_at(bufs, r.offset).map_err(self.io.failed(
+            IoOp::Write,
+            offset,
+            len,
+        ))?;
+        member.mark_written();
+        Ok(())
+    }
 }
 
-/// Reads checked against an area: the volume's [`Session`], or a [`Probe`] of a borrowed
-/// carrier (the read-only checker). Adoption reads through this before a layout is fixed.
+/// Writes back the page cache's dirty pages straight to the carriers of `table` (held
+/// exclusively by the caller), with a barrier.
+pub(crate) fn flush_late(io: &Io, table: &Table) -> Result<()> {
+    if let Some(cache) = io.cache()
+        && cache.dirty_pages() > 0
+    {
+        let late = Late { io, table };
+        cache.flush_all(&late)?;
+        late.barrier()?;
+    }
+    Ok(())
+}
+
+/// Reads checked against an area: the volume's [`Session`], or a [`Probe`] of borrowed
+/// carriers (the read-only checker). Adoption reads through this before a geometry is fixed.
 pub(crate) trait AreaRead {
     fn read_in(
         &self,
@@ -613,7 +734,7 @@ pub(crate) trait AreaRead {
         offset: u64,
         buf: &mut [u8],
     ) -> Result<()>;
-    /// Bytes the carrier has now.
+    /// Bytes member 0's carrier has now.
     fn carrier_len(&self) -> u64;
 }
 
@@ -632,9 +753,25 @@ impl AreaRead for Session<'_> {
     }
 }
 
-/// Area-checked reads of a carrier the caller owns (nothing is counted or poisoned: the
-/// checker only looks).
-pub(crate) struct Probe<'a>(pub(crate) &'a dyn Carrier);
+/// Area-checked reads of carriers the caller owns (nothing is counted or poisoned: the
+/// checker only looks): member 0's alone until [`Probe::with_geometry`].
+pub(crate) struct Probe<'a> {
+    carriers: Vec<&'a dyn Carrier>,
+    spans: Vec<MemberSpan>,
+}
+
+impl<'a> Probe<'a> {
+    /// A probe of member 0's carrier alone.
+    pub(crate) fn single(carrier: &'a dyn Carrier) -> Probe<'a> {
+        Probe { carriers: vec![carrier], spans: Vec::new() }
+    }
+
+    /// A probe over every member's carrier, member 0 first, placed by `geometry`.
+    pub(crate) fn members(carriers: Vec<&'a dyn Carrier>, geometry: &VolumeGeometry) -> Probe<'a> {
+        assert_eq!(carriers.len(), geometry.count(), "one carrier per member");
+        Probe { carriers, spans: geometry.at_cap().spans }
+    }
+}
 
 impl AreaRead for Probe<'_> {
     fn read_in(
@@ -644,8 +781,8 @@ impl AreaRead for Probe<'_> {
         offset: u64,
         buf: &mut [u8],
     ) -> Result<()> {
-        Io::check(layout, area, offset, buf.len());
-        self.0.read_exact_at(buf, offset).map_err(|source| Error::Io {
+        let r = members::route(&self.spans, layout, area, offset, buf.len());
+        self.carriers[r.member].read_exact_at(buf, r.offset).map_err(|source| Error::Io {
             op: IoOp::Read,
             offset,
             len: buf.len() as u64,
@@ -653,6 +790,6 @@ impl AreaRead for Probe<'_> {
         })
     }
     fn carrier_len(&self) -> u64 {
-        self.0.geometry().len_bytes
+        self.carriers[0].geometry().len_bytes
     }
 }

@@ -122,10 +122,23 @@ pub(crate) fn open_volume_with(
         write_through: write_through.unwrap_or(true),
         read_only,
     };
-    match Volume::open_path(path, knobs, options) {
-        Err(e) if direct_io.is_none() && refuses_direct_io(&e, path) => {
-            Volume::open_path(path, CarrierOptions { direct_io: false, ..knobs }, options)
+    // Each member with its own knobs: one on a file system that refuses O_DIRECT falls back
+    // to buffered IO alone.
+    let member = |p: &Path| -> Result<Box<dyn Carrier>> {
+        match open_carrier(p, knobs) {
+            Err(e) if direct_io.is_none() && refuses_direct_io(&e, p) => {
+                open_carrier(p, CarrierOptions { direct_io: false, ..knobs })
+            }
+            other => other,
         }
+    };
+    match Volume::open_path_with(path, knobs, options, &member) {
+        Err(e) if direct_io.is_none() && refuses_direct_io(&e, path) => Volume::open_path_with(
+            path,
+            CarrierOptions { direct_io: false, ..knobs },
+            options,
+            &member,
+        ),
         other => other,
     }
 }

@@ -20,7 +20,22 @@ fn sample() -> Superblock {
         bitmap_checksum: 0,
         created_unix_ns: 42,
         journal: JournalFields::default(),
+        member_paths: Vec::new(),
     }
+}
+
+/// Member 0's superblock of a volume of two members, and member 1's.
+fn pair() -> (Superblock, Superblock) {
+    let mut first = sample();
+    first.carrier_count = 2;
+    first.members.push(Member { uuid: Uuid([0xEF; 16]), capacity_blocks: 8192 });
+    first.member_paths = vec![b"/srv/a.vlm".to_vec(), b"/dev/loop7".to_vec()];
+    let mut second = first.clone();
+    second.carrier_index = 1;
+    second.state = VolumeState::Clean;
+    second.layout = Layout::for_member(4096, 8192).unwrap();
+    second.root = BlockRef::default();
+    (first, second)
 }
 
 /// Patches `bytes` at `at` and recomputes the checksum, as a newer (or buggy) writer would.
@@ -148,10 +163,74 @@ fn unknown_ro_compat_bit_requires_read_only() {
 }
 
 #[test]
-fn more_than_one_carrier_is_refused() {
-    let b = patched(&sample(), 0, CARRIER_COUNT_AT, &2u32.to_le_bytes());
-    let e = Superblock::decode(&b, 0).unwrap_err();
-    assert!(matches!(e, Error::Unsupported(Unsupported::MultiCarrier { count: 2, .. })), "{e:?}");
+fn two_members_round_trip_with_their_paths() {
+    let (first, second) = pair();
+    for slot in 0..2 {
+        assert_eq!(Superblock::decode(&first.encode(slot), slot).unwrap(), first);
+        assert_eq!(Superblock::decode(&second.encode(slot), slot).unwrap(), second);
+    }
+    let g = first.geometry();
+    assert_eq!(g.spans[1].base, first.layout.max_blocks);
+    assert_eq!(g.layout().total_blocks, first.layout.total_blocks + 8192);
+}
+
+#[test]
+fn a_member_table_that_places_no_member_is_refused() {
+    let (first, _) = pair();
+    // Entry 1 zero while carrier_count says 2.
+    let b = patched(&first, 0, MEMBERS_AT + MEMBER_LEN, &[0; MEMBER_LEN]);
+    assert!(matches!(
+        Superblock::decode(&b, 0),
+        Err(Error::Corrupt { reason: Corruption::BadValue { field: "member_capacity_blocks", .. }, .. })
+    ));
+    // A capacity that is not a multiple of 64 blocks.
+    let b = patched(&first, 0, MEMBERS_AT + MEMBER_LEN + 16, &100u64.to_le_bytes());
+    assert!(Superblock::decode(&b, 0).is_err());
+    // carrier_count 1 with a second entry: the table past the count must be zero.
+    let b = patched(&first, 0, CARRIER_COUNT_AT, &1u32.to_le_bytes());
+    assert!(Superblock::decode(&b, 0).is_err());
+}
+
+#[test]
+fn a_path_table_that_runs_past_its_area_or_leaves_bytes_is_refused() {
+    let (first, _) = pair();
+    let b = patched(&first, 0, PATHS_AT, &u16::MAX.to_le_bytes());
+    assert!(matches!(
+        Superblock::decode(&b, 0),
+        Err(Error::Corrupt { reason: Corruption::BadValue { field: "member_paths", .. }, .. })
+    ));
+    let end = PATHS_AT + encode_paths(&first.member_paths, 2).len();
+    let b = patched(&first, 0, end, &[1]);
+    assert!(Superblock::decode(&b, 0).is_err());
+    // One member: the area is reserved, zero.
+    let b = patched(&sample(), 0, PATHS_AT, &[1]);
+    assert!(matches!(
+        Superblock::decode(&b, 0),
+        Err(Error::Unsupported(Unsupported::ReservedNonZero { .. }))
+    ));
+}
+
+#[test]
+fn a_later_member_holds_identity_and_geometry_only() {
+    let (_, second) = pair();
+    let b = patched(&second, 0, ROOT_BLOCK_AT, &5u64.to_le_bytes());
+    assert!(Superblock::decode(&b, 0).is_err(), "a root on a later member");
+    let b = patched(&second, 0, STATE_AT, &2u32.to_le_bytes());
+    assert!(Superblock::decode(&b, 0).is_err(), "a dirty later member");
+    let mut other = second.clone();
+    other.layout = Layout::for_format(8192 * 4096, 4096, 1 << 20, None).unwrap();
+    let b = patched(&other, 0, 0, &MAGIC);
+    assert!(Superblock::decode(&b, 0).is_err(), "a journal on a later member");
+}
+
+#[test]
+fn several_members_with_member_zero_below_its_cap_are_refused() {
+    let (mut first, _) = pair();
+    first.incompat |= INCOMPAT_GROW;
+    first.layout = Layout::for_growing_format(64 << 20, Some(128 << 20), 4096, 0, None).unwrap();
+    first.members[0].capacity_blocks = first.layout.total_blocks;
+    let b = first.encode(0);
+    assert!(Superblock::decode(&b, 0).is_err());
 }
 
 #[test]

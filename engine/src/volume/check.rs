@@ -75,6 +75,8 @@ pub struct CheckReport {
     pub total_blocks: u64,
     /// What open's journal replay would do (journaled volumes).
     pub journal: Option<crate::journal::ReplayReport>,
+    /// Every member after the first: its index and the state of its two superblock slots.
+    pub members: Vec<(u32, Vec<SlotStatus>)>,
 }
 
 impl CheckReport {
@@ -112,8 +114,18 @@ impl fmt::Display for SlotStatus {
 
 /// Checks the volume on `carrier` without writing to it.
 pub fn check(carrier: &dyn Carrier) -> CheckReport {
-    let probe = Probe(carrier);
+    check_members(&[carrier])
+}
+
+/// Checks the volume whose members are `carriers` (member 0 first, in member order: see
+/// `Volume::gather_members`) without writing to any of them.
+pub fn check_members(carriers: &[&dyn Carrier]) -> CheckReport {
     let mut report = CheckReport::default();
+    let Some(&carrier) = carriers.first() else {
+        report.add(FindingKind::Incomplete, "no carrier to check");
+        return report;
+    };
+    let mut probe = Probe::single(carrier);
     let slots = match superblock::read_slots_in(&probe) {
         Ok(s) => s,
         Err(e) => {
@@ -130,6 +142,26 @@ pub fn check(carrier: &dyn Carrier) -> CheckReport {
             Err(e @ Error::Unsupported(_)) => SlotStatus::Unsupported(e.to_string()),
             Err(e) => SlotStatus::Damaged(e.to_string()),
         });
+    }
+    // Every member is placed by the newest slot's table (as open does).
+    let newest = slots.iter().filter_map(|s| s.result.as_ref().ok()).max_by_key(|sb| sb.generation);
+    if let Some(newest) = newest
+        && newest.carrier_index == 0
+        && newest.carrier_count > 1
+    {
+        if carriers.len() < newest.carrier_count as usize {
+            report.add(
+                FindingKind::Incomplete,
+                format!(
+                    "the volume has {} members; {} carriers were given",
+                    newest.carrier_count,
+                    carriers.len()
+                ),
+            );
+            return report;
+        }
+        let geometry = newest.geometry();
+        probe = Probe::members(carriers[..geometry.count()].to_vec(), &geometry);
     }
     let mut adopted = match adopt(&probe) {
         Ok(a) => a,
@@ -154,8 +186,10 @@ pub fn check(carrier: &dyn Carrier) -> CheckReport {
         }
     };
     let sb = &adopted.sb;
-    let layout = sb.layout;
+    let geometry = sb.geometry();
+    let layout = geometry.layout();
     report.adopted = Some((adopted.slot, sb.generation));
+    check_member_slots(&mut report, sb, carriers);
     report.journal = replayed.as_ref().map(|r| r.report);
     if let Some(j) = replayed.as_ref().map(|r| r.report) {
         if j.batches > 0 {
@@ -221,18 +255,24 @@ pub fn check(carrier: &dyn Carrier) -> CheckReport {
         );
         return report;
     }
-    let bs = layout.block_size as usize;
-    let mut bytes = Io::buffer(layout.bitmap.len as usize * bs);
-    let at = layout.offset_of(layout.bitmap.start);
-    if let Err(e) = probe.read_in(Some(&layout), Area::Bitmap, at, bytes.as_mut_slice()) {
-        report.add(FindingKind::Incomplete, format!("reading the bitmap failed: {e}"));
-        return report;
+    let bs = u64::from(layout.block_size);
+    let mut on_disk = crate::bitmap::Bitmap::new(layout.total_blocks);
+    let mut crc = 0;
+    for span in &geometry.spans {
+        let own = span.layout;
+        let mut bytes = Io::buffer((own.bitmap.len * bs) as usize);
+        let at = (span.base + own.bitmap.start) * bs;
+        if let Err(e) = probe.read_in(Some(&own), Area::Bitmap, at, bytes.as_mut_slice()) {
+            report.add(FindingKind::Incomplete, format!("reading the bitmap failed: {e}"));
+            return report;
+        }
+        crc = checksum::plain_append(crc, bytes.as_slice());
+        on_disk.or_span(span.base, own.total_blocks, bytes.as_slice());
     }
-    if checksum::plain(bytes.as_slice()) != sb.bitmap_checksum {
+    if crc != sb.bitmap_checksum {
         report.add(FindingKind::Corrupt, "the bitmap of the clean volume fails its checksum");
         return report;
     }
-    let on_disk = crate::bitmap::Bitmap::decode(bytes.as_slice(), layout.total_blocks);
     let missing = adopted.image.reachable.difference(&on_disk);
     if let Some(first) = missing.first() {
         report.add(
@@ -248,4 +288,48 @@ pub fn check(carrier: &dyn Carrier) -> CheckReport {
         );
     }
     report
+}
+
+/// The superblock slots of every member after the first: each must verify, belong to this
+/// volume and sit where the member table puts it.
+fn check_member_slots(
+    report: &mut CheckReport,
+    sb: &superblock::Superblock,
+    carriers: &[&dyn Carrier],
+) {
+    for k in 1..sb.members.len() {
+        let Some(&carrier) = carriers.get(k) else { break };
+        let slots = match superblock::read_slots(carrier) {
+            Ok(s) => s,
+            Err(e) => {
+                report.add(FindingKind::Incomplete, format!("member {k}: {e}"));
+                continue;
+            }
+        };
+        let mut states = Vec::new();
+        for s in slots {
+            let status = match &s.result {
+                Ok(m) if m.uuid != sb.uuid || m.carrier_index as usize != k => {
+                    SlotStatus::Damaged("belongs to another volume or member".to_owned())
+                }
+                Ok(m) if m.members.get(k) != sb.members.get(k) => {
+                    SlotStatus::Damaged("not the member the table records".to_owned())
+                }
+                Ok(m) => SlotStatus::Valid { generation: m.generation, clean: true },
+                Err(e @ Error::Unsupported(_)) => SlotStatus::Unsupported(e.to_string()),
+                Err(e) => SlotStatus::Damaged(e.to_string()),
+            };
+            if let SlotStatus::Damaged(why) | SlotStatus::Unsupported(why) = &status {
+                report.add(
+                    FindingKind::Corrupt,
+                    format!(
+                        "member {k}: superblock {} is damaged ({why})",
+                        ["A", "B"][s.slot as usize]
+                    ),
+                );
+            }
+            states.push(status);
+        }
+        report.members.push((k as u32, states));
+    }
 }

@@ -23,12 +23,16 @@
 //! journal sequence never moves back, and the superblock's own encoder checks its fields.
 //! [`flip`] is the one place that writes both slots; growth uses it too.
 
+use std::collections::BTreeSet;
+
 use super::{CommitMutation, Inner, Meta, commit, grow};
+use crate::bitmap::Bitmap;
 use crate::error::{Error, Result};
 use crate::format::checksum;
 use crate::format::consts::SUPERBLOCK_LEN;
 use crate::image::writer;
 use crate::io::{Area, Io, Session};
+use crate::layout::{MemberSpan, VolumeGeometry};
 use crate::superblock::{self, Superblock, VolumeState};
 
 /// Which barriers of a flip are taken (the mutants skip one; production takes both).
@@ -95,6 +99,7 @@ fn write(
     // takes exactly its two barriers.
     commit::flush_data(inner, meta, since)?;
     let layout = inner.layout;
+    let bs = layout.block_size as usize;
     // Room for the image first (a growth step is a flip of its own, generation G+1).
     grow::grow(inner, meta, writer::blocks_needed(&meta.ns, layout.block_size as usize))?;
     let generation = meta.sb.generation + 1;
@@ -113,10 +118,15 @@ fn write(
     if let Some(&(last, _)) = image.blocks.last() {
         grow::ensure_carrier_len(inner, meta, last + 1)?;
     }
-    let bs = layout.block_size as usize;
-    let dirty_bitmap = meta.alloc.take_dirty_bitmap_blocks();
+    let geometry = meta.sb.geometry();
+    let dirty_bitmap = bitmap_writes(&geometry, &meta.alloc.take_dirty_bitmap_blocks());
     let bitmap_checksum = if state == VolumeState::Clean {
-        checksum::plain(&meta.alloc.live().encode((layout.bitmap.len as usize) * bs))
+        let mut crc = 0;
+        for span in &geometry.spans {
+            let bytes = member_bitmap(meta.alloc.live(), span, 0, span.layout.bitmap.len);
+            crc = checksum::plain_append(crc, &bytes);
+        }
+        crc
     } else {
         0
     };
@@ -141,12 +151,11 @@ fn write(
     {
         let session = inner.io.session()?;
         write_blocks(&session, inner, &image.blocks)?;
-        for block in dirty_bitmap {
-            let words = bs / 8;
+        for (member, block) in dirty_bitmap {
+            let span = &geometry.spans[member];
             let mut buf = Io::buffer(bs);
-            buf.as_mut_slice()
-                .copy_from_slice(&meta.alloc.live().encode_words(block as usize * words, words));
-            let at = layout.offset_of(layout.bitmap.start + block);
+            buf.as_mut_slice().copy_from_slice(&member_bitmap(meta.alloc.live(), span, block, 1));
+            let at = (span.base + span.layout.bitmap.start + block) * bs as u64;
             session.write(Area::Bitmap, at, buf.as_slice())?;
         }
         flip(&session, &sb, barriers)?;
@@ -176,8 +185,38 @@ fn write_blocks(session: &Session<'_>, inner: &Inner, blocks: &[(u64, Vec<u8>)])
         for (k, (_, bytes)) in blocks[i..i + n].iter().enumerate() {
             buf.as_mut_slice()[k * bs..(k + 1) * bs].copy_from_slice(bytes);
         }
-        session.write(Area::Image, inner.layout.offset_of(blocks[i].0), buf.as_slice())?;
+        session.write(Area::Image, blocks[i].0 * bs as u64, buf.as_slice())?;
         i += n;
     }
     Ok(())
+}
+
+/// The on-disk bytes of `blocks` blocks of `span`'s bitmap region from its block `first`:
+/// the member's share of the volume's bitmap, zero past the member's blocks.
+fn member_bitmap(live: &Bitmap, span: &MemberSpan, first: u64, blocks: u64) -> Vec<u8> {
+    let bits_per_block = u64::from(span.layout.block_size) * 8;
+    let from = first * bits_per_block;
+    let bits = span.layout.total_blocks.saturating_sub(from).min(blocks * bits_per_block);
+    let len = (blocks * u64::from(span.layout.block_size)) as usize;
+    live.encode_span(span.base + from, bits, len)
+}
+
+/// The bitmap-region blocks `(member, block of its region)` that the allocator's dirty blocks
+/// of the volume-wide bitmap touch (a volume-wide bitmap block may cover two members: their
+/// spans are aligned to 64 blocks, not to a bitmap block).
+fn bitmap_writes(geometry: &VolumeGeometry, dirty: &[u64]) -> BTreeSet<(usize, u64)> {
+    let bits_per_block = u64::from(geometry.spans[0].layout.block_size) * 8;
+    let mut out = BTreeSet::new();
+    for &g in dirty {
+        let (lo, hi) = (g * bits_per_block, (g + 1) * bits_per_block);
+        for (k, span) in geometry.spans.iter().enumerate() {
+            let (from, to) = (lo.max(span.base), hi.min(span.end()));
+            if from < to {
+                let first = (from - span.base) / bits_per_block;
+                let last = (to - 1 - span.base) / bits_per_block;
+                out.extend((first..=last).map(|b| (k, b)));
+            }
+        }
+    }
+    out
 }

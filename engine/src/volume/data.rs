@@ -326,7 +326,7 @@ fn assert_owned(inner: &Inner, meta: &Meta, plan: &Plan) {
     for seg in &plan.segments {
         for b in seg.offset / bs..(seg.offset + seg.len).div_ceil(bs) {
             assert!(
-                inner.layout.allocatable().contains(b) && meta.alloc.is_owned(b),
+                meta.alloc.layout().allocatable().contains(b) && meta.alloc.is_owned(b),
                 "data write to block {b}, which no file owns"
             );
         }

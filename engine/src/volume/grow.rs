@@ -24,6 +24,10 @@ use crate::superblock::{self, VolumeState};
 
 /// Grows a thin carrier so that every block below `end_block` exists.
 pub(crate) fn ensure_carrier_len(inner: &Inner, meta: &mut Meta, end_block: u64) -> Result<()> {
+    if meta.sb.carrier_count > 1 {
+        // Several members: every one preallocated, whole (FORMAT.md, "Members").
+        return Ok(());
+    }
     let layout = &inner.layout;
     let need = end_block * u64::from(layout.block_size);
     if need <= meta.carrier_len {
@@ -58,7 +62,7 @@ pub(crate) fn grow(inner: &Inner, meta: &mut Meta, want: u64) -> Result<bool> {
     Ok(true)
 }
 
-fn grow_to(inner: &Inner, meta: &mut Meta, total: u64) -> Result<()> {
+pub(crate) fn grow_to(inner: &Inner, meta: &mut Meta, total: u64) -> Result<()> {
     let old = meta.sb.layout;
     assert!(total > old.total_blocks, "growth to {total} blocks from {}", old.total_blocks);
     assert!(total <= old.max_blocks, "growth to {total} blocks past the cap {}", old.max_blocks);

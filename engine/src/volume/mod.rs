@@ -19,6 +19,7 @@ mod commit;
 mod data;
 mod file;
 mod grow;
+mod members;
 mod open;
 mod options;
 
@@ -27,8 +28,9 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
-pub use check::{CheckReport, Finding, FindingKind, SlotStatus, check};
+pub use check::{CheckReport, Finding, FindingKind, SlotStatus, check, check_members};
 pub use file::File;
+pub use members::{MemberCarrier, MemberInfo, gather_members};
 pub use open::OpenReport;
 pub use options::{
     CommitMutation, DEFAULT_CACHE_BYTES, FormatOptions, IoPolicy, Tier, VolumeOptions,
@@ -80,6 +82,9 @@ pub(crate) struct Meta {
     pub(crate) image_generation: u64,
     /// When the last checkpoint completed (or the volume opened).
     pub(crate) last_checkpoint: std::time::Instant,
+    /// Member 0's carrier path, when it was opened by path (recorded in the member table
+    /// when a member is added).
+    pub(crate) first_path: Option<std::path::PathBuf>,
 }
 
 impl Meta {
@@ -312,6 +317,8 @@ pub struct VolumeInfo {
     pub read_only: bool,
     /// Blocks the allocator can still hand out.
     pub free_blocks: u64,
+    /// Every member, member 0 first (one for a volume of one carrier).
+    pub members: Vec<MemberInfo>,
     /// Inodes in the namespace, the root included.
     pub inodes: usize,
     /// The page cache's budget in bytes (0: no cache; always 0 on memory).
@@ -395,8 +402,123 @@ impl Volume {
         options: VolumeOptions,
     ) -> Result<Volume> {
         let read_only = carrier.read_only || options.read_only;
-        let carrier = crate::carrier::open_path(path, CarrierOptions { read_only, ..carrier })?;
-        open::open(carrier, VolumeOptions { read_only, ..options })
+        let knobs = CarrierOptions { read_only, ..carrier };
+        let opener = |p: &Path| crate::carrier::open_path(p, knobs);
+        Volume::open_path_with(path, knobs, options, &opener)
+    }
+
+    /// [`Volume::open_path`], opening the members after the first (those member 0's table
+    /// names by path) with `opener`: each member with its own knobs.
+    pub fn open_path_with(
+        path: &Path,
+        carrier: CarrierOptions,
+        options: VolumeOptions,
+        opener: &dyn Fn(&Path) -> Result<Box<dyn Carrier>>,
+    ) -> Result<Volume> {
+        let read_only = carrier.read_only || options.read_only;
+        let first = crate::carrier::open_path(path, CarrierOptions { read_only, ..carrier })?;
+        let given = vec![MemberCarrier { carrier: first, path: Some(path.to_owned()) }];
+        open::open_members(given, Some(opener), VolumeOptions { read_only, ..options })
+    }
+
+    /// Formats a volume over several carriers: member 0 (`first`, laid out by `format`,
+    /// holding the journal and the commit point), then each of `others`, whole (FORMAT.md,
+    /// "Members"). Members are concatenated, not mirrored: losing one loses the volume.
+    ///
+    /// ```
+    /// use vellum_engine::carrier::MemoryCarrier;
+    /// use vellum_engine::{FormatOptions, MemberCarrier, Volume, VolumeOptions};
+    ///
+    /// let first = MemberCarrier::new(Box::new(MemoryCarrier::new(16 << 20)));
+    /// let second = MemberCarrier::new(Box::new(MemoryCarrier::new(16 << 20)));
+    /// let fmt = FormatOptions::default();
+    /// let volume = Volume::format_members(first, vec![second], &fmt, VolumeOptions::default())?;
+    /// assert_eq!(volume.members().len(), 2);
+    /// # Ok::<(), vellum_engine::Error>(())
+    /// ```
+    pub fn format_members(
+        first: MemberCarrier,
+        others: Vec<MemberCarrier>,
+        format: &FormatOptions<'_>,
+        options: VolumeOptions,
+    ) -> Result<Volume> {
+        open::format_members(first, others, format, options)
+    }
+
+    /// Opens the volume whose members are `given`, in any order (every member must be
+    /// given; [`Volume::open_path`] opens the others by the paths the member table records).
+    pub fn open_members(given: Vec<MemberCarrier>, options: VolumeOptions) -> Result<Volume> {
+        open::open_members(given, None, options)
+    }
+
+    /// Adds `carrier` as the volume's next member, online: zero-filled, its superblocks
+    /// durable, then member 0's table names it in one commit (FORMAT.md, "Members"). The
+    /// carrier must hold no volume; its whole length (down to 64 blocks) becomes the
+    /// member's capacity. `progress` sees `(bytes done, bytes total)` of the zero-fill.
+    pub fn add_member(
+        &self,
+        carrier: MemberCarrier,
+        progress: Option<&(dyn Fn(u64, u64) + Sync)>,
+    ) -> Result<()> {
+        members::add_member(&self.inner, carrier, false, progress)
+    }
+
+    /// Adds the member at `path`, online: a new preallocated file of `size_bytes` (created
+    /// zero-filled), or a block device (zero-filled here). Refuses a path that holds a
+    /// volume or a member already (this one's or another's), and a non-empty file.
+    pub fn add_member_path(
+        &self,
+        path: &Path,
+        size_bytes: Option<u64>,
+        carrier: CarrierOptions,
+        progress: Option<&(dyn Fn(u64, u64) + Sync)>,
+    ) -> Result<()> {
+        let (carrier, zeroed) = members::create_member(self, path, size_bytes, carrier, progress)?;
+        let new = MemberCarrier { carrier, path: Some(path.to_owned()) };
+        members::add_member(&self.inner, new, zeroed, progress)
+    }
+
+    /// Replaces member `index` (1 or more) by a copy on `carrier`, online: every carrier call
+    /// of the volume waits while the member is copied, verified and switched in one commit
+    /// (FORMAT.md, "Members"). Member 0 is replaced offline by copying its carrier whole.
+    pub fn replace_member(
+        &self,
+        index: usize,
+        carrier: MemberCarrier,
+        progress: Option<&(dyn Fn(u64, u64) + Sync)>,
+    ) -> Result<()> {
+        members::replace_member(&self.inner, index, carrier, progress)
+    }
+
+    /// [`Volume::replace_member`] onto a new file at `path` (the member's size) or a block
+    /// device.
+    pub fn replace_member_path(
+        &self,
+        index: usize,
+        path: &Path,
+        carrier: CarrierOptions,
+        progress: Option<&(dyn Fn(u64, u64) + Sync)>,
+    ) -> Result<()> {
+        let size =
+            self.members().get(index).map(|m| m.blocks * u64::from(self.inner.layout.block_size));
+        let (new, _) = members::create_member(self, path, size, carrier, progress)?;
+        members::replace_member(
+            &self.inner,
+            index,
+            MemberCarrier { carrier: new, path: Some(path.to_owned()) },
+            progress,
+        )
+    }
+
+    /// The member whose carrier is at `path` (the paths the member table records, member 0's
+    /// own included), if any.
+    pub fn member_index(&self, path: &Path) -> Option<usize> {
+        members::index_of(self, path)
+    }
+
+    /// Every member, member 0 first.
+    pub fn members(&self) -> Vec<MemberInfo> {
+        members::infos(self)
     }
 
     /// What open found (adopted slot, fallback, reclaimed blocks).
@@ -418,6 +540,7 @@ impl Volume {
             sparse: meta.sb.layout_flags & LAYOUT_SPARSE != 0,
             read_only: self.inner.read_only,
             free_blocks: meta.alloc.free_blocks(),
+            members: members::infos_locked(&self.inner, &meta),
             inodes: meta.ns.inodes.len(),
             cache_bytes: self.inner.cache_bytes,
             default_policy: self.inner.default_policy(),

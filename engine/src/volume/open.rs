@@ -13,10 +13,11 @@
 //! [`recover`] reopens to the same decisions, and the loss of a destroyed ring is durable
 //! before anything erases the evidence of it).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 
+use super::members::{self, MemberCarrier};
 use super::{
     CommitMutation, FormatOptions, Inner, Meta, Volume, VolumeOptions, checkpoint, now_ns,
 };
@@ -32,7 +33,7 @@ use crate::io::{Area, AreaRead, IO_ALIGN, Io, Mutants};
 use crate::journal::replay::{Apply, ReplayRules, Replayed};
 use crate::journal::scan::ScanRules;
 use crate::journal::{self, Journal, Op, ReplayReport, Ring};
-use crate::layout::Layout;
+use crate::layout::{Layout, VolumeGeometry};
 use crate::namespace::Namespace;
 use crate::superblock::{
     self, BlockRef, INCOMPAT_GROW, INCOMPAT_JOURNAL, JournalFields, LAYOUT_SPARSE, LAYOUT_THIN,
@@ -150,7 +151,7 @@ pub(crate) fn replay(
     // Replay records nothing: the operations it applies are already in the ring.
     ns.journal = None;
     let mut target = ReplayTarget {
-        alloc: Allocator::new(sb.layout, adopted.image.reachable.clone()),
+        alloc: Allocator::new(sb.geometry().layout(), adopted.image.reachable.clone()),
         ns,
         skip_attr_removals: mutation == Some(CommitMutation::ReplayDiffers),
     };
@@ -170,27 +171,38 @@ fn check_alignment(io: &Io, block_size: u32) -> Result<()> {
     Ok(())
 }
 
-fn read_bitmap(io: &Io, layout: &Layout) -> Result<(Vec<u8>, Bitmap)> {
-    let len = (layout.bitmap.len * u64::from(layout.block_size)) as usize;
-    let mut buf = Io::buffer(len);
-    let at = layout.offset_of(layout.bitmap.start);
-    io.session()?.read_in(Some(layout), Area::Bitmap, at, buf.as_mut_slice())?;
-    let bitmap = Bitmap::decode(buf.as_slice(), layout.total_blocks);
-    Ok((buf.as_slice().to_vec(), bitmap))
+/// Every member's bitmap region, concatenated in member order (what `bitmap_checksum`
+/// covers), and the bitmap of the volume's block space they make together.
+fn read_bitmap(io: &Io, geometry: &VolumeGeometry) -> Result<(Vec<u8>, Bitmap)> {
+    let layout = geometry.layout();
+    let bs = u64::from(layout.block_size);
+    let mut bytes = Vec::new();
+    let mut bitmap = Bitmap::new(layout.total_blocks);
+    let session = io.session()?;
+    for span in &geometry.spans {
+        let own = span.layout;
+        let mut buf = Io::buffer((own.bitmap.len * bs) as usize);
+        let at = (span.base + own.bitmap.start) * bs;
+        session.read_in(Some(&own), Area::Bitmap, at, buf.as_mut_slice())?;
+        bitmap.or_span(span.base, own.total_blocks, buf.as_slice());
+        bytes.extend_from_slice(buf.as_slice());
+    }
+    Ok((bytes, bitmap))
 }
 
 /// The allocator for an adopted image, and what reconciling the on-disk bitmap found.
 fn reconcile(io: &Io, adopted: &Adopted, report: &mut OpenReport) -> Result<Allocator> {
-    let layout = adopted.sb.layout;
+    let geometry = adopted.sb.geometry();
+    let layout = geometry.layout();
     let reachable = adopted.image.reachable.clone();
     let mut trusted = false;
     let replayed = report.journal.is_some_and(|j| j.batches > 0);
     if adopted.sb.state == VolumeState::Clean && !replayed {
-        let (bytes, on_disk) = read_bitmap(io, &layout)?;
+        let (bytes, on_disk) = read_bitmap(io, &geometry)?;
         if checksum::plain(&bytes) == adopted.sb.bitmap_checksum {
             trusted = true;
             if let Some(&block) = reachable.difference(&on_disk).first() {
-                let offset = layout.offset_of(layout.bitmap.start) + block / 8;
+                let offset = layout.bitmap.start * u64::from(layout.block_size) + block / 8;
                 return Err(Error::corrupt(
                     Region::Bitmap,
                     offset,
@@ -223,12 +235,14 @@ fn build(
     options: VolumeOptions,
     read_only: bool,
     report: OpenReport,
+    first_path: Option<PathBuf>,
 ) -> Result<Volume> {
     let cache_bytes = options.cache_bytes_for(io.medium)?;
     // The IO layer checks requests against the geometry at the cap: growth moves only the
     // end of the data region, and the allocator never hands out a block past the bound.
-    let at_cap = sb.layout.grown_to(sb.layout.max_blocks);
-    io.init(at_cap, cache_bytes);
+    let geometry = sb.geometry();
+    let at_cap = geometry.at_cap().layout();
+    io.init(&geometry, cache_bytes);
     let State { ns, alloc, journal, image_generation } = state;
     let carrier_len = io.session()?.carrier().geometry().len_bytes;
     let meta = Meta {
@@ -240,6 +254,7 @@ fn build(
         journal,
         image_generation,
         last_checkpoint: std::time::Instant::now(),
+        first_path,
     };
     let io = Arc::new(io);
     // Dirty pages exist only when data writes are not write-through and the volume writes.
@@ -279,9 +294,41 @@ fn mutants(options: &VolumeOptions) -> Mutants {
 
 /// Opens the volume on `carrier`.
 pub(crate) fn open(carrier: Box<dyn Carrier>, options: VolumeOptions) -> Result<Volume> {
-    let io = Io::new(carrier, mutants(&options));
+    open_members(vec![MemberCarrier::new(carrier)], None, options)
+}
+
+/// Opens the volume whose members are `given` (any order), opening by the paths member 0's
+/// table records those that were not given (`opener`).
+pub(crate) fn open_members(
+    given: Vec<MemberCarrier>,
+    opener: Option<members::Opener<'_>>,
+    options: VolumeOptions,
+) -> Result<Volume> {
+    let (carriers, first_path) = members::gather(given, opener)?;
+    let io = Io::with_members(carriers, mutants(&options));
     options.cache_bytes_for(io.medium)?;
+    {
+        // Adoption may read an image on any member: the newest candidate places them all
+        // (an older one names the same members or fewer).
+        let session = io.session()?;
+        let order = superblock::adoption_order(superblock::read_slots_in(&session)?)?;
+        if let Some((_, newest)) = order.first()
+            && newest.carrier_index == 0
+        {
+            drop(session);
+            io.set_geometry(&newest.geometry());
+        }
+    }
     let mut adopted = adopt(&io.session()?)?;
+    if adopted.sb.carrier_index != 0 {
+        return Err(Error::Member {
+            member: members::name(first_path.as_deref(), 0),
+            problem: crate::error::MemberProblem::NotFirst {
+                index: adopted.sb.carrier_index,
+                first: None,
+            },
+        });
+    }
     check_alignment(&io, adopted.sb.layout.block_size)?;
     let replayed = replay(&io.session()?, &mut adopted, options.mutation())?;
     let sb = &adopted.sb;
@@ -319,7 +366,7 @@ pub(crate) fn open(carrier: Box<dyn Carrier>, options: VolumeOptions) -> Result<
     let Adopted { sb, image, .. } = adopted;
     let journal = replayed.map_or(Journal::Off, |r| Journal::On(r.ring));
     let state = State { ns: image.namespace, alloc, journal, image_generation: image.generation };
-    let volume = build(io, &sb, state, options, read_only, report)?;
+    let volume = build(io, &sb, state, options, read_only, report, first_path)?;
     if !read_only {
         recover(&volume.inner, &sb, refill)?;
     }
@@ -356,10 +403,26 @@ pub(crate) fn format(
     format: &FormatOptions<'_>,
     options: VolumeOptions,
 ) -> Result<Volume> {
-    if carrier.options().read_only || options.read_only {
+    format_members(MemberCarrier::new(carrier), Vec::new(), format, options)
+}
+
+/// Formats a volume of member 0 `first` (laid out by `format`) and the members `others`, each
+/// taking its whole carrier (FORMAT.md, "Members").
+pub(crate) fn format_members(
+    first: MemberCarrier,
+    others: Vec<MemberCarrier>,
+    format: &FormatOptions<'_>,
+    options: VolumeOptions,
+) -> Result<Volume> {
+    let read_only = |m: &MemberCarrier| m.carrier.options().read_only;
+    if read_only(&first) || others.iter().any(read_only) || options.read_only {
         return Err(Error::ReadOnly);
     }
-    let io = Io::new(carrier, mutants(&options));
+    let first_path = first.path;
+    let other_paths: Vec<Option<PathBuf>> = others.iter().map(|m| m.path.clone()).collect();
+    let mut carriers = vec![first.carrier];
+    carriers.extend(others.into_iter().map(|m| m.carrier));
+    let io = Io::with_members(carriers, mutants(&options));
     options.cache_bytes_for(io.medium)?;
     let medium = io.medium;
     let carrier_len = io.geometry.len_bytes;
@@ -427,7 +490,7 @@ pub(crate) fn format(
     if format.grow_max_bytes.is_some() {
         incompat |= INCOMPAT_GROW;
     }
-    let sb = Superblock {
+    let mut sb = Superblock {
         version: FORMAT_VERSION,
         state: VolumeState::Dirty,
         incompat,
@@ -444,7 +507,26 @@ pub(crate) fn format(
         bitmap_checksum: 0,
         created_unix_ns: now,
         journal,
+        member_paths: Vec::new(),
     };
+    if !other_paths.is_empty() {
+        if format.grow_max_bytes.is_some() {
+            return Err(Error::Invalid(Invalid::MaxSize {
+                max_bytes: format.grow_max_bytes.unwrap_or(0),
+                capacity_bytes: capacity,
+            }));
+        }
+        let session = io.session()?;
+        let table = session.table();
+        let others: Vec<(&dyn Carrier, Option<&Path>)> = (1..table.members.len())
+            .map(|k| (table.carrier(k), other_paths[k - 1].as_deref()))
+            .collect();
+        members::format_members(&mut sb, first_path.as_deref(), &others)?;
+        // Every later member's identity is durable before member 0's first commit.
+        for (k, (carrier, _)) in others.iter().enumerate() {
+            members::write_identity(*carrier, &members::member_superblock(&sb, k + 1), true)?;
+        }
+    }
     let mut ns = Namespace::new(layout.block_size, now);
     let journal = if format.journal {
         ns.journal = Some(Vec::new());
@@ -452,10 +534,11 @@ pub(crate) fn format(
     } else {
         Journal::Off
     };
-    let mut alloc = Allocator::new(layout, Allocator::fixed_regions(&layout));
+    let geometry = sb.geometry();
+    let mut alloc = Allocator::new(geometry.layout(), Allocator::fixed_regions(&geometry));
     alloc.mark_all_bitmap_dirty();
     let state = State { ns, alloc, journal, image_generation: 0 };
-    let volume = build(io, &sb, state, options, false, OpenReport::default())?;
+    let volume = build(io, &sb, state, options, false, OpenReport::default(), first_path)?;
     {
         let inner = &volume.inner;
         let mut meta = inner.meta();

@@ -49,6 +49,9 @@ pub enum CommitMutation {
     /// A sync ignores a failed write it did not issue itself (another thread's writeback):
     /// it returns Ok over lost data, and the volume's poison is not checked by syncs.
     SyncIgnoresWritebackError,
+    /// Adding a member commits member 0's table before the new member's zeros and
+    /// superblocks are durable (no barrier on the new carrier first).
+    MemberBeforeZeros,
 }
 
 pub use crate::io::Tier;
