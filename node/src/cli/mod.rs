@@ -1,5 +1,6 @@
 //! The `vellum` command line: argument definitions and the one-line error report.
 
+pub mod carrier;
 pub mod cert;
 pub mod client;
 pub mod demo;
@@ -48,13 +49,21 @@ pub struct Cli {
 #[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Create a volume on a file (or a block device).
+    /// Create a volume on a file (or a block device), or over several carriers with
+    /// --carrier (members concatenated, not mirrored: losing one loses the volume).
     Format {
-        /// A file path or a block device path.
+        /// A file path or a block device path (member 0 with --carrier: it holds the journal
+        /// and the commit point).
         carrier: PathBuf,
         /// Capacity: 64MiB, 1G, ... (required for files; a device defaults to its whole size).
+        /// With --carrier, the size of every file carrier.
         #[arg(long, value_parser = size_arg)]
         size: Option<u64>,
+        /// A further member, after CARRIER (repeatable): a new file of --size, zero-filled, or
+        /// a block device whole. Not with --thin, --sparse or --grow (a volume of several
+        /// members is preallocated).
+        #[arg(long = "carrier", value_name = "PATH")]
+        carriers: Vec<PathBuf>,
         /// Block size in bytes (4096 to 65536, a power of two).
         #[arg(long, default_value = "4096", value_parser = block_size_arg)]
         block_size: u32,
@@ -89,18 +98,25 @@ pub enum Command {
         #[arg(long)]
         force: bool,
     },
+    /// The carriers (members) of a volume: add one, replace one by copy, list them (offline:
+    /// the volume must not be open elsewhere).
+    Carrier {
+        #[command(subcommand)]
+        op: CarrierCommand,
+    },
     /// The metadata journal of a volume (offline: the volume must not be open elsewhere).
     Journal {
         #[command(subcommand)]
         op: JournalCommand,
     },
-    /// Show both superblocks, the geometry and the knobs of a volume.
+    /// Show both superblocks, the geometry, the knobs and every member of a volume.
     Info {
         carrier: PathBuf,
         #[arg(long)]
         json: bool,
     },
-    /// Check a volume read-only: exit 0 clean, 1 could not complete, 2 corrupt, 3 leaks only.
+    /// Check a volume read-only, every member of it: exit 0 clean, 1 could not complete, 2
+    /// corrupt, 3 leaks only.
     Check { carrier: PathBuf },
     /// List a directory: of a volume (VOLUME [PATH], or VOLUME:/path) or of any medium
     /// (local:///dir, memory:/dir, virtual:///v.vlm:/dir, s3://bucket/prefix/?endpoint=...).
@@ -213,6 +229,41 @@ pub enum Command {
 }
 
 #[derive(Subcommand, Debug)]
+pub enum CarrierCommand {
+    /// Add NEW as the volume's last member: a new file, created preallocated and
+    /// zero-filled, or a block device whole (zero-filled). The volume is grown to its cap
+    /// first if it was formatted with --grow; a thin or sparse volume takes no members.
+    Add {
+        /// The volume (its member 0).
+        volume: PathBuf,
+        /// The new member's carrier: a path that does not exist yet, an empty file, or a
+        /// block device.
+        new: PathBuf,
+        /// The new file's size [default: the size of the volume's last member]; ignored for a
+        /// block device (it is used whole). At least 64 blocks.
+        #[arg(long, value_parser = size_arg)]
+        size: Option<u64>,
+    },
+    /// Replace member OLD by a copy on NEW (a new file of OLD's size, or a block device):
+    /// copied, read back and compared, then the member table switched in one commit; OLD is
+    /// left as it was, no longer in use. Member 0 is refused: copy it byte for byte (dd)
+    /// with the volume closed instead.
+    Replace {
+        /// The volume (its member 0).
+        volume: PathBuf,
+        /// The member to replace, by the path the volume records for it.
+        old: PathBuf,
+        /// The carrier to copy it to.
+        new: PathBuf,
+    },
+    /// List the members of a volume: index, path, medium, blocks, member UUID.
+    List {
+        /// The volume (its member 0).
+        volume: PathBuf,
+    },
+}
+
+#[derive(Subcommand, Debug)]
 pub enum JournalCommand {
     /// Switch the journal on in the region the volume reserved at format time (offline: it
     /// is switching on, not reformatting; files and generation go on).
@@ -268,6 +319,7 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
         Command::Format {
             carrier,
             size,
+            carriers,
             block_size,
             thin,
             grow,
@@ -278,7 +330,7 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
             no_journal,
             force,
         } => {
-            volume::format(&volume::FormatArgs {
+            let args = volume::FormatArgs {
                 carrier,
                 size,
                 block_size,
@@ -291,8 +343,20 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
                 journal: journal.or(journal_reserved),
                 use_journal: !no_journal && journal_reserved.is_none(),
                 force,
-            })?;
+            };
+            if carriers.is_empty() {
+                volume::format(&args)?;
+            } else {
+                carrier::format(&args, &carriers)?;
+            }
         }
+        Command::Carrier { op: CarrierCommand::Add { volume, new, size } } => {
+            carrier::add(&volume, &new, size)?;
+        }
+        Command::Carrier { op: CarrierCommand::Replace { volume, old, new } } => {
+            carrier::replace(&volume, &old, &new)?;
+        }
+        Command::Carrier { op: CarrierCommand::List { volume } } => carrier::list(&volume)?,
         Command::Journal { op: JournalCommand::Enable { carrier } } => {
             volume::journal_enable(&carrier)?;
         }

@@ -1,5 +1,6 @@
 //! The volume subcommands: `format`, `info`, `check`, `stat`, `mkdir`, `mv` (`cp`, `ls`,
-//! `cat` and `rm`, over every medium, are in `media`). Each opens the volume, does one thing,
+//! `cat` and `rm`, over every medium, are in `media`; the members of a volume of several
+//! carriers, in `carrier`). Each opens the volume, does one thing,
 //! and closes it cleanly; a failure is one line on stderr and a non-zero exit, never a panic.
 
 use std::ffi::OsStr;
@@ -227,7 +228,16 @@ pub fn journal_ack(path: &Path, force: bool) -> Result<(), CliError> {
 pub fn info(path: &Path, json: bool) -> Result<(), CliError> {
     let carrier = open_carrier(path)?;
     let slots = superblock::read_slots(carrier.as_ref())?;
-    let report = vellum_engine::check(carrier.as_ref());
+    // Every member, for the check's figures and the member list (read-only, by the paths
+    // member 0's table records).
+    let gathered = super::carrier::gather_read_only(path);
+    let report = match &gathered {
+        Ok(carriers) => {
+            let refs: Vec<&dyn Carrier> = carriers.iter().map(|c| c.as_ref()).collect();
+            vellum_engine::check_members(&refs)
+        }
+        Err(_) => vellum_engine::check(carrier.as_ref()),
+    };
     let adopted = report.adopted;
     let mut slot_json = Vec::new();
     let mut chosen = None;
@@ -274,6 +284,7 @@ pub fn info(path: &Path, json: bool) -> Result<(), CliError> {
     let medium = carrier.medium();
     let thin = sb.layout_flags & LAYOUT_THIN != 0;
     let sparse = sb.layout_flags & LAYOUT_SPARSE != 0;
+    let (views, members_problem) = super::carrier::member_views(path, &sb, &gathered);
     let region = |r: vellum_engine::layout::BlockRange| serde_json::json!({ "start_block": r.start, "blocks": r.len });
     let doc = serde_json::json!({
         "carrier": path,
@@ -306,7 +317,17 @@ pub fn info(path: &Path, json: bool) -> Result<(), CliError> {
         "files": report.files,
         "directories": report.directories,
         "used_blocks": report.used_blocks,
-        "members": sb.members.iter().map(|m| serde_json::json!({"uuid": m.uuid.to_string(), "capacity_blocks": m.capacity_blocks})).collect::<Vec<_>>(),
+        "members": views.iter().map(|m| serde_json::json!({
+            "index": m.index,
+            "path": m.path,
+            "uuid": m.uuid.to_string(),
+            "first_block": m.first_block,
+            "blocks": m.blocks,
+            "capacity_blocks": m.capacity_blocks,
+            "bytes": m.bytes,
+            "medium": m.medium,
+        })).collect::<Vec<_>>(),
+        "members_problem": members_problem,
     });
     if json {
         println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
@@ -353,8 +374,36 @@ pub fn info(path: &Path, json: bool) -> Result<(), CliError> {
     println!("journal:     {}", journal_line(&sb, report.journal));
     println!(
         "contents:    {} files, {} directories, {} of {} blocks used",
-        report.files, report.directories, report.used_blocks, l.total_blocks
+        report.files,
+        report.directories,
+        report.used_blocks,
+        if report.total_blocks > 0 { report.total_blocks } else { l.total_blocks }
     );
+    if views.len() > 1 || members_problem.is_some() {
+        let total: u64 = views.iter().map(|m| m.blocks).sum();
+        println!(
+            "members:     {} (concatenated, not mirrored), {} in {total} blocks",
+            views.len(),
+            human(total * u64::from(l.block_size))
+        );
+        for m in &views {
+            println!(
+                "  member {}: {} ({}), blocks {} .. {} ({}), uuid {}",
+                m.index,
+                m.path
+                    .as_deref()
+                    .map_or_else(|| "(no path recorded)".into(), |p| p.display().to_string()),
+                m.medium.as_deref().unwrap_or("not opened"),
+                m.first_block,
+                m.first_block + m.blocks,
+                human(m.bytes),
+                m.uuid
+            );
+        }
+        if let Some(why) = &members_problem {
+            println!("  {why}");
+        }
+    }
     Ok(())
 }
 
@@ -459,9 +508,28 @@ fn cache_line(medium: CarrierKind) -> String {
 /// `vellum check`: prints findings; the exit code is the report's (0, 1, 2, 3).
 pub fn check(path: &Path) -> Result<i32, CliError> {
     let carrier = open_carrier(path)?;
-    let report = vellum_engine::check(carrier.as_ref());
+    // Every member, opened read-only by the paths member 0's table records; a member that
+    // cannot be gathered is named, and the check of member 0 alone says it is incomplete.
+    drop(carrier);
+    let carriers = match super::carrier::gather_read_only(path) {
+        Ok(carriers) => carriers,
+        Err(e) => {
+            println!("members: {e}");
+            vec![open_carrier(path)?]
+        }
+    };
+    let refs: Vec<&dyn Carrier> = carriers.iter().map(|c| c.as_ref()).collect();
+    let report = vellum_engine::check_members(&refs);
     for (i, s) in report.slots.iter().enumerate() {
         println!("superblock {}: {s}", ["A", "B"][i]);
+    }
+    for (k, slots) in &report.members {
+        let states: Vec<String> = slots
+            .iter()
+            .enumerate()
+            .map(|(i, s)| format!("superblock {}: {s}", ["A", "B"][i]))
+            .collect();
+        println!("member {k}: {}", states.join("; "));
     }
     if let Some((slot, generation)) = report.adopted {
         println!("adopted: superblock {}, generation {generation}", ["A", "B"][slot as usize]);
