@@ -351,10 +351,15 @@ fn attempt(
 pub fn add(volume: &Path, new: &Path, size: Option<u64>) -> Result<(), CliError> {
     let v = open_for_change(volume)?;
     let bs = u64::from(v.info().layout.block_size);
+    // No --size: an existing file keeps its length, a new (or empty) one gets the size of
+    // the last member; a block device is used whole.
     let size = match size {
         Some(s) => Some(s),
-        None if !new.exists() => v.members().last().map(|m| m.blocks * bs),
-        None => None,
+        None if media::is_block_device(new) => None,
+        None => match std::fs::metadata(new).map(|m| m.len()) {
+            Ok(len) if len > 0 => Some(len),
+            _ => v.members().last().map(|m| m.blocks * bs),
+        },
     };
     if !media::is_block_device(new) {
         super::volume::check_parent(new)?;

@@ -239,8 +239,9 @@ pub enum CarrierCommand {
         /// The new member's carrier: a path that does not exist yet, an empty file, or a
         /// block device.
         new: PathBuf,
-        /// The new file's size [default: the size of the volume's last member]; ignored for a
-        /// block device (it is used whole). At least 64 blocks.
+        /// The new file's size [default: the size of the volume's last member, or an
+        /// existing file's length]; ignored for a block device (it is used whole). At least
+        /// 64 blocks.
         #[arg(long, value_parser = size_arg)]
         size: Option<u64>,
     },

@@ -238,7 +238,15 @@ pub fn info(path: &Path, json: bool) -> Result<(), CliError> {
         }
         Err(_) => vellum_engine::check(carrier.as_ref()),
     };
-    let adopted = report.adopted;
+    // A volume whose members cannot all be opened is not checked; its member 0 still
+    // shows, from its newest valid slot (as open would adopt it).
+    let adopted = report.adopted.or_else(|| {
+        gathered.is_err().then_some(())?;
+        slots
+            .iter()
+            .filter_map(|s| s.result.as_ref().ok().map(|sb| (s.slot, sb.generation)))
+            .max_by_key(|&(_, generation)| generation)
+    });
     let mut slot_json = Vec::new();
     let mut chosen = None;
     for s in &slots {
