@@ -233,7 +233,7 @@ pub fn info(path: &Path, json: bool) -> Result<(), CliError> {
     let gathered = super::carrier::gather_read_only(path);
     let report = match &gathered {
         Ok(carriers) => {
-            let refs: Vec<&dyn Carrier> = carriers.iter().map(|c| c.as_ref()).collect();
+            let refs: Vec<&dyn Carrier> = carriers.iter().map(AsRef::as_ref).collect();
             vellum_engine::check_members(&refs)
         }
         Err(_) => vellum_engine::check(carrier.as_ref()),
@@ -526,7 +526,7 @@ pub fn check(path: &Path) -> Result<i32, CliError> {
             vec![open_carrier(path)?]
         }
     };
-    let refs: Vec<&dyn Carrier> = carriers.iter().map(|c| c.as_ref()).collect();
+    let refs: Vec<&dyn Carrier> = carriers.iter().map(AsRef::as_ref).collect();
     let report = vellum_engine::check_members(&refs);
     for (i, s) in report.slots.iter().enumerate() {
         println!("superblock {}: {s}", ["A", "B"][i]);
