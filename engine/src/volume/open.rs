@@ -563,7 +563,8 @@ pub(crate) fn create_path(
         if !fmt.force && !device.looks_empty()? {
             return Err(Error::NotEmpty { path: path.to_owned() });
         }
-        return format(Box::new(device), fmt, vopts);
+        let first = MemberCarrier { carrier: Box::new(device), path: Some(path.to_owned()) };
+        return format_members(first, Vec::new(), fmt, vopts);
     }
     let Some(capacity_bytes) = fmt.capacity_bytes else {
         return Err(Error::Invalid(Invalid::Capacity { bytes: 0 }));
@@ -590,7 +591,8 @@ pub(crate) fn create_path(
         }));
     }
     let carrier = FileCarrier::create(path, &create, options)?;
-    format(Box::new(carrier), fmt, vopts)
+    let first = MemberCarrier { carrier: Box::new(carrier), path: Some(path.to_owned()) };
+    format_members(first, Vec::new(), fmt, vopts)
 }
 
 /// Switches the journal on, offline: opens the volume on `carrier` (its lock keeps every other
