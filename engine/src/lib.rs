@@ -82,7 +82,7 @@ pub use journal::ReplayReport;
 pub use volume::CommitMutation;
 pub use volume::{
     CheckReport, DEFAULT_CACHE_BYTES, DirEntry, ExtentInfo, File, FileKind, Finding, FindingKind,
-    FormatOptions, IoPolicy, JournalInfo, MemberCarrier, MemberInfo, Metadata, OpenReport,
+    FormatOptions, IoPolicy, JournalInfo, MemberCarrier, MemberInfo, Metadata, OpenReport, Opener,
     SlotStatus, Tier, Volume, VolumeInfo, VolumeOptions, WriteConcurrency, check, check_members,
     default_journal_bytes, gather_members,
 };

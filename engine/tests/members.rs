@@ -74,7 +74,7 @@ fn a_file_spread_over_an_added_member_reopens_and_checks_clean() {
     )
     .unwrap();
     let refs: Vec<&dyn vellum_engine::carrier::Carrier> =
-        carriers.iter().map(|c| c.as_ref()).collect();
+        carriers.iter().map(AsRef::as_ref).collect();
     let report = vellum_engine::check_members(&refs);
     assert_eq!(report.exit_code(), 0, "{:?}", report.findings);
     assert_eq!(report.members.len(), 1);
@@ -134,6 +134,11 @@ fn open_names_a_missing_foreign_duplicate_or_later_member() {
     assert!(matches!(problem(e), MemberProblem::Missing { index: 1, .. }));
     let e = Volume::open_members(given(&[&b]), VolumeOptions::default()).unwrap_err();
     assert!(matches!(problem(e), MemberProblem::NotFirst { index: 1, .. }));
+    let e = Volume::open(Box::new(Arc::clone(&b)), VolumeOptions::default()).unwrap_err();
+    assert!(matches!(problem(e), MemberProblem::NotFirst { index: 1, .. }));
+    // The checker of a later member alone says so, and of member 0 alone that one is missing.
+    assert_ne!(vellum_engine::check(&*b).exit_code(), 0);
+    assert_ne!(vellum_engine::check(&*a).exit_code(), 0);
     let e = Volume::open_members(given(&[&a, &b, &b]), VolumeOptions::default()).unwrap_err();
     assert!(matches!(problem(e), MemberProblem::AlreadyMember { index: 1 }));
     let (_, other, w) = format_two(false);

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 pub use check::{CheckReport, Finding, FindingKind, SlotStatus, check, check_members};
 pub use file::File;
-pub use members::{MemberCarrier, MemberInfo, gather_members};
+pub use members::{MemberCarrier, MemberInfo, Opener, gather_members};
 pub use open::OpenReport;
 pub use options::{
     CommitMutation, DEFAULT_CACHE_BYTES, FormatOptions, IoPolicy, Tier, VolumeOptions,
