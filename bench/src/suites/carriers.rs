@@ -258,7 +258,7 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
                 let _ = std::fs::remove_file(p);
             }
             settle();
-            let ms = if v == 0 {
+            if v == 0 {
                 let volume = match fresh_volume(&volume_path, 16 << 20, CarrierOptions::PRODUCTION)
                 {
                     Ok(v) => v,
@@ -288,8 +288,7 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
                     return f64::NAN;
                 }
                 started.elapsed().as_secs_f64() * 1e3
-            };
-            ms
+            }
         },
     );
     for p in [&volume_path, &member_path, &raw_path] {
