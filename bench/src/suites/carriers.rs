@@ -239,7 +239,9 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
         Measurement::new(SUITE, &case, "add_member_path (new file)", Some(&raw), Unit::Millis),
         Measurement::new(SUITE, &case, &raw, None, Unit::Millis),
     ];
-    let add_reps = opts.reps;
+    // Twice the repetitions: one sample per repetition, and a gigabyte is at the mercy of
+    // writeback and of whatever else writes to the disk.
+    let add_reps = 2 * opts.reps;
     let volume_path = dir.join("base.vlm");
     let member_path = dir.join("member1.vlm");
     let raw_path = dir.join("raw.bin");
