@@ -733,7 +733,7 @@ fn replace_point(
         format!("seed {seed} ({cfg:?}), replace of {k} cut at {cut:?}, tear {tear}: {e}")
     };
     let mut with_new = ch.old.clone();
-    with_new[k] = ch.new.clone();
+    with_new[k].clone_from(&ch.new);
     let old = probe(&ch.old, cfg);
     let new = probe(&with_new, cfg);
     let (images, switched) = match (old, new) {
