@@ -212,13 +212,16 @@ fn check_unused_existing(
 /// `vellum check` open them read-only this way).
 pub fn gather_members(
     given: Vec<MemberCarrier>,
-    opener: Option<&dyn Fn(&Path) -> Result<Box<dyn Carrier>>>,
+    opener: Option<Opener<'_>>,
 ) -> Result<Vec<Box<dyn Carrier>>> {
     gather(given, opener).map(|(carriers, _)| carriers)
 }
 
 /// Opens a member's carrier by the path member 0's table records.
-pub(crate) type Opener<'a> = &'a dyn Fn(&Path) -> Result<Box<dyn Carrier>>;
+pub type Opener<'a> = &'a dyn Fn(&Path) -> Result<Box<dyn Carrier>>;
+
+/// The carriers of every member in member order, and member 0's path when it was given.
+pub(crate) type Gathered = (Vec<Box<dyn Carrier>>, Option<PathBuf>);
 
 /// How a member is named in errors: its path, or `member N`.
 pub(crate) fn name(path: Option<&Path>, index: usize) -> String {
@@ -257,10 +260,7 @@ pub(crate) fn identity(carrier: &dyn Carrier) -> Result<Option<Superblock>> {
 /// opening by path those that member 0's table names and that were not given. One carrier
 /// that is member 0 of a volume of one member comes back as it went in; its superblocks are
 /// adopted (and refused) by open as always.
-pub(crate) fn gather(
-    given: Vec<MemberCarrier>,
-    opener: Option<Opener<'_>>,
-) -> Result<(Vec<Box<dyn Carrier>>, Option<PathBuf>)> {
+pub(crate) fn gather(given: Vec<MemberCarrier>, opener: Option<Opener<'_>>) -> Result<Gathered> {
     let mut given = given;
     if given.is_empty() {
         return Err(Error::NotAVolume);
@@ -298,13 +298,16 @@ pub(crate) fn gather(
     let first_given = given.remove(first);
     let first_id = ids.remove(first);
     let first_path = first_given.path.clone();
-    let Some(sb) = first_id.filter(|sb| sb.carrier_count > 1) else {
-        if let Some(extra) = given.first() {
-            let problem = match identity(extra.carrier.as_ref())? {
-                Some(other) if ids.first().is_some() => {
+    let Some(sb) = first_id.as_ref().filter(|sb| sb.carrier_count > 1).cloned() else {
+        // One member: any other carrier given is not one of it.
+        if let Some((extra, id)) = given.iter().zip(&ids).next() {
+            let volume = first_id.as_ref().map(|sb| sb.uuid);
+            let problem = match id {
+                Some(other) if Some(other.uuid) != volume => {
                     MemberProblem::OtherVolume { volume: other.uuid }
                 }
-                _ => MemberProblem::NotAMember,
+                Some(other) => MemberProblem::AlreadyMember { index: other.carrier_index },
+                None => MemberProblem::NotAMember,
             };
             return Err(member_error(extra.path.as_deref(), 1, problem));
         }
@@ -326,29 +329,32 @@ pub(crate) fn gather(
     }
     let mut carriers = Vec::with_capacity(count);
     for (k, slot) in slots.into_iter().enumerate() {
-        let carrier = match slot {
-            Some(c) => c,
-            None => {
-                let path = sb.member_paths.get(k).and_then(|p| bytes_path(p));
-                let (Some(path), Some(opener)) = (path.as_deref(), opener) else {
-                    let why = "no path recorded; give its carrier".to_owned();
-                    return Err(member_error(
-                        path.as_deref(),
-                        k,
-                        MemberProblem::Missing { index: k as u32, why },
-                    ));
-                };
-                let carrier = opener(path).map_err(|e| {
-                    member_error(
-                        Some(path),
-                        k,
-                        MemberProblem::Missing { index: k as u32, why: e.to_string() },
-                    )
-                })?;
-                let id = identity(carrier.as_ref())?;
-                check_member(&sb, id.as_ref(), Some(path), Some(k))?;
-                carrier
-            }
+        let carrier = if let Some(c) = slot {
+            c
+        } else {
+            let path = sb.member_paths.get(k).and_then(|p| bytes_path(p));
+            let (Some(path), Some(opener)) = (path.as_deref(), opener) else {
+                let why = match path {
+                    Some(_) => "give its carrier, or open the volume by path",
+                    None => "no path recorded; give its carrier",
+                }
+                .to_owned();
+                return Err(member_error(
+                    path.as_deref(),
+                    k,
+                    MemberProblem::Missing { index: k as u32, why },
+                ));
+            };
+            let carrier = opener(path).map_err(|e| {
+                member_error(
+                    Some(path),
+                    k,
+                    MemberProblem::Missing { index: k as u32, why: e.to_string() },
+                )
+            })?;
+            let id = identity(carrier.as_ref())?;
+            check_member(&sb, id.as_ref(), Some(path), Some(k))?;
+            carrier
         };
         if k > 0 {
             let need = sb.members[k].capacity_blocks * u64::from(sb.layout.block_size);
