@@ -433,7 +433,7 @@ fn random_crash_points_on_two_and_three_members() {
     .enumerate()
     {
         let base = 200_000 + 1000 * k as u64;
-        failures.extend(campaign(seeds_from_env(base..base + 60), c));
+        failures.extend(campaign(seeds_from_env(base..base + 100), c));
     }
     let (runs, spread) =
         (RUNS.load(Ordering::Relaxed), ALL_MEMBERS_WRITTEN.load(Ordering::Relaxed));
@@ -455,7 +455,7 @@ fn crash_loops_on_two_and_three_members() {
             .enumerate()
     {
         let base = 210_000 + 1000 * k as u64;
-        let n = seeds_from_env(base..base + 25);
+        let n = seeds_from_env(base..base + 40);
         let count = n.end - n.start;
         let f: Vec<String> = n.filter_map(|s| crash_loop(s, c).err()).collect();
         eprintln!("{count} crash loops ({c:?}): {} failures", f.len());
