@@ -600,8 +600,8 @@ fn add_point(
 }
 
 /// `check` before open, now and then a cut during the recovery, open, compare, close,
-/// `check`; with `spill`, then a file that needs the last member's blocks, committed and
-/// read back after a reopen.
+/// `check`; with `spill`, then a file of three quarters of the free space (it needs the last
+/// member's blocks), committed and read back after a reopen.
 fn verify_after_change(
     images: Vec<Vec<u8>>,
     m: &Model,
@@ -624,9 +624,6 @@ fn verify_after_change(
         .map_err(|e| format!("reopen of the grown volume: {e}"))?;
     let last = v.members().last().cloned().expect("members");
     let free = v.info().free_blocks;
-    if free < last.blocks / 2 {
-        return Err(format!("{free} blocks free after adding a member of {}", last.blocks));
-    }
     // Three quarters of the free space, most of it on the new member (whose blocks are
     // most of what is free): at least what the old members cannot hold lands there.
     let len_blocks = free * 3 / 4;
@@ -741,7 +738,8 @@ fn add_campaign_catches_member_before_zeros() {
 }
 
 /// Checks one cut during a replace of member `k`: exactly one of the old and the new
-/// carrier opens as member `k`, with all the content.
+/// carrier opens as member `k`, with all the content; a volume on the copy then takes a
+/// file that fills most of its free space, and reopens with it.
 fn replace_point(
     seed: u64,
     cfg: MConfig,
@@ -769,7 +767,7 @@ fn replace_point(
         return Err(fail("replace_member returned, but the old carrier is in use".into()));
     }
     let mut rng = FaultRng::new(seed ^ tear ^ 0x8E);
-    verify_after_change(images, &ch.model, cfg, &mut rng, false).map_err(fail)?;
+    verify_after_change(images, &ch.model, cfg, &mut rng, switched).map_err(fail)?;
     Ok(switched)
 }
 
