@@ -594,20 +594,37 @@ fn add_point(
         return Err(fail("add_member returned, but the old volume came back".into()));
     }
     let mut rng = FaultRng::new(seed ^ tear ^ 0xAD);
-    verify_after_change(images, &ch.model, cfg, &mut rng, outcome == AddOutcome::Grown)
-        .map_err(fail)?;
+    verify_after_change(
+        images,
+        &ch.model,
+        cfg,
+        &mut rng,
+        if outcome == AddOutcome::Grown { Spill::Added } else { Spill::No },
+    )
+    .map_err(fail)?;
     Ok((outcome, ch))
 }
 
+/// What [`verify_after_change`] writes after the checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Spill {
+    /// Nothing.
+    No,
+    /// A large file, part of it necessarily on the member just added (empty until then).
+    Added,
+    /// A large file, on a volume whose member was just replaced by a copy.
+    Copy,
+}
+
 /// `check` before open, now and then a cut during the recovery, open, compare, close,
-/// `check`; with `spill`, then a file of three quarters of the free space (it needs the last
-/// member's blocks), committed and read back after a reopen.
+/// `check`; then, as `spill` says, a file of three quarters of the free space, committed
+/// and read back after a reopen.
 fn verify_after_change(
     images: Vec<Vec<u8>>,
     m: &Model,
     cfg: MConfig,
     rng: &mut FaultRng,
-    spill: bool,
+    spill: Spill,
 ) -> Result<(), String> {
     check_before_open(&images)?;
     let images = if rng.chance(25) {
@@ -616,7 +633,7 @@ fn verify_after_change(
         images
     };
     let carriers = verify_open(&images, m, cfg, rng)?;
-    if !spill {
+    if spill == Spill::No {
         return Ok(());
     }
     let opts = reopen_options(cfg.base);
@@ -627,7 +644,12 @@ fn verify_after_change(
     // Three quarters of the free space, most of it on the new member (whose blocks are
     // most of what is free): at least what the old members cannot hold lands there.
     let len_blocks = free * 3 / 4;
-    let must = len_blocks.saturating_sub(free.saturating_sub(last.blocks - 16)).max(1);
+    // An added member is empty: the old members' free space is what is not on it.
+    let must = if spill == Spill::Added {
+        len_blocks.saturating_sub(free.saturating_sub(last.blocks - 16)).max(1)
+    } else {
+        0
+    };
     let len = (len_blocks * BS) as usize;
     let mut data = vec![0u8; len];
     rng.fill(&mut data);
@@ -767,7 +789,14 @@ fn replace_point(
         return Err(fail("replace_member returned, but the old carrier is in use".into()));
     }
     let mut rng = FaultRng::new(seed ^ tear ^ 0x8E);
-    verify_after_change(images, &ch.model, cfg, &mut rng, switched).map_err(fail)?;
+    verify_after_change(
+        images,
+        &ch.model,
+        cfg,
+        &mut rng,
+        if switched { Spill::Copy } else { Spill::No },
+    )
+    .map_err(fail)?;
     Ok(switched)
 }
 
