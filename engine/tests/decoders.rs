@@ -230,7 +230,7 @@ fn open_members_must_not_panic(a: &[u8], b: &[u8]) {
     if let Ok(v) = Volume::open_members(given, VolumeOptions::default()) {
         v.check_invariants();
         let _ = v.open_file("/span").and_then(|f| f.read_to_end());
-        let _ = v.create_file("/new").and_then(|f| f.write_at(&[1u8; 300_000], 0));
+        let _ = v.create_file("/new").and_then(|f| f.write_at(&vec![1u8; 300_000], 0));
         let _ = v.commit();
     }
 }

@@ -26,8 +26,9 @@
 //!
 //! Replacing member `k` by copy ([`replace_member`], online: every carrier call of the
 //! volume waits while it runs): commit, then under the IO layer's exclusive hold copy the
-//! member's bytes to the new carrier, barrier, read both back and compare, give the copy a
-//! new member UUID (its superblock pair, barrier), and flip member 0's superblock with the
+//! member's bytes to the new carrier (all but its superblock slots: until it gets its own
+//! identity the copy is nobody's member), barrier, read both back and compare, give the copy
+//! a new member UUID (its superblock pair, barrier), and flip member 0's superblock with the
 //! new UUID and path in the table. A cut before the flip's first barrier leaves the old
 //! carrier in use, untouched; after it, the copy. The old carrier's UUID no longer matches
 //! the table, so it opens as nothing but a stale member (`MemberProblem::Stale`).
@@ -42,7 +43,7 @@ use super::checkpoint::{self, Barriers};
 use super::{CommitMutation, Inner, grow};
 use crate::carrier::Carrier;
 use crate::error::{Error, IoOp, MemberProblem, Result};
-use crate::format::consts::{MAX_MEMBERS, SUPERBLOCK_LEN, Uuid};
+use crate::format::consts::{MAX_MEMBERS, SUPERBLOCK_LEN, SUPERBLOCKS_LEN, Uuid};
 use crate::io::{IO_ALIGN, Io};
 use crate::layout::{BlockRange, Layout};
 use crate::superblock::{
@@ -689,8 +690,11 @@ pub(crate) fn replace_member(
         let path = shown.as_deref();
         crate::io::flush_late(inner.io.as_ref(), table)?;
         let old = table.carrier(k);
-        copy(old, new, len, progress)?;
-        verify(old, new, len, path, k)?;
+        // The member's superblock slots are not copied: until its own identity is written,
+        // the copy is nobody's member (a cut mid-copy must not leave a second carrier that
+        // claims member k with half its bytes, nor one a retry refuses as in use).
+        copy(old, new, SUPERBLOCKS_LEN, len, progress)?;
+        verify(old, new, SUPERBLOCKS_LEN, len, path, k)?;
         write_identity(new, &identity, true)?;
         // The switch: member 0's superblock names the copy.
         flip_direct(table.carrier(0), &sb).inspect_err(|e| inner.poison(e))
@@ -700,16 +704,17 @@ pub(crate) fn replace_member(
     Ok(())
 }
 
-/// Copies `[0, len)` of `from` to `to` in large chunks, then a barrier on `to`.
+/// Copies `[start, len)` of `from` to `to` in large chunks, then a barrier on `to`.
 fn copy(
     from: &dyn Carrier,
     to: &dyn Carrier,
+    start: u64,
     len: u64,
     progress: Option<&(dyn Fn(u64, u64) + Sync)>,
 ) -> Result<()> {
     const CHUNK: usize = 8 << 20;
     let mut buf = Io::buffer(CHUNK);
-    let mut at = 0;
+    let mut at = start;
     while at < len {
         let n = (len - at).min(CHUNK as u64) as usize;
         let b = &mut buf.as_mut_slice()[..n];
@@ -723,12 +728,19 @@ fn copy(
     to.barrier().map_err(carrier_io(IoOp::Barrier, 0, 0))
 }
 
-/// Reads both carriers back and compares them.
-fn verify(a: &dyn Carrier, b: &dyn Carrier, len: u64, path: Option<&Path>, k: usize) -> Result<()> {
+/// Reads `[start, len)` of both carriers back and compares them.
+fn verify(
+    a: &dyn Carrier,
+    b: &dyn Carrier,
+    start: u64,
+    len: u64,
+    path: Option<&Path>,
+    k: usize,
+) -> Result<()> {
     const CHUNK: usize = 8 << 20;
     let mut x = Io::buffer(CHUNK);
     let mut y = Io::buffer(CHUNK);
-    let mut at = 0;
+    let mut at = start;
     while at < len {
         let n = (len - at).min(CHUNK as u64) as usize;
         a.read_exact_at(&mut x.as_mut_slice()[..n], at).map_err(carrier_io(IoOp::Read, at, n))?;
