@@ -138,6 +138,7 @@ impl SuiteResult {
 /// Every suite, in report order.
 pub const SUITES: &[&str] = &[
     "carrier",
+    "carriers",
     "prealloc",
     "log",
     "devops",
@@ -174,6 +175,7 @@ pub fn run(names: &[String], opts: &Options) -> Result<Vec<SuiteResult>, String>
     for name in names {
         let r = match name.as_str() {
             "carrier" => suites::carrier::run(opts),
+            "carriers" => suites::carriers::run(opts),
             "prealloc" => suites::prealloc::run(opts),
             "log" => suites::log::run(opts),
             "devops" => suites::devops::run(opts),

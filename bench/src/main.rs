@@ -10,8 +10,8 @@ use vellum_bench::{Options, SUITES, report, run};
 #[derive(Parser, Debug)]
 #[command(name = "vellum-bench", version)]
 struct Args {
-    /// Suites to run (all when none or `all`): carrier, prealloc, log, devops, recovery,
-    /// metadata, memory, cache, journal, cluster, tls, media, harness, hdd-model.
+    /// Suites to run (all when none or `all`): carrier, carriers, prealloc, log, devops,
+    /// recovery, metadata, memory, cache, journal, cluster, tls, media, harness, hdd-model.
     suites: Vec<String>,
     /// Work directory on a real file system (O_DIRECT must work there: not tmpfs).
     #[arg(long, default_value = "bench-data")]

@@ -121,7 +121,7 @@ pub fn json_lines(results: &[SuiteResult], path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-fn machine() -> String {
+pub(crate) fn machine() -> String {
     let run = |c: &str, a: &[&str]| {
         std::process::Command::new(c)
             .args(a)
@@ -161,6 +161,9 @@ struct Kept {
     targets: Vec<String>,
     sections: Vec<(String, String)>,
     figures: Vec<String>,
+    /// Every section's name in the old report's order (to place sections that are not
+    /// suites, such as hand-written ones, after the suite they followed).
+    order: Vec<String>,
 }
 
 /// The suite a target line (`- met: [log] ...`) or figure line (`![log: ...`) belongs to.
@@ -182,6 +185,9 @@ fn kept(old: &str, ran: &[&str]) -> Kept {
         }
         if line.starts_with("### ") || line.starts_with("## ") {
             k.sections.extend(section.take());
+            if let Some(name) = line.strip_prefix("### ") {
+                k.order.push(name.to_string());
+            }
             if let Some(name) = line.strip_prefix("### ")
                 && !ran.contains(&name)
             {
@@ -273,15 +279,36 @@ pub fn markdown(results: &[SuiteResult], docs: &Path, command: &str) -> std::io:
         let _ = writeln!(target_lines, "{t}");
     }
     let _ = writeln!(md, "## Targets\n\n{target_lines}");
-    // Sections in the order of SUITES, each from this run or kept.
+    // Sections in the order of SUITES, each from this run or kept; a kept section that is no
+    // suite (written by hand) follows the suite it followed before.
     let mut sections = String::new();
+    let push_kept = |sections: &mut String, text: &str| {
+        sections.push('\n');
+        sections.push_str(text.trim_end());
+        sections.push('\n');
+    };
+    let anchor = |name: &str| -> Option<&str> {
+        let at = old.order.iter().position(|n| n == name)?;
+        old.order[..at].iter().rev().map(String::as_str).find(|n| crate::SUITES.contains(n))
+    };
+    let loose = |after: Option<&str>| -> Vec<String> {
+        old.sections
+            .iter()
+            .filter(|(n, _)| !crate::SUITES.contains(&n.as_str()) && anchor(n) == after)
+            .map(|(_, text)| text.clone())
+            .collect()
+    };
+    for text in loose(None) {
+        push_kept(&mut sections, &text);
+    }
     for name in crate::SUITES {
         if let Some(r) = results.iter().find(|r| r.name == *name) {
             sections.push_str(&tables(std::slice::from_ref(r)));
         } else if let Some((_, text)) = old.sections.iter().find(|(n, _)| n == name) {
-            sections.push('\n');
-            sections.push_str(text.trim_end());
-            sections.push('\n');
+            push_kept(&mut sections, text);
+        }
+        for text in loose(Some(name)) {
+            push_kept(&mut sections, &text);
         }
     }
     let _ = writeln!(md, "## Results\n{sections}");
@@ -333,6 +360,7 @@ pub fn markdown(results: &[SuiteResult], docs: &Path, command: &str) -> std::io:
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 mod tests {
     use super::*;
 
@@ -348,5 +376,25 @@ mod tests {
         assert_eq!(k.sections[0].0, "carrier");
         assert!(k.sections[0].1.contains("| t |") && !k.sections[0].1.contains("| u |"));
         assert_eq!(k.figures, vec!["![carrier: x](bench/carrier-x.svg)".to_string()]);
+    }
+
+    #[test]
+    fn a_hand_written_section_is_kept_where_it_was() {
+        let old = "# Benchmarks\n\n## Results\n\n### carrier\n\n| t |\n\n### by hand\n\nnotes\n\n### log\n\n| u |\n";
+        let dir = tempfile_dir();
+        std::fs::write(dir.join("BENCHMARKS.md"), old).unwrap();
+        let ran = crate::SuiteResult::new("log");
+        markdown(&[ran], &dir, "cmd").unwrap();
+        let new = std::fs::read_to_string(dir.join("BENCHMARKS.md")).unwrap();
+        let at = |s: &str| new.find(s).unwrap_or_else(|| panic!("{s} missing:\n{new}"));
+        assert!(at("### carrier") < at("### by hand") && at("### by hand") < at("### log"));
+        assert!(new.contains("notes"));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    fn tempfile_dir() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("vellum-bench-report-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     }
 }

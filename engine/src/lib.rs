@@ -1,13 +1,17 @@
 //! # Vellum engine: the virtual volume
 #![warn(missing_docs)]
 //!
-//! A self-describing file system that Vellum lays out itself inside one carrier: a
-//! preallocated file or a raw block device (or memory). Durability, allocation and naming are
+//! A self-describing file system that Vellum lays out itself inside one or more carriers:
+//! preallocated files or raw block devices (or memory). Durability, allocation and naming are
 //! constructed by its own structures instead of probed from the host file system:
 //!
 //! ```text
 //! [superblock A | superblock B] [bitmap] [journal] [image] [data]
 //! ```
+//!
+//! A volume of several members (`Volume::format_members`, `Volume::add_member`) concatenates
+//! them into one block space (not mirrored): member 0 holds the journal and the commit point,
+//! each later member its own superblock pair and bitmap (FORMAT.md, "Members").
 //!
 //! - `media`: the one door above the engine (docs/MEDIA.md): the facade over `local://`,
 //!   `memory:`, `virtual://` and `s3://`, where a volume lives (`Location`) and how one is
@@ -16,7 +20,8 @@
 //!   (`pwritev2(RWF_DSYNC)`) and barriers; a fault-injecting carrier models power loss for
 //!   tests (feature `test-util`, re-exported for other crates' tests as `testing`).
 //! - `io`: the one IO layer every carrier call goes through (areas, alignment, counts,
-//!   poisoning), with the volume's own page cache and its writeback thread.
+//!   poisoning), with the member table (which carrier holds which blocks), the volume's own
+//!   page cache and its writeback thread.
 //! - `superblock`, `layout`, `bitmap`: the fixed regions.
 //! - `chain`, `records`, `image`: metadata as fixed-length records in checksummed block chains.
 //! - `journal`: the metadata journal (a ring of checksummed batches of operation records).
@@ -77,7 +82,7 @@ pub use journal::ReplayReport;
 pub use volume::CommitMutation;
 pub use volume::{
     CheckReport, DEFAULT_CACHE_BYTES, DirEntry, ExtentInfo, File, FileKind, Finding, FindingKind,
-    FormatOptions, IoPolicy, JournalInfo, MemberCarrier, MemberInfo, Metadata, OpenReport,
+    FormatOptions, IoPolicy, JournalInfo, MemberCarrier, MemberInfo, Metadata, OpenReport, Opener,
     SlotStatus, Tier, Volume, VolumeInfo, VolumeOptions, WriteConcurrency, check, check_members,
     default_journal_bytes, gather_members,
 };

@@ -438,11 +438,15 @@ impl Superblock {
         if carrier_count > 1 && layout_flags != 0 {
             return Err(Error::Unsupported(Unsupported::ReservedNonZero { field: "layout_flags" }));
         }
+        // The block space the image root may lie in: member 0's, or the whole volume's
+        // (the image allocates across members).
+        let mut space = layout;
         if carrier_index == 0 && carrier_count > 1 {
             // The rest of the table must describe members the geometry can place.
             let caps: Vec<u64> = members[1..].iter().map(|m| m.capacity_blocks).collect();
-            if VolumeGeometry::new(layout, &caps).is_err() {
-                return Err(bad_member(caps.iter().sum()));
+            match VolumeGeometry::new(layout, &caps) {
+                Ok(geometry) => space = geometry.layout(),
+                Err(_) => return Err(bad_member(caps.iter().sum())),
             }
         }
         if carrier_index > 0 {
@@ -468,7 +472,7 @@ impl Superblock {
                 field: "bitmap_checksum",
             }));
         }
-        if carrier_index == 0 && !layout.allocatable().contains(root.block) {
+        if carrier_index == 0 && !space.allocatable().contains(root.block) {
             return Err(Error::corrupt(
                 region,
                 base + ROOT_BLOCK_AT as u64,

@@ -3,5 +3,6 @@
 //! crates' code never names the carrier module (issue 24).
 
 pub use crate::carrier::{
-    CrashPlan, FaultRng, FaultyCarrier, InjectedError, MemoryCarrier, OpKind, OpRecord, WriteHook,
+    CrashPlan, FaultRng, FaultyCarrier, InjectedError, MemoryCarrier, OpKind, OpRecord, PowerGroup,
+    WriteHook,
 };

@@ -13,7 +13,7 @@ use vellum_engine::chain::{self, BlockKind};
 use vellum_engine::format::checksum;
 use vellum_engine::records::{AttrPart, DirentRecord, ExtentRecord, InodeRecord};
 use vellum_engine::superblock::{self, BlockRef, Superblock};
-use vellum_engine::{FormatOptions, Volume, VolumeOptions, check};
+use vellum_engine::{FormatOptions, MemberCarrier, Volume, VolumeOptions, check};
 
 const BS: usize = 4096;
 
@@ -201,6 +201,70 @@ proptest! {
         vol[at] ^= value;
         open_must_not_panic(&vol);
     }
+}
+
+/// A small closed volume of two members, a file spanning both: (member 0, member 1).
+fn two_members() -> (Vec<u8>, Vec<u8>) {
+    let (a, b) = (Arc::new(MemoryCarrier::new(1 << 20)), Arc::new(MemoryCarrier::new(1 << 20)));
+    let fmt = FormatOptions { image_blocks: Some(16), ..FormatOptions::default() };
+    let first = MemberCarrier::new(Box::new(Arc::clone(&a)));
+    let second = MemberCarrier::new(Box::new(Arc::clone(&b)));
+    let v = Volume::format_members(first, vec![second], &fmt, VolumeOptions::default()).unwrap();
+    v.create_file("/span").unwrap().write_at(&vec![7u8; 1_500_000], 0).unwrap();
+    v.close().unwrap();
+    (a.to_bytes(), b.to_bytes())
+}
+
+fn two_members_cached() -> (Vec<u8>, Vec<u8>) {
+    static CACHE: std::sync::OnceLock<(Vec<u8>, Vec<u8>)> = std::sync::OnceLock::new();
+    CACHE.get_or_init(two_members).clone()
+}
+
+fn open_members_must_not_panic(a: &[u8], b: &[u8]) {
+    let (x, y) = (MemoryCarrier::from_bytes(a), MemoryCarrier::from_bytes(b));
+    let _ = vellum_engine::check_members(&[&x, &y]);
+    let given = vec![
+        MemberCarrier::new(Box::new(MemoryCarrier::from_bytes(b))),
+        MemberCarrier::new(Box::new(MemoryCarrier::from_bytes(a))),
+    ];
+    if let Ok(v) = Volume::open_members(given, VolumeOptions::default()) {
+        v.check_invariants();
+        let _ = v.open_file("/span").and_then(|f| f.read_to_end());
+        let _ = v.create_file("/new").and_then(|f| f.write_at(&vec![1u8; 300_000], 0));
+        let _ = v.commit();
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 600, ..ProptestConfig::default() })]
+
+    /// Either member's superblock, changed at any byte and resealed into both slots, is
+    /// refused or opens; never a panic, in open or in the checker.
+    #[test]
+    fn resealed_member_superblock_mutations_never_panic(at in 0usize..4092, value in any::<u8>(), which in 0usize..2) {
+        let (mut a, mut b) = two_members_cached();
+        let bytes = if which == 0 { &mut a } else { &mut b };
+        let sb = Superblock::decode(&bytes[..4096], 0)
+            .or_else(|_| Superblock::decode(&bytes[4096..8192], 1))
+            .unwrap();
+        for slot in 0..2u8 {
+            let mut s = sb.encode(slot);
+            s[at] = value;
+            let crc = checksum::superblock(slot, &sb.uuid, &s[..4092]);
+            s[4092..].copy_from_slice(&crc.to_le_bytes());
+            let off = superblock::slot_offset(slot) as usize;
+            bytes[off..off + 4096].copy_from_slice(&s);
+        }
+        open_members_must_not_panic(&a, &b);
+    }
+}
+
+#[test]
+fn two_members_open_and_check_clean() {
+    let (a, b) = two_members_cached();
+    let (x, y) = (MemoryCarrier::from_bytes(&a), MemoryCarrier::from_bytes(&b));
+    assert_eq!(vellum_engine::check_members(&[&x, &y]).exit_code(), 0);
+    open_members_must_not_panic(&a, &b);
 }
 
 fn sample_volume_cached() -> Vec<u8> {

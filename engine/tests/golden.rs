@@ -1,8 +1,11 @@
 //! Golden volumes: small volumes committed under `tests/golden/`, which this and every later
 //! build must open and read identically: `v1/` (copy-on-write, closed cleanly),
 //! `v1-journal/` (the journal feature, left as a power cut leaves it: batches after the
-//! checkpoint that open must replay) and `v1-grow/` (auto-grow, grown past its first bound). Regenerate only for a new format or feature, into a new
-//! directory: `VELLUM_BLESS_GOLDEN=1 cargo test -p vellum-engine --test golden`.
+//! checkpoint that open must replay), `v1-grow/` (auto-grow, grown past its first bound) and
+//! `v1-members/` (a journaled volume over two members, `member0.vlm` and `member1.vlm`, with a
+//! file spanning both; opened from copies, never from the committed files). Regenerate only
+//! for a new format or feature, into a new directory:
+//! `VELLUM_BLESS_GOLDEN=1 cargo test -p vellum-engine --test golden`.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -85,8 +88,13 @@ fn build(v: &Volume) {
 }
 
 fn verify(v: &Volume) {
+    verify_with(v, Vec::new());
+}
+
+/// [`verify`], with `extra` entries at the root besides those of `expected()`.
+fn verify_with(v: &Volume, extra: Vec<Expected>) {
     let mut seen = 0;
-    for (path, kind, content, attrs) in expected() {
+    for (path, kind, content, attrs) in expected().into_iter().chain(extra) {
         let st = v.stat(path).unwrap_or_else(|e| panic!("{path}: {e}"));
         assert_eq!(st.kind, kind, "{path}");
         if kind == FileKind::File {
@@ -233,4 +241,125 @@ fn verify_with_new(v: &Volume) {
     assert_eq!(v.open_file("/new").unwrap().read_to_end().unwrap(), b"new");
     v.remove("/new").unwrap();
     verify(v);
+}
+
+/// The spanning file of the 2-member golden volume: larger than member 0's data space.
+fn spanning() -> Expected {
+    ("/span", FileKind::File, pattern(11, 1_300_000), vec![(b"spans", b"member 0 and 1".to_vec())])
+}
+
+fn golden_member(k: usize) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden/v1-members")
+        .join(format!("member{k}.vlm"))
+}
+
+#[test]
+fn golden_two_member_volume_opens_and_reads_identically() {
+    use vellum_engine::MemberCarrier;
+    use vellum_engine::carrier::{Carrier, CarrierOptions, FileCarrier};
+    const MEMBER: usize = 1 << 20;
+    if std::env::var_os("VELLUM_BLESS_GOLDEN").is_some() {
+        let fmt = FormatOptions {
+            capacity_bytes: Some(MEMBER as u64),
+            journal_bytes: 64 << 10,
+            journal: true,
+            image_blocks: Some(16),
+            ..FormatOptions::default()
+        };
+        let m0 = Arc::new(MemoryCarrier::new(MEMBER as u64));
+        let m1 = Arc::new(MemoryCarrier::new(MEMBER as u64));
+        let v = Volume::format_members(
+            MemberCarrier::new(Box::new(Arc::clone(&m0))),
+            vec![MemberCarrier::new(Box::new(Arc::clone(&m1)))],
+            &fmt,
+            VolumeOptions::default(),
+        )
+        .unwrap();
+        build(&v);
+        let (path, _, content, attrs) = spanning();
+        let f = v.create_file(path).unwrap();
+        f.write_at(&content, 0).unwrap();
+        for (k, val) in attrs {
+            f.set_attr(k, &val).unwrap();
+        }
+        drop(f);
+        v.close().unwrap();
+        std::fs::create_dir_all(golden_member(0).parent().unwrap()).unwrap();
+        std::fs::write(golden_member(0), m0.to_bytes()).unwrap();
+        std::fs::write(golden_member(1), m1.to_bytes()).unwrap();
+    }
+    let bytes: Vec<Vec<u8>> = (0..2)
+        .map(|k| std::fs::read(golden_member(k)).expect("the golden members are committed"))
+        .collect();
+    assert!(bytes.iter().all(|b| b.len() == MEMBER));
+    let memory = |k: usize| -> Box<dyn Carrier> { Box::new(MemoryCarrier::from_bytes(&bytes[k])) };
+    let carriers = [memory(0), memory(1)];
+    let refs: Vec<&dyn Carrier> = carriers.iter().map(AsRef::as_ref).collect();
+    let report = vellum_engine::check_members(&refs);
+    assert_eq!(report.exit_code(), 0, "{:?}", report.findings);
+    assert_eq!(report.members.len(), 1, "member 1's superblocks are checked");
+
+    // Read-only over memory copies, member 1 given first (any order opens).
+    let ro = VolumeOptions { read_only: true, ..VolumeOptions::default() };
+    let v = Volume::open_members(
+        vec![MemberCarrier::new(memory(1)), MemberCarrier::new(memory(0))],
+        ro,
+    )
+    .unwrap();
+    let members = v.members();
+    assert_eq!(members.len(), 2);
+    assert_eq!((members[1].first_block, members[1].blocks), (members[0].blocks, 256));
+    let extents = v.open_file("/span").unwrap().extents().unwrap();
+    assert!(
+        extents.iter().any(|e| e.physical_block + e.blocks > members[1].first_block)
+            && extents.iter().any(|e| e.physical_block < members[1].first_block),
+        "the golden /span lies on both members: {extents:?}"
+    );
+    verify_with(&v, vec![spanning()]);
+    drop(v);
+
+    // Member 0 alone, or member 1 alone, is refused by name.
+    assert!(matches!(
+        Volume::open_members(vec![MemberCarrier::new(memory(0))], ro),
+        Err(vellum_engine::Error::Member { .. })
+    ));
+    assert!(matches!(
+        Volume::open_members(vec![MemberCarrier::new(memory(1))], ro),
+        Err(vellum_engine::Error::Member { .. })
+    ));
+
+    // Writable over file copies in a temporary directory (never the committed files).
+    let dir = tempfile::tempdir().unwrap();
+    let copies: Vec<PathBuf> = (0..2)
+        .map(|k| {
+            let to = dir.path().join(format!("member{k}.vlm"));
+            std::fs::copy(golden_member(k), &to).unwrap();
+            to
+        })
+        .collect();
+    let knobs = CarrierOptions { direct_io: false, write_through: true, read_only: false };
+    let open = |knobs: CarrierOptions| -> Vec<MemberCarrier> {
+        copies
+            .iter()
+            .map(|p| MemberCarrier {
+                carrier: Box::new(FileCarrier::open(p, knobs).unwrap()),
+                path: Some(p.clone()),
+            })
+            .collect()
+    };
+    let v = Volume::open_members(open(knobs), VolumeOptions::default()).unwrap();
+    verify_with(&v, vec![spanning()]);
+    v.create_file("/new").unwrap().write_at(b"new", 0).unwrap();
+    v.close().unwrap();
+    let v = Volume::open_members(open(knobs), VolumeOptions::default()).unwrap();
+    assert_eq!(v.open_file("/new").unwrap().read_to_end().unwrap(), b"new");
+    v.remove("/new").unwrap();
+    verify_with(&v, vec![spanning()]);
+    v.close().unwrap();
+    let ro_knobs = CarrierOptions { read_only: true, ..knobs };
+    let carriers: Vec<Box<dyn Carrier>> = open(ro_knobs).into_iter().map(|m| m.carrier).collect();
+    let refs: Vec<&dyn Carrier> = carriers.iter().map(AsRef::as_ref).collect();
+    let report = vellum_engine::check_members(&refs);
+    assert_eq!(report.exit_code(), 0, "{:?}", report.findings);
 }

@@ -3,6 +3,7 @@
 pub mod appender;
 pub mod cache;
 pub mod carrier;
+pub mod carriers;
 pub mod cluster;
 pub mod devops;
 pub mod harness;

@@ -16,12 +16,18 @@
 //! crash point is "at operation N" or "at the K-th barrier", and a seeded [`FaultRng`] decides
 //! each pending write's fate: the same seed gives the same crash image.
 //!
+//! A [`PowerGroup`] is one power switch for several carriers (the members of one volume):
+//! carriers that join it number their mutating operations in one sequence too, a group
+//! crash plan cuts power to all of them at the same operation of that sequence, and from that
+//! instant every member's pending writes are its crash image. A carrier in no group behaves
+//! exactly as before.
+//!
 //! For races, a write hook runs inside every write before it takes effect (the write is
 //! issued but has not landed), so a test can hold one thread's write there while another
 //! thread commits. Unreadable ranges make reads fail with EIO, as a medium error would.
 
 use std::io;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::{Carrier, CarrierKind, CarrierOptions, CarrierStats, Geometry};
 use crate::format::consts::SECTOR_LEN;
@@ -113,6 +119,75 @@ pub struct OpRecord {
     pub len: u64,
 }
 
+/// One power switch shared by several carriers (see the module docs). Lock order: a
+/// carrier's state, then the group's.
+#[derive(Debug)]
+pub struct PowerGroup {
+    state: Mutex<GroupState>,
+}
+
+#[derive(Debug)]
+struct GroupState {
+    ops: u64,
+    barriers_done: u64,
+    plan: CrashPlan,
+    crashed: bool,
+}
+
+impl PowerGroup {
+    /// A group with power on and no crash plan.
+    pub fn new() -> Arc<PowerGroup> {
+        let state = GroupState { ops: 0, barriers_done: 0, plan: CrashPlan::Never, crashed: false };
+        Arc::new(PowerGroup { state: Mutex::new(state) })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, GroupState> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Arms a power cut, counted in the group's operations and barriers.
+    pub fn set_crash_plan(&self, plan: CrashPlan) {
+        self.lock().plan = plan;
+    }
+
+    /// Mutating operations issued so far by every member together.
+    pub fn ops(&self) -> u64 {
+        self.lock().ops
+    }
+
+    /// Barriers that completed, on any member.
+    pub fn barriers_done(&self) -> u64 {
+        self.lock().barriers_done
+    }
+
+    /// True once power has been cut.
+    pub fn crashed(&self) -> bool {
+        self.lock().crashed
+    }
+
+    /// Cuts power to every member now.
+    pub fn cut_power(&self) {
+        self.lock().crashed = true;
+    }
+
+    /// Numbers one operation of a member; true when power is cut during it.
+    fn tick(&self, is_barrier: bool) -> bool {
+        let mut g = self.lock();
+        if g.crashed {
+            return true;
+        }
+        let op = g.ops;
+        g.ops += 1;
+        let crash = match g.plan {
+            CrashPlan::Never => false,
+            CrashPlan::AtOp(n) => n == op,
+            CrashPlan::AtBarrier(k) => is_barrier && k == g.barriers_done,
+        };
+        g.crashed |= crash;
+        crash
+    }
+}
+
 #[derive(Debug)]
 struct Pending {
     offset: u64,
@@ -146,6 +221,8 @@ pub struct FaultyCarrier {
     physical_sector: u32,
     hook: Mutex<HookSlot>,
     stats: CarrierStats,
+    /// The power switch shared with other carriers, if it joined one.
+    group: Option<Arc<PowerGroup>>,
 }
 
 /// The armed write hook (a newtype, for `Debug`).
@@ -191,6 +268,7 @@ impl FaultyCarrier {
             physical_sector: 512,
             hook: Mutex::new(HookSlot::default()),
             stats: CarrierStats::default(),
+            group: None,
         }
     }
 
@@ -198,6 +276,18 @@ impl FaultyCarrier {
     pub fn with_physical_sector(mut self, bytes: u32) -> FaultyCarrier {
         self.physical_sector = bytes;
         self
+    }
+
+    /// Puts this carrier on `group`'s power switch (see the module docs); its own crash plan,
+    /// operation count and log stay as they are.
+    pub fn join(mut self, group: &Arc<PowerGroup>) -> FaultyCarrier {
+        self.group = Some(Arc::clone(group));
+        self
+    }
+
+    /// Whether the carrier's group (if any) lost power: then this carrier did too.
+    fn group_crashed(&self) -> bool {
+        self.group.as_ref().is_some_and(|g| g.crashed())
     }
 
     /// Runs `hook` inside every later write, before the write lands (`None` removes it).
@@ -239,9 +329,9 @@ impl FaultyCarrier {
         self.lock().log.clone().unwrap_or_default()
     }
 
-    /// True once power has been cut.
+    /// True once power has been cut (on this carrier or its group).
     pub fn crashed(&self) -> bool {
-        self.lock().crashed
+        self.lock().crashed || self.group_crashed()
     }
 
     /// Mutating operations issued so far.
@@ -310,8 +400,17 @@ impl FaultyCarrier {
     }
 
     /// Starts one mutating operation: decides crash or injected error.
-    fn begin(state: &mut State, kind: OpKind, offset: u64, len: u64) -> io::Result<()> {
-        if state.crashed {
+    fn begin(
+        group: Option<&PowerGroup>,
+        state: &mut State,
+        kind: OpKind,
+        offset: u64,
+        len: u64,
+    ) -> io::Result<()> {
+        if state.crashed || group.is_some_and(PowerGroup::crashed) {
+            // Power went out on another member of the group: this operation never starts,
+            // and (as every operation after a cut) it fails.
+            state.crashed = true;
             return Err(power_cut());
         }
         let op = state.ops;
@@ -320,13 +419,19 @@ impl FaultyCarrier {
             log.push(OpRecord { op, kind, offset, len });
         }
         let is_barrier = kind == OpKind::Barrier;
-        let crash = match state.plan {
+        let mut crash = match state.plan {
             CrashPlan::Never => false,
             CrashPlan::AtOp(n) => n == op,
             CrashPlan::AtBarrier(k) => is_barrier && k == state.barriers_done,
         };
+        if let Some(g) = group {
+            crash |= g.tick(is_barrier);
+        }
         if crash {
             state.crashed = true;
+            if let Some(g) = group {
+                g.cut_power();
+            }
             return Err(power_cut());
         }
         if let Some(inject) = state.inject
@@ -356,7 +461,9 @@ impl FaultyCarrier {
         let mut state = self.lock();
         let at = offset as usize;
         let kind = if durable { OpKind::DurableWrite } else { OpKind::Write };
-        if let Err(e) = Self::begin(&mut state, kind, offset, buf.len() as u64) {
+        if let Err(e) =
+            Self::begin(self.group.as_deref(), &mut state, kind, offset, buf.len() as u64)
+        {
             if state.crashed {
                 // The write was in flight when power was cut: it may land torn.
                 state.pending.push(Pending { offset, bytes: buf.to_vec() });
@@ -429,7 +536,7 @@ impl Carrier for FaultyCarrier {
     fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         self.check_range(offset, buf.len())?;
         let state = self.lock();
-        if state.crashed {
+        if state.crashed || self.group_crashed() {
             return Err(power_cut());
         }
         let end = offset + buf.len() as u64;
@@ -464,13 +571,16 @@ impl Carrier for FaultyCarrier {
 
     fn barrier(&self) -> io::Result<()> {
         let mut state = self.lock();
-        Self::begin(&mut state, OpKind::Barrier, 0, 0)?;
+        Self::begin(self.group.as_deref(), &mut state, OpKind::Barrier, 0, 0)?;
         let pending = std::mem::take(&mut state.pending);
         for p in pending {
             let at = p.offset as usize;
             state.durable[at..at + p.bytes.len()].copy_from_slice(&p.bytes);
         }
         state.barriers_done += 1;
+        if let Some(g) = &self.group {
+            g.lock().barriers_done += 1;
+        }
         drop(state);
         self.stats.record_barrier(std::time::Duration::ZERO);
         Ok(())
@@ -545,6 +655,28 @@ mod tests {
         assert!(c.write_durable_at(&[2; 512], 512).is_err());
         assert!(c.barrier().is_err());
         assert!(c.crashed());
+    }
+
+    #[test]
+    fn a_group_cuts_every_member_at_one_operation() {
+        let group = PowerGroup::new();
+        let a = FaultyCarrier::new(4096, false).join(&group);
+        let b = FaultyCarrier::new(4096, false).join(&group);
+        group.set_crash_plan(CrashPlan::AtOp(3));
+        a.write_all_at(&[1; 512], 0).unwrap(); // group op 0
+        b.write_all_at(&[2; 512], 0).unwrap(); // 1
+        b.barrier().unwrap(); // 2: b's write is durable
+        assert!(a.write_all_at(&[3; 512], 512).is_err(), "op 3 is the cut");
+        assert!(a.crashed() && b.crashed() && group.crashed());
+        assert!(b.barrier().is_err(), "b lost power at the same instant");
+        let mut buf = [0; 512];
+        assert!(b.read_exact_at(&mut buf, 0).is_err());
+        assert_eq!((group.ops(), group.barriers_done()), (4, 1));
+        assert_eq!((a.ops(), b.ops()), (2, 2));
+        for seed in 0..8 {
+            assert_eq!(&b.crash_image(&mut FaultRng::new(seed))[..512], &[2; 512]);
+        }
+        assert_eq!(a.pending(), vec![0..512, 512..1024], "a's writes were never made durable");
     }
 
     #[test]

@@ -27,7 +27,9 @@ use std::path::Path;
 pub use crate::aligned::AlignedBuf;
 pub use device::DeviceCarrier;
 #[cfg(any(test, feature = "test-util"))]
-pub use faulty::{CrashPlan, FaultRng, FaultyCarrier, InjectedError, OpKind, OpRecord, WriteHook};
+pub use faulty::{
+    CrashPlan, FaultRng, FaultyCarrier, InjectedError, OpKind, OpRecord, PowerGroup, WriteHook,
+};
 pub(crate) use fd::FdCore;
 pub use file::{CreateOptions, FileCarrier};
 pub use memory::MemoryCarrier;

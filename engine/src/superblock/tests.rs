@@ -336,3 +336,17 @@ fn a_growing_volume_keeps_its_cap_and_refuses_one_without_the_bit() {
         Err(Error::Corrupt { .. })
     ));
 }
+
+#[test]
+fn an_image_root_on_a_later_member_is_accepted_and_one_past_the_volume_refused() {
+    let (mut first, _) = pair();
+    let end = first.geometry().layout().total_blocks;
+    // The image allocates across members: its root may lie on member 1.
+    first.root.block = end - 1;
+    assert_eq!(Superblock::decode(&first.encode(0), 0).unwrap(), first);
+    first.root.block = end;
+    assert!(matches!(
+        Superblock::decode(&first.encode(0), 0),
+        Err(Error::Corrupt { reason: Corruption::OutOfRange { .. }, .. })
+    ));
+}

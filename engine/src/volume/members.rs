@@ -26,8 +26,9 @@
 //!
 //! Replacing member `k` by copy ([`replace_member`], online: every carrier call of the
 //! volume waits while it runs): commit, then under the IO layer's exclusive hold copy the
-//! member's bytes to the new carrier, barrier, read both back and compare, give the copy a
-//! new member UUID (its superblock pair, barrier), and flip member 0's superblock with the
+//! member's bytes to the new carrier (all but its superblock slots: until it gets its own
+//! identity the copy is nobody's member), barrier, read both back and compare, give the copy
+//! a new member UUID (its superblock pair, barrier), and flip member 0's superblock with the
 //! new UUID and path in the table. A cut before the flip's first barrier leaves the old
 //! carrier in use, untouched; after it, the copy. The old carrier's UUID no longer matches
 //! the table, so it opens as nothing but a stale member (`MemberProblem::Stale`).
@@ -42,7 +43,7 @@ use super::checkpoint::{self, Barriers};
 use super::{CommitMutation, Inner, grow};
 use crate::carrier::Carrier;
 use crate::error::{Error, IoOp, MemberProblem, Result};
-use crate::format::consts::{MAX_MEMBERS, SUPERBLOCK_LEN, Uuid};
+use crate::format::consts::{MAX_MEMBERS, SUPERBLOCK_LEN, SUPERBLOCKS_LEN, Uuid};
 use crate::io::{IO_ALIGN, Io};
 use crate::layout::{BlockRange, Layout};
 use crate::superblock::{
@@ -211,13 +212,16 @@ fn check_unused_existing(
 /// `vellum check` open them read-only this way).
 pub fn gather_members(
     given: Vec<MemberCarrier>,
-    opener: Option<&dyn Fn(&Path) -> Result<Box<dyn Carrier>>>,
+    opener: Option<Opener<'_>>,
 ) -> Result<Vec<Box<dyn Carrier>>> {
     gather(given, opener).map(|(carriers, _)| carriers)
 }
 
 /// Opens a member's carrier by the path member 0's table records.
-pub(crate) type Opener<'a> = &'a dyn Fn(&Path) -> Result<Box<dyn Carrier>>;
+pub type Opener<'a> = &'a dyn Fn(&Path) -> Result<Box<dyn Carrier>>;
+
+/// The carriers of every member in member order, and member 0's path when it was given.
+pub(crate) type Gathered = (Vec<Box<dyn Carrier>>, Option<PathBuf>);
 
 /// How a member is named in errors: its path, or `member N`.
 pub(crate) fn name(path: Option<&Path>, index: usize) -> String {
@@ -256,10 +260,7 @@ pub(crate) fn identity(carrier: &dyn Carrier) -> Result<Option<Superblock>> {
 /// opening by path those that member 0's table names and that were not given. One carrier
 /// that is member 0 of a volume of one member comes back as it went in; its superblocks are
 /// adopted (and refused) by open as always.
-pub(crate) fn gather(
-    given: Vec<MemberCarrier>,
-    opener: Option<Opener<'_>>,
-) -> Result<(Vec<Box<dyn Carrier>>, Option<PathBuf>)> {
+pub(crate) fn gather(given: Vec<MemberCarrier>, opener: Option<Opener<'_>>) -> Result<Gathered> {
     let mut given = given;
     if given.is_empty() {
         return Err(Error::NotAVolume);
@@ -297,13 +298,16 @@ pub(crate) fn gather(
     let first_given = given.remove(first);
     let first_id = ids.remove(first);
     let first_path = first_given.path.clone();
-    let Some(sb) = first_id.filter(|sb| sb.carrier_count > 1) else {
-        if let Some(extra) = given.first() {
-            let problem = match identity(extra.carrier.as_ref())? {
-                Some(other) if ids.first().is_some() => {
+    let Some(sb) = first_id.as_ref().filter(|sb| sb.carrier_count > 1).cloned() else {
+        // One member: any other carrier given is not one of it.
+        if let Some((extra, id)) = given.iter().zip(&ids).next() {
+            let volume = first_id.as_ref().map(|sb| sb.uuid);
+            let problem = match id {
+                Some(other) if Some(other.uuid) != volume => {
                     MemberProblem::OtherVolume { volume: other.uuid }
                 }
-                _ => MemberProblem::NotAMember,
+                Some(other) => MemberProblem::AlreadyMember { index: other.carrier_index },
+                None => MemberProblem::NotAMember,
             };
             return Err(member_error(extra.path.as_deref(), 1, problem));
         }
@@ -325,29 +329,32 @@ pub(crate) fn gather(
     }
     let mut carriers = Vec::with_capacity(count);
     for (k, slot) in slots.into_iter().enumerate() {
-        let carrier = match slot {
-            Some(c) => c,
-            None => {
-                let path = sb.member_paths.get(k).and_then(|p| bytes_path(p));
-                let (Some(path), Some(opener)) = (path.as_deref(), opener) else {
-                    let why = "no path recorded; give its carrier".to_owned();
-                    return Err(member_error(
-                        path.as_deref(),
-                        k,
-                        MemberProblem::Missing { index: k as u32, why },
-                    ));
-                };
-                let carrier = opener(path).map_err(|e| {
-                    member_error(
-                        Some(path),
-                        k,
-                        MemberProblem::Missing { index: k as u32, why: e.to_string() },
-                    )
-                })?;
-                let id = identity(carrier.as_ref())?;
-                check_member(&sb, id.as_ref(), Some(path), Some(k))?;
-                carrier
-            }
+        let carrier = if let Some(c) = slot {
+            c
+        } else {
+            let path = sb.member_paths.get(k).and_then(|p| bytes_path(p));
+            let (Some(path), Some(opener)) = (path.as_deref(), opener) else {
+                let why = match path {
+                    Some(_) => "give its carrier, or open the volume by path",
+                    None => "no path recorded; give its carrier",
+                }
+                .to_owned();
+                return Err(member_error(
+                    path.as_deref(),
+                    k,
+                    MemberProblem::Missing { index: k as u32, why },
+                ));
+            };
+            let carrier = opener(path).map_err(|e| {
+                member_error(
+                    Some(path),
+                    k,
+                    MemberProblem::Missing { index: k as u32, why: e.to_string() },
+                )
+            })?;
+            let id = identity(carrier.as_ref())?;
+            check_member(&sb, id.as_ref(), Some(path), Some(k))?;
+            carrier
         };
         if k > 0 {
             let need = sb.members[k].capacity_blocks * u64::from(sb.layout.block_size);
@@ -683,8 +690,11 @@ pub(crate) fn replace_member(
         let path = shown.as_deref();
         crate::io::flush_late(inner.io.as_ref(), table)?;
         let old = table.carrier(k);
-        copy(old, new, len, progress)?;
-        verify(old, new, len, path, k)?;
+        // The member's superblock slots are not copied: until its own identity is written,
+        // the copy is nobody's member (a cut mid-copy must not leave a second carrier that
+        // claims member k with half its bytes, nor one a retry refuses as in use).
+        copy(old, new, SUPERBLOCKS_LEN, len, progress)?;
+        verify(old, new, SUPERBLOCKS_LEN, len, path, k)?;
         write_identity(new, &identity, true)?;
         // The switch: member 0's superblock names the copy.
         flip_direct(table.carrier(0), &sb).inspect_err(|e| inner.poison(e))
@@ -694,16 +704,17 @@ pub(crate) fn replace_member(
     Ok(())
 }
 
-/// Copies `[0, len)` of `from` to `to` in large chunks, then a barrier on `to`.
+/// Copies `[start, len)` of `from` to `to` in large chunks, then a barrier on `to`.
 fn copy(
     from: &dyn Carrier,
     to: &dyn Carrier,
+    start: u64,
     len: u64,
     progress: Option<&(dyn Fn(u64, u64) + Sync)>,
 ) -> Result<()> {
     const CHUNK: usize = 8 << 20;
     let mut buf = Io::buffer(CHUNK);
-    let mut at = 0;
+    let mut at = start;
     while at < len {
         let n = (len - at).min(CHUNK as u64) as usize;
         let b = &mut buf.as_mut_slice()[..n];
@@ -717,12 +728,19 @@ fn copy(
     to.barrier().map_err(carrier_io(IoOp::Barrier, 0, 0))
 }
 
-/// Reads both carriers back and compares them.
-fn verify(a: &dyn Carrier, b: &dyn Carrier, len: u64, path: Option<&Path>, k: usize) -> Result<()> {
+/// Reads `[start, len)` of both carriers back and compares them.
+fn verify(
+    a: &dyn Carrier,
+    b: &dyn Carrier,
+    start: u64,
+    len: u64,
+    path: Option<&Path>,
+    k: usize,
+) -> Result<()> {
     const CHUNK: usize = 8 << 20;
     let mut x = Io::buffer(CHUNK);
     let mut y = Io::buffer(CHUNK);
-    let mut at = 0;
+    let mut at = start;
     while at < len {
         let n = (len - at).min(CHUNK as u64) as usize;
         a.read_exact_at(&mut x.as_mut_slice()[..n], at).map_err(carrier_io(IoOp::Read, at, n))?;

@@ -30,7 +30,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 pub use check::{CheckReport, Finding, FindingKind, SlotStatus, check, check_members};
 pub use file::File;
-pub use members::{MemberCarrier, MemberInfo, gather_members};
+pub use members::{MemberCarrier, MemberInfo, Opener, gather_members};
 pub use open::OpenReport;
 pub use options::{
     CommitMutation, DEFAULT_CACHE_BYTES, FormatOptions, IoPolicy, Tier, VolumeOptions,
@@ -473,9 +473,14 @@ impl Volume {
         carrier: CarrierOptions,
         progress: Option<&(dyn Fn(u64, u64) + Sync)>,
     ) -> Result<()> {
-        let (carrier, zeroed) = members::create_member(self, path, size_bytes, carrier, progress)?;
+        let (carrier, created) = members::create_member(self, path, size_bytes, carrier, progress)?;
         let new = MemberCarrier { carrier, path: Some(path.to_owned()) };
-        members::add_member(&self.inner, new, zeroed, progress)
+        members::add_member(&self.inner, new, created, progress).inspect_err(|_| {
+            if created {
+                // The file this call created never became a member.
+                let _ = std::fs::remove_file(path);
+            }
+        })
     }
 
     /// Replaces member `index` (1 or more) by a copy on `carrier`, online: every carrier call

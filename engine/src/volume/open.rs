@@ -88,6 +88,17 @@ pub(crate) fn adopt(io: &dyn AreaRead) -> Result<Adopted> {
     let order = superblock::adoption_order(superblock::read_slots_in(io)?)?;
     let mut first_error = None;
     for (i, (slot, sb)) in order.iter().enumerate() {
+        if sb.carrier_index != 0 {
+            // A later member's superblock: it describes no image (FORMAT.md, "Members").
+            let first = sb.member_paths.first().filter(|p| !p.is_empty());
+            return Err(Error::Member {
+                member: "this carrier".to_owned(),
+                problem: crate::error::MemberProblem::NotFirst {
+                    index: sb.carrier_index,
+                    first: first.map(|p| String::from_utf8_lossy(p).into_owned()),
+                },
+            });
+        }
         match reader::load(io, sb) {
             Ok(image) => {
                 let fell_back_from = (i > 0).then(|| order[0].1.generation);
@@ -563,7 +574,8 @@ pub(crate) fn create_path(
         if !fmt.force && !device.looks_empty()? {
             return Err(Error::NotEmpty { path: path.to_owned() });
         }
-        return format(Box::new(device), fmt, vopts);
+        let first = MemberCarrier { carrier: Box::new(device), path: Some(path.to_owned()) };
+        return format_members(first, Vec::new(), fmt, vopts);
     }
     let Some(capacity_bytes) = fmt.capacity_bytes else {
         return Err(Error::Invalid(Invalid::Capacity { bytes: 0 }));
@@ -590,7 +602,8 @@ pub(crate) fn create_path(
         }));
     }
     let carrier = FileCarrier::create(path, &create, options)?;
-    format(Box::new(carrier), fmt, vopts)
+    let first = MemberCarrier { carrier: Box::new(carrier), path: Some(path.to_owned()) };
+    format_members(first, Vec::new(), fmt, vopts)
 }
 
 /// Switches the journal on, offline: opens the volume on `carrier` (its lock keeps every other

@@ -37,6 +37,13 @@ struct Round {
     image: Vec<u8>,
     model: Model,
     barriers: u64,
+    /// What this round's recovery found uncut (its dry run): the state and the commit id
+    /// open reported. Without a journal, a recovery cut before it opened leaves that state,
+    /// under that id or the next (its own commit, a new image generation, may have landed:
+    /// it moves the id, never the state), so the model goes on from it; two such cuts in a
+    /// row would otherwise move the id past the model's ceiling. (With a journal the id is
+    /// the batch sequence, which a recovery does not move.)
+    found: Option<(State, u64)>,
 }
 
 /// Runs one round on `image`: recovery, then [`OPS_AFTER_RECOVERY`] operations, power cut as
@@ -57,11 +64,17 @@ fn round(
     match opened {
         Err(_) if carrier.crashed() => {
             CUTS_IN_RECOVERY.fetch_add(1, Ordering::Relaxed);
+            if let Some((state, id)) = r.found.take().filter(|_| !cfg.journal) {
+                r.model.rebase(state.clone(), id, r.barriers, cfg.write_through);
+                // The cut recovery's own commit may have landed: the same state, one id on.
+                r.model.in_flight = Some((id + 1, state));
+            }
         }
         Err(e) => return Err(format!("open refused a crashed volume: {e}")),
         Ok(v) => {
             let state: State = check_recovered(&v, &r.model, cfg, r.barriers)?;
             v.check_invariants();
+            r.found = Some((state.clone(), v.open_report().commit_id));
             let l = v.info().layout;
             journal = l.journal.start * BS..l.journal.end() * BS;
             r.model.rebase(state, v.commit_id(), r.barriers, cfg.write_through);
@@ -97,8 +110,12 @@ fn crash_loop(seed: u64, cfg: Config) -> Result<u64, String> {
     let (dry, _, format_ops) = run(seed, cfg, None);
     let at = format_ops + rng.below((dry.ops() - format_ops).max(1));
     let (carrier, model, _) = run(seed, cfg, Some(CrashPlan::AtOp(at)));
-    let mut r =
-        Round { image: carrier.crash_image(&mut rng), model, barriers: carrier.barriers_done() };
+    let mut r = Round {
+        image: carrier.crash_image(&mut rng),
+        model,
+        barriers: carrier.barriers_done(),
+        found: None,
+    };
     let rounds = 1 + rng.below(5);
     for k in 0..rounds {
         let fail = |e: String| format!("seed {seed}, round {k}: {e}");
@@ -109,10 +126,14 @@ fn crash_loop(seed: u64, cfg: Config) -> Result<u64, String> {
         check_before_open(&r.image, &r.model).map_err(fail)?;
         // A dry run of the round (same image, same seeds) tells where its operations go.
         let seed_k = seed ^ (k << 40);
-        let snapshot =
-            Round { image: r.image.clone(), model: r.model.clone(), barriers: r.barriers };
+        let snapshot = Round {
+            image: r.image.clone(),
+            model: r.model.clone(),
+            barriers: r.barriers,
+            found: None,
+        };
         let names = 10_000 * (k as usize + 1);
-        let (_, log, journal) = round(
+        let (dry, log, journal) = round(
             snapshot,
             cfg,
             (seed_k, names),
@@ -120,6 +141,7 @@ fn crash_loop(seed: u64, cfg: Config) -> Result<u64, String> {
             &mut FaultRng::new(seed_k),
         )
         .map_err(fail)?;
+        r.found = dry.found;
         let journal_writes: Vec<u64> = log
             .iter()
             .filter(|o| o.kind != OpKind::Barrier && journal.contains(&o.offset))

@@ -22,6 +22,7 @@
 
 mod concurrent;
 mod loops;
+mod members;
 mod model;
 
 use std::sync::Arc;
