@@ -233,3 +233,76 @@ fn a_missing_member_is_named_by_info_and_check_and_open() {
     std::fs::rename(&moved, &b).unwrap();
     check_clean(v);
 }
+
+/// A loop device over a new backing file of `bytes`, detached on drop.
+struct Loop {
+    dev: String,
+}
+
+impl Loop {
+    /// `None` when not root or `losetup` is unavailable (the test is skipped).
+    fn attach(backing: &Path, bytes: u64) -> Option<Loop> {
+        use std::os::unix::fs::MetadataExt;
+        // /proc/self belongs to the process's effective user.
+        if std::fs::metadata("/proc/self").ok()?.uid() != 0 {
+            return None;
+        }
+        let f = std::fs::File::create(backing).ok()?;
+        f.set_len(bytes).ok()?;
+        let out = Command::new("losetup").args(["--find", "--show"]).arg(backing).output().ok()?;
+        if !out.status.success() {
+            return None;
+        }
+        let dev = String::from_utf8(out.stdout).ok()?.trim().to_owned();
+        Some(Loop { dev })
+    }
+}
+
+impl Drop for Loop {
+    fn drop(&mut self) {
+        let _ = Command::new("losetup").args(["-d", &self.dev]).status();
+    }
+}
+
+#[test]
+fn a_volume_over_a_file_and_loop_devices_through_the_cli() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some(first) = Loop::attach(&dir.path().join("loop1.img"), 16 << 20) else {
+        eprintln!("skipped: needs root and losetup");
+        return;
+    };
+    let Some(second) = Loop::attach(&dir.path().join("loop2.img"), 16 << 20) else {
+        eprintln!("skipped: needs root and losetup");
+        return;
+    };
+    let (a, b) = (dir.path().join("a.vlm"), dir.path().join("b.vlm"));
+    let v = s(&a);
+    // Member 0 a file, member 1 a loop device, member 2 a file.
+    ok(&["format", v, "--size", "16MiB", "--carrier", &first.dev]);
+    ok(&["carrier", "add", v, s(&b), "--size", "16MiB"]);
+    let m = members(v);
+    assert_eq!(m.len(), 3, "{m:?}");
+    assert_eq!(m[1]["path"], first.dev.as_str());
+    assert_ne!(m[1]["medium"], "file", "{m:?}");
+    let host = dir.path().join("big");
+    let data = pattern(40_000_000);
+    std::fs::write(&host, &data).unwrap();
+    ok(&["cp", s(&host), &format!("{v}:/big")]);
+
+    // A device that holds something is refused unless --force.
+    let out = Command::new("dd")
+        .args(["if=/dev/urandom", "bs=1M", "count=1", "conv=fsync"])
+        .arg(format!("of={}", second.dev))
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = refused(&["carrier", "replace", v, s(&b), &second.dev]);
+    assert!(err.contains("--force"), "{err}");
+
+    // The file member moves to the second loop device.
+    ok(&["carrier", "replace", v, s(&b), &second.dev, "--force"]);
+    let m = members(v);
+    assert_eq!(m[2]["path"], second.dev.as_str());
+    assert!(ok(&["cat", v, "/big"]) == data, "reads back identical after replace");
+    check_clean(v);
+}

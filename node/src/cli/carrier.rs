@@ -346,9 +346,29 @@ fn attempt(
     }
 }
 
+/// Refuses a block device that does not look empty unless `force` (the engine refuses one
+/// that holds a volume or member always, by name; anything else it would zero-fill).
+fn refuse_used_device(path: &Path, force: bool) -> Result<(), CliError> {
+    if force || !media::is_block_device(path) {
+        return Ok(());
+    }
+    let device = DeviceCarrier::open(path, read_only_knobs(path))?;
+    // A volume or member is left to the engine, which names it.
+    let holds_volume = vellum_engine::superblock::read_slots(&device)
+        .is_ok_and(|slots| slots.iter().any(|s| s.result.is_ok()));
+    if !holds_volume && !device.looks_empty()? {
+        return Err(CliError::Usage(format!(
+            "{} does not look empty: pass --force to zero-fill it (nothing was changed)",
+            path.display()
+        )));
+    }
+    Ok(())
+}
+
 /// `vellum carrier add VOL NEW [--size SIZE]`, offline: NEW joins as the volume's last
 /// member, zero-filled before member 0's table names it.
-pub fn add(volume: &Path, new: &Path, size: Option<u64>) -> Result<(), CliError> {
+pub fn add(volume: &Path, new: &Path, size: Option<u64>, force: bool) -> Result<(), CliError> {
+    refuse_used_device(new, force)?;
     let v = open_for_change(volume)?;
     let bs = u64::from(v.info().layout.block_size);
     // No --size: an existing file keeps its length, a new (or empty) one gets the size of
@@ -390,7 +410,8 @@ pub fn add(volume: &Path, new: &Path, size: Option<u64>) -> Result<(), CliError>
 /// `vellum carrier replace VOL OLD NEW`, offline: member OLD's blocks are copied to NEW,
 /// verified, and the member table switched to NEW in one commit. Member 0 is refused: it is
 /// copied byte for byte (dd) with the volume closed instead.
-pub fn replace(volume: &Path, old: &Path, new: &Path) -> Result<(), CliError> {
+pub fn replace(volume: &Path, old: &Path, new: &Path, force: bool) -> Result<(), CliError> {
+    refuse_used_device(new, force)?;
     let v = open_for_change(volume)?;
     let Some(index) = v.member_index(old) else {
         let paths: Vec<String> = v

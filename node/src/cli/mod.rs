@@ -244,6 +244,10 @@ pub enum CarrierCommand {
         /// 64 blocks.
         #[arg(long, value_parser = size_arg)]
         size: Option<u64>,
+        /// Zero-fill a block device that does not look empty (it holds no volume: one that
+        /// does is always refused).
+        #[arg(long)]
+        force: bool,
     },
     /// Replace member OLD by a copy on NEW (a new file of OLD's size, or a block device):
     /// copied, read back and compared, then the member table switched in one commit; OLD is
@@ -256,6 +260,10 @@ pub enum CarrierCommand {
         old: PathBuf,
         /// The carrier to copy it to.
         new: PathBuf,
+        /// Overwrite a block device that does not look empty (it holds no volume: one that
+        /// does is always refused).
+        #[arg(long)]
+        force: bool,
     },
     /// List the members of a volume: index, path, medium, blocks, member UUID.
     List {
@@ -351,11 +359,11 @@ pub fn run(cli: Cli) -> Result<i32, CliError> {
                 carrier::format(&args, &carriers)?;
             }
         }
-        Command::Carrier { op: CarrierCommand::Add { volume, new, size } } => {
-            carrier::add(&volume, &new, size)?;
+        Command::Carrier { op: CarrierCommand::Add { volume, new, size, force } } => {
+            carrier::add(&volume, &new, size, force)?;
         }
-        Command::Carrier { op: CarrierCommand::Replace { volume, old, new } } => {
-            carrier::replace(&volume, &old, &new)?;
+        Command::Carrier { op: CarrierCommand::Replace { volume, old, new, force } } => {
+            carrier::replace(&volume, &old, &new, force)?;
         }
         Command::Carrier { op: CarrierCommand::List { volume } } => carrier::list(&volume)?,
         Command::Journal { op: JournalCommand::Enable { carrier } } => {
