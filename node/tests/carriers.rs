@@ -100,6 +100,10 @@ fn a_volume_formatted_over_two_carriers_holds_a_file_bigger_than_one() {
     assert!(check.contains("member 1: superblock A: valid"), "{check}");
     let info = text(&["info", s(&a)]);
     assert!(info.contains("members:     2 (concatenated, not mirrored)"), "{info}");
+    // A later member's carrier shows its identity and points at member 0.
+    let member = text(&["info", s(&b)]);
+    assert!(member.contains("member:      1 of the volume"), "{member}");
+    assert!(member.contains("a.vlm"), "{member}");
     let list = text(&["carrier", "list", s(&a)]);
     assert_eq!(list.lines().count(), 2, "{list}");
 

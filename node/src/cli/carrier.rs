@@ -174,11 +174,11 @@ pub fn format(a: &super::volume::FormatArgs, others: &[PathBuf]) -> Result<(), C
         std::iter::once(a.carrier.as_path()).chain(others.iter().map(PathBuf::as_path)).collect();
     for (i, p) in all.iter().enumerate() {
         if let Some(q) = all[..i].iter().find(|q| same_carrier(p, q)) {
+            let also = if p == q { String::new() } else { format!(" (as {} too)", q.display()) };
             return Err(CliError::Usage(format!(
-                "{} is given twice (as {} too): each member needs its own carrier; nothing \
-                 was changed",
+                "{} is given twice{also}: each member needs its own carrier; nothing was \
+                 changed",
                 p.display(),
-                q.display()
             )));
         }
     }

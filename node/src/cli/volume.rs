@@ -288,6 +288,9 @@ pub fn info(path: &Path, json: bool) -> Result<(), CliError> {
         }
         return Err(CliError::Usage(why));
     };
+    if sb.carrier_index != 0 {
+        return member_info(path, &sb, &slot_json, json);
+    }
     let l = sb.layout;
     let medium = carrier.medium();
     let thin = sb.layout_flags & LAYOUT_THIN != 0;
@@ -412,6 +415,57 @@ pub fn info(path: &Path, json: bool) -> Result<(), CliError> {
             println!("  {why}");
         }
     }
+    Ok(())
+}
+
+/// `vellum info` of a later member's carrier: its identity and its superblocks (the volume
+/// is described by its member 0).
+fn member_info(
+    path: &Path,
+    sb: &superblock::Superblock,
+    slot_json: &[serde_json::Value],
+    json: bool,
+) -> Result<(), CliError> {
+    use std::os::unix::ffi::OsStrExt;
+    let first = sb
+        .member_paths
+        .first()
+        .filter(|p| !p.is_empty())
+        .map(|p| Path::new(OsStr::from_bytes(p)).display().to_string());
+    let k = sb.carrier_index as usize;
+    let member_uuid = sb.members.get(k).map(|m| m.uuid.to_string());
+    if json {
+        let doc = serde_json::json!({
+            "carrier": path,
+            "volume_uuid": sb.uuid.to_string(),
+            "member_index": k,
+            "member_uuid": member_uuid,
+            "member_blocks": sb.layout.total_blocks,
+            "member0_path": first,
+            "slots": slot_json,
+        });
+        println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
+        return Ok(());
+    }
+    println!("carrier:     {}", path.display());
+    println!("volume:      {} (format v{})", sb.uuid, sb.version);
+    println!(
+        "member:      {k} of the volume, uuid {}, {} blocks of {} bytes",
+        member_uuid.unwrap_or_default(),
+        sb.layout.total_blocks,
+        sb.layout.block_size
+    );
+    for j in slot_json {
+        println!(
+            "superblock {}: {}",
+            j["slot"].as_str().unwrap_or(""),
+            j["status"].as_str().unwrap_or("")
+        );
+    }
+    println!(
+        "the volume is described by its member 0: vellum info {}",
+        first.as_deref().unwrap_or("MEMBER0")
+    );
     Ok(())
 }
 
