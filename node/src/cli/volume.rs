@@ -289,7 +289,8 @@ pub fn info(path: &Path, json: bool) -> Result<(), CliError> {
         return Err(CliError::Usage(why));
     };
     if sb.carrier_index != 0 {
-        return member_info(path, &sb, &slot_json, json);
+        member_info(path, &sb, &slot_json, json);
+        return Ok(());
     }
     let l = sb.layout;
     let medium = carrier.medium();
@@ -425,7 +426,7 @@ fn member_info(
     sb: &superblock::Superblock,
     slot_json: &[serde_json::Value],
     json: bool,
-) -> Result<(), CliError> {
+) {
     use std::os::unix::ffi::OsStrExt;
     let first = sb
         .member_paths
@@ -445,7 +446,7 @@ fn member_info(
             "slots": slot_json,
         });
         println!("{}", serde_json::to_string_pretty(&doc).unwrap_or_default());
-        return Ok(());
+        return;
     }
     println!("carrier:     {}", path.display());
     println!("volume:      {} (format v{})", sb.uuid, sb.version);
@@ -466,7 +467,6 @@ fn member_info(
         "the volume is described by its member 0: vellum info {}",
         first.as_deref().unwrap_or("MEMBER0")
     );
-    Ok(())
 }
 
 fn journal_json(
