@@ -54,6 +54,11 @@ fn a_file_spread_over_an_added_member_reopens_and_checks_clean() {
     let v = open(&a);
     let k = v.member_index(&b).unwrap();
     assert_eq!(k, 1);
+    // Member 0, or a member that does not exist, is refused before anything is created.
+    let x = dir.path().join("x.vlm");
+    assert!(v.replace_member_path(0, &x, knobs(), None).is_err());
+    assert!(v.replace_member_path(5, &x, knobs(), None).is_err());
+    assert!(!x.exists());
     v.replace_member_path(k, &c, knobs(), None).unwrap();
     assert_eq!(v.open_file("/f").unwrap().read_to_end().unwrap(), data);
     v.close().unwrap();

@@ -167,6 +167,9 @@ pub(crate) fn create_member(
     if crate::carrier::is_block_device(path) {
         let device = DeviceCarrier::open(path, knobs)?;
         check_unused_existing(&device, volume, path, k)?;
+        if !device.looks_empty()? {
+            return Err(Error::NotEmpty { path: path.to_owned() });
+        }
         return Ok((Box::new(device), false));
     }
     if path.exists() {

@@ -465,7 +465,9 @@ impl Volume {
 
     /// Adds the member at `path`, online: a new preallocated file of `size_bytes` (created
     /// zero-filled), or a block device (zero-filled here). Refuses a path that holds a
-    /// volume or a member already (this one's or another's), and a non-empty file.
+    /// volume or a member already (this one's or another's), a non-empty file, and a block
+    /// device whose first or last MiB is not zero (`NotEmpty`: open it yourself and pass it
+    /// to [`Volume::add_member`] to use it anyway).
     pub fn add_member_path(
         &self,
         path: &Path,
@@ -504,15 +506,21 @@ impl Volume {
         carrier: CarrierOptions,
         progress: Option<&(dyn Fn(u64, u64) + Sync)>,
     ) -> Result<()> {
-        let size =
-            self.members().get(index).map(|m| m.blocks * u64::from(self.inner.layout.block_size));
-        let (new, _) = members::create_member(self, path, size, carrier, progress)?;
-        members::replace_member(
-            &self.inner,
-            index,
-            MemberCarrier { carrier: new, path: Some(path.to_owned()) },
-            progress,
-        )
+        let members = self.members();
+        if index == 0 || index >= members.len() {
+            // Refused before anything is created (`replace_member` says why).
+            let none = Box::new(crate::carrier::MemoryCarrier::new(0));
+            return members::replace_member(&self.inner, index, MemberCarrier::new(none), None);
+        }
+        let size = members[index].blocks * u64::from(self.inner.layout.block_size);
+        let (new, created) = members::create_member(self, path, Some(size), carrier, progress)?;
+        let new = MemberCarrier { carrier: new, path: Some(path.to_owned()) };
+        members::replace_member(&self.inner, index, new, progress).inspect_err(|_| {
+            if created {
+                // The file this call created never became a member.
+                let _ = std::fs::remove_file(path);
+            }
+        })
     }
 
     /// The member whose carrier is at `path` (the paths the member table records, member 0's
