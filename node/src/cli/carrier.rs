@@ -386,7 +386,16 @@ pub fn add(volume: &Path, new: &Path, size: Option<u64>, force: bool) -> Result<
     }
     let bar = Bar::new("zero-filling");
     let progress = |done: u64, total: u64| bar.report(done, total);
-    let result = attempt(new, |knobs| v.add_member_path(new, size, knobs, Some(&progress)));
+    let result = attempt(new, |knobs| {
+        if force && media::is_block_device(new) {
+            // Forced: the device is taken as it is (the engine's own path refuses one that
+            // does not look empty); a volume or member on it is still refused by name.
+            let carrier = DeviceCarrier::open(new, knobs)?;
+            let member = MemberCarrier { carrier: Box::new(carrier), path: Some(new.to_owned()) };
+            return v.add_member(member, Some(&progress));
+        }
+        v.add_member_path(new, size, knobs, Some(&progress))
+    });
     drop(bar);
     if let Err(e) = result {
         let _ = v.close();
@@ -447,7 +456,14 @@ pub fn replace(volume: &Path, old: &Path, new: &Path, force: bool) -> Result<(),
     let bs = u64::from(v.info().layout.block_size);
     let bar = Bar::new("copying");
     let progress = |done: u64, total: u64| bar.report(done, total);
-    let result = attempt(new, |knobs| v.replace_member_path(index, new, knobs, Some(&progress)));
+    let result = attempt(new, |knobs| {
+        if force && media::is_block_device(new) {
+            let carrier = DeviceCarrier::open(new, knobs)?;
+            let member = MemberCarrier { carrier: Box::new(carrier), path: Some(new.to_owned()) };
+            return v.replace_member(index, member, Some(&progress));
+        }
+        v.replace_member_path(index, new, knobs, Some(&progress))
+    });
     drop(bar);
     if let Err(e) = result {
         let _ = v.close();
