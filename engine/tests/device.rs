@@ -4,46 +4,14 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::Command;
 
+use common::{LOOP_TESTS, Loop};
 use vellum_engine::carrier::{Carrier, CarrierOptions, DeviceCarrier};
 use vellum_engine::{Error, FormatOptions, Volume, VolumeOptions};
-
-/// A loop device this test attached; detached on drop (and only that one).
-struct Loop {
-    dev: PathBuf,
-}
-
-impl Loop {
-    fn attach(file: &Path) -> Option<Loop> {
-        let uid = Command::new("id").arg("-u").output().ok()?;
-        if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-            eprintln!("skipped: attaching a loop device needs root (CI runs as root)");
-            return None;
-        }
-        let out = Command::new("losetup")
-            .args(["--show", "-f", "--direct-io=on"])
-            .arg(file)
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            eprintln!("skipped: losetup failed: {}", String::from_utf8_lossy(&out.stderr));
-            return None;
-        }
-        let dev = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        Some(Loop { dev })
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
-    }
-}
-
-/// Loop-device tests run one at a time: `losetup` locks the devices it probes.
-static LOOP_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// Who holds `dev` (for a failure message): the kernel's lock table and the processes with
 /// the device open.

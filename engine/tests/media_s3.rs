@@ -8,7 +8,11 @@
 //! `testing::open_s3_with_env`.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::time::{Duration, Instant};
+
+use common::pattern;
 
 use vellum_engine::Error;
 use vellum_engine::error::{Knob, RemoteFailure};
@@ -25,19 +29,6 @@ fn moto(bucket: &str) -> Option<(MotoServer, Target)> {
     set_s3_env(&ENV);
     let target = open_str(&server.url(bucket, ""), Bare::Local, MediaOptions::default()).unwrap();
     Some((server, target))
-}
-
-/// Deterministic bytes: `len` of them, seeded.
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 #[test]

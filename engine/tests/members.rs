@@ -2,9 +2,12 @@
 //! path, replace by copy, and the refusals.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
 
+use common::pattern;
 use vellum_engine::carrier::{Carrier, CarrierOptions, MemoryCarrier};
 use vellum_engine::error::MemberProblem;
 use vellum_engine::{Error, FormatOptions, MemberCarrier, Volume, VolumeOptions, check_members};
@@ -13,18 +16,6 @@ const MIB: u64 = 1 << 20;
 
 fn knobs() -> CarrierOptions {
     CarrierOptions { direct_io: false, write_through: true, read_only: false }
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn open(path: &Path) -> Volume {

@@ -6,57 +6,18 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 use std::process::Command;
 
+use common::{LOOP_TESTS, Loop, pattern};
 use vellum_engine::carrier::{
     Carrier, CarrierOptions, CreateOptions, DeviceCarrier, FileCarrier, MemoryCarrier,
 };
 use vellum_engine::{FormatOptions, MemberCarrier, Volume, VolumeOptions};
 
 const MIB: u64 = 1 << 20;
-
-/// A loop device this test attached; detached on drop (and only that one).
-struct Loop {
-    dev: PathBuf,
-}
-
-impl Loop {
-    /// Attaches `file`; `None` (the reason printed) without root or `losetup`.
-    fn attach(file: &Path) -> Option<Loop> {
-        let uid = Command::new("id").arg("-u").output().ok()?;
-        if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
-            eprintln!("skipped: attaching a loop device needs root (CI runs as root)");
-            return None;
-        }
-        let out = match Command::new("losetup")
-            .args(["--show", "-f", "--direct-io=on"])
-            .arg(file)
-            .output()
-        {
-            Ok(out) => out,
-            Err(e) => {
-                eprintln!("skipped: losetup is missing: {e}");
-                return None;
-            }
-        };
-        if !out.status.success() {
-            eprintln!("skipped: losetup failed: {}", String::from_utf8_lossy(&out.stderr));
-            return None;
-        }
-        let dev = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-        Some(Loop { dev })
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.dev).status();
-    }
-}
-
-/// Loop-device tests run one at a time: `losetup` locks the devices it probes.
-static LOOP_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// A file of `len` zeros written for real (no holes under the loop device).
 fn zero_file(path: &Path, len: u64) {
@@ -90,18 +51,6 @@ fn loop_of(dir: &Path, name: &str, len: u64) -> Option<Loop> {
 
 fn knobs() -> CarrierOptions {
     CarrierOptions { direct_io: false, write_through: true, read_only: false }
-}
-
-fn pattern(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 /// What every test writes: a file larger than member 0 (so it spans both members), a

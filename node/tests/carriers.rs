@@ -5,22 +5,19 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
+mod common;
+
 use std::path::Path;
 use std::process::{Command, Output};
 
+use common::{pattern, s};
+
 fn vellum(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vellum")).args(args).output().expect("run vellum")
+    common::run(args, &[])
 }
 
 fn ok(args: &[&str]) -> Vec<u8> {
-    let out = vellum(args);
-    assert!(
-        out.status.success(),
-        "vellum {args:?} failed: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
+    common::ok(args, &[])
 }
 
 fn text(args: &[&str]) -> String {
@@ -30,13 +27,7 @@ fn text(args: &[&str]) -> String {
 /// Runs a command that must fail: exit non-zero, one stderr line that is no usage error of
 /// the argument parser, no panic. Returns the line.
 fn refused(args: &[&str]) -> String {
-    let out = vellum(args);
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!out.status.success(), "vellum {args:?} should fail");
-    assert!(
-        !err.contains("panicked") && !err.contains("internal error") && !err.contains("backtrace"),
-        "{err}"
-    );
+    let err = common::one_line(args, &common::run(args, &[]));
     let lower = err.to_lowercase();
     assert!(
         !lower.contains("unrecognized")
@@ -44,25 +35,7 @@ fn refused(args: &[&str]) -> String {
             && !lower.contains("usage:"),
         "a refusal, not a usage error: {err}"
     );
-    assert_eq!(err.trim_end().lines().count(), 1, "one line, got: {err}");
     err
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-/// `n` bytes that differ from block to block (a misplaced block shows).
-fn pattern(n: usize) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
 }
 
 fn members(vol: &str) -> Vec<serde_json::Value> {

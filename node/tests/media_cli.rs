@@ -8,17 +8,15 @@
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
-use std::path::Path;
-use std::process::{Command, Output};
+mod common;
 
+use std::process::Output;
+
+use common::{pattern, s};
 use vellum_engine::media::testing::{self, MotoServer};
 
 fn vellum_env(args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_vellum"))
-        .args(args)
-        .envs(env.iter().copied())
-        .output()
-        .expect("run vellum")
+    common::run(args, env)
 }
 
 fn vellum(args: &[&str]) -> Output {
@@ -26,43 +24,19 @@ fn vellum(args: &[&str]) -> Output {
 }
 
 fn ok(args: &[&str]) -> Vec<u8> {
-    let out = vellum(args);
-    assert!(
-        out.status.success(),
-        "vellum {args:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out.stdout
+    common::ok(args, &testing::ENV)
 }
 
 /// Runs a command that must fail with `code`: one stderr line, no panic; returns the line.
 fn refused(args: &[&str], code: i32) -> String {
     let out = vellum(args);
-    let err = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert_eq!(out.status.code(), Some(code), "vellum {args:?}: {err}");
-    assert!(
-        !err.contains("panicked") && !err.contains("internal error") && !err.contains("backtrace"),
-        "{err}"
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "vellum {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(err.trim_end().lines().count(), 1, "one line, got: {err}");
-    err
-}
-
-fn s(p: &Path) -> &str {
-    p.to_str().unwrap()
-}
-
-/// Bytes that are not all alike, `len` of them (a multiple-chunk copy when large).
-fn pattern(len: usize) -> Vec<u8> {
-    let mut x = 0x9e37_79b9_7f4a_7c15_u64;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
+    common::one_line(args, &out)
 }
 
 /// host -> local:// -> volume -> host, byte for byte, with ls/cat/rm on local:// and on the

@@ -526,6 +526,13 @@ fn check_unused(
     }
 }
 
+/// The checks every new carrier passes (add and replace): it holds no superblock of any
+/// volume, and its alignment and size suit a member. Returns the blocks it can hold.
+fn admit(carrier: &dyn Carrier, sb: &Superblock, path: Option<&Path>, k: usize) -> Result<u64> {
+    check_unused(carrier, sb, path, k)?;
+    member_blocks(carrier, path, k, sb.layout.block_size)
+}
+
 /// The member table and paths of `sb` with one more member of `blocks` blocks at `path`;
 /// refuses a full table or paths that do not fit.
 fn with_member(
@@ -603,9 +610,7 @@ pub(crate) fn add_member(
     if meta.sb.layout_flags != 0 {
         return Err(member_error(path, k, MemberProblem::NotPreallocated));
     }
-    check_unused(new.carrier.as_ref(), &meta.sb, path, k)?;
-    let block_size = meta.sb.layout.block_size;
-    let blocks = member_blocks(new.carrier.as_ref(), path, k, block_size)?;
+    let blocks = admit(new.carrier.as_ref(), &meta.sb, path, k)?;
     let first_path = meta.first_path.clone();
     with_member(&meta.sb, blocks, path, first_path.as_deref())?;
     // 1. Member 0 reaches its cap first: the block space has no hole.
@@ -662,9 +667,8 @@ pub(crate) fn replace_member(
             },
         ));
     }
-    check_unused(new.carrier.as_ref(), &meta.sb, path, k)?;
     let block_size = meta.sb.layout.block_size;
-    let have = member_blocks(new.carrier.as_ref(), path, k, block_size)?;
+    let have = admit(new.carrier.as_ref(), &meta.sb, path, k)?;
     let blocks = meta.sb.members[k].capacity_blocks;
     if have < blocks {
         let bs = u64::from(block_size);

@@ -365,6 +365,20 @@ fn refuse_used_device(path: &Path, force: bool) -> Result<(), CliError> {
     Ok(())
 }
 
+/// With `force`, a block device at `new` opened as it is: the engine's path-based calls
+/// refuse one that does not look empty; a volume or member on it is still refused by name.
+fn forced_device(
+    new: &Path,
+    force: bool,
+    knobs: CarrierOptions,
+) -> vellum_engine::Result<Option<MemberCarrier>> {
+    if !force || !media::is_block_device(new) {
+        return Ok(None);
+    }
+    let carrier = Box::new(DeviceCarrier::open(new, knobs)?);
+    Ok(Some(MemberCarrier { carrier, path: Some(new.to_owned()) }))
+}
+
 /// `vellum carrier add VOL NEW [--size SIZE]`, offline: NEW joins as the volume's last
 /// member, zero-filled before member 0's table names it.
 pub fn add(volume: &Path, new: &Path, size: Option<u64>, force: bool) -> Result<(), CliError> {
@@ -386,15 +400,9 @@ pub fn add(volume: &Path, new: &Path, size: Option<u64>, force: bool) -> Result<
     }
     let bar = Bar::new("zero-filling");
     let progress = |done: u64, total: u64| bar.report(done, total);
-    let result = attempt(new, |knobs| {
-        if force && media::is_block_device(new) {
-            // Forced: the device is taken as it is (the engine's own path refuses one that
-            // does not look empty); a volume or member on it is still refused by name.
-            let carrier = DeviceCarrier::open(new, knobs)?;
-            let member = MemberCarrier { carrier: Box::new(carrier), path: Some(new.to_owned()) };
-            return v.add_member(member, Some(&progress));
-        }
-        v.add_member_path(new, size, knobs, Some(&progress))
+    let result = attempt(new, |knobs| match forced_device(new, force, knobs)? {
+        Some(member) => v.add_member(member, Some(&progress)),
+        None => v.add_member_path(new, size, knobs, Some(&progress)),
     });
     drop(bar);
     if let Err(e) = result {
@@ -456,13 +464,9 @@ pub fn replace(volume: &Path, old: &Path, new: &Path, force: bool) -> Result<(),
     let bs = u64::from(v.info().layout.block_size);
     let bar = Bar::new("copying");
     let progress = |done: u64, total: u64| bar.report(done, total);
-    let result = attempt(new, |knobs| {
-        if force && media::is_block_device(new) {
-            let carrier = DeviceCarrier::open(new, knobs)?;
-            let member = MemberCarrier { carrier: Box::new(carrier), path: Some(new.to_owned()) };
-            return v.replace_member(index, member, Some(&progress));
-        }
-        v.replace_member_path(index, new, knobs, Some(&progress))
+    let result = attempt(new, |knobs| match forced_device(new, force, knobs)? {
+        Some(member) => v.replace_member(index, member, Some(&progress)),
+        None => v.replace_member_path(index, new, knobs, Some(&progress)),
     });
     drop(bar);
     if let Err(e) = result {
