@@ -87,6 +87,63 @@ fn refuses_direct_io(e: &Error, path: &Path) -> bool {
         && !is_block_device(path)
 }
 
+/// A new carrier at `path` for a volume or a member, with production knobs (buffered where
+/// the host file system refuses `O_DIRECT`): a block device whole, refused (`NotEmpty`) when
+/// its first or last MiB is not zero unless `force`; or a new file of `size_bytes`,
+/// preallocated and zero-filled (`force`: also over a file that does not look empty).
+/// Returns the carrier and whether this call created the file; a file it created is removed
+/// again when it fails.
+pub fn create_carrier(
+    path: &Path,
+    size_bytes: Option<u64>,
+    force: bool,
+    progress: Option<&(dyn Fn(u64, u64) + Sync)>,
+) -> Result<(Box<dyn Carrier>, bool)> {
+    if is_block_device(path) {
+        let device = carrier::DeviceCarrier::open(path, CarrierOptions::PRODUCTION)?;
+        if !force && !device.looks_empty()? {
+            return Err(Error::NotEmpty { path: path.to_owned() });
+        }
+        return Ok((Box::new(device), false));
+    }
+    let Some(capacity_bytes) = size_bytes else {
+        return Err(Error::Invalid(Invalid::Capacity { bytes: 0 }));
+    };
+    let existed = path.exists();
+    let mut create = carrier::CreateOptions {
+        capacity_bytes,
+        preallocate: true,
+        sparse: false,
+        force,
+        progress,
+    };
+    let result = match carrier::FileCarrier::create(path, &create, CarrierOptions::PRODUCTION) {
+        Err(e) if refuses_direct_io(&e, path) => {
+            // The file is there, zero-filled: create it again buffered.
+            create.force = true;
+            let buffered = CarrierOptions { direct_io: false, ..CarrierOptions::PRODUCTION };
+            carrier::FileCarrier::create(path, &create, buffered)
+        }
+        other => other,
+    };
+    match result {
+        Ok(c) => Ok((Box::new(c), !existed)),
+        Err(e) => {
+            if !existed {
+                let _ = std::fs::remove_file(path);
+            }
+            Err(e)
+        }
+    }
+}
+
+/// Whether the block device at `path` looks empty: its first and last MiB read as zeros
+/// (what formatting or adding it without force requires).
+pub fn device_looks_empty(path: &Path) -> Result<bool> {
+    let ro = CarrierOptions { direct_io: true, write_through: false, read_only: true };
+    carrier::DeviceCarrier::open(path, ro)?.looks_empty()
+}
+
 /// Opens the carrier at `path` with production knobs (direct IO, write-through; read-only
 /// when asked), or buffered where the host file system refuses `O_DIRECT` (tmpfs). A block
 /// device is never opened buffered.

@@ -14,7 +14,6 @@
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
-use vellum_engine::carrier::{CreateOptions, DeviceCarrier, FileCarrier};
 use vellum_engine::media::{self, Carrier, CarrierOptions};
 use vellum_engine::{Error, FormatOptions, MemberCarrier, MemberInfo, Volume, VolumeOptions};
 
@@ -107,55 +106,22 @@ fn create_carrier(
     force: bool,
     bar: &Bar,
 ) -> Result<(Box<dyn Carrier>, bool), CliError> {
-    if media::is_block_device(path) {
-        let device = DeviceCarrier::open(path, CarrierOptions::PRODUCTION)?;
-        if !force && !device.looks_empty()? {
-            return Err(CliError::Usage(format!(
-                "{} does not look empty: pass --force to overwrite it",
-                path.display()
-            )));
-        }
-        return Ok((Box::new(device), false));
-    }
-    let Some(capacity_bytes) = size else {
+    if size.is_none() && !media::is_block_device(path) {
         return Err(CliError::Usage(
             "--size is required for a file carrier (e.g. --size 64MiB)".into(),
         ));
-    };
-    super::volume::check_parent(path)?;
-    let existed = path.exists();
-    let progress = |done: u64, total: u64| bar.report(done, total);
-    let mut create = CreateOptions {
-        capacity_bytes,
-        preallocate: true,
-        sparse: false,
-        force,
-        progress: Some(&progress),
-    };
-    let result = match FileCarrier::create(path, &create, CarrierOptions::PRODUCTION) {
-        Err(e) if refuses_direct_io(&e, path) => {
-            // The file is there, zero-filled: open it again buffered.
-            create.force = true;
-            let buffered = CarrierOptions { direct_io: false, ..CarrierOptions::PRODUCTION };
-            FileCarrier::create(path, &create, buffered)
-        }
-        other => other,
-    };
-    match result {
-        Ok(c) => Ok((Box::new(c), !existed)),
-        Err(e) => {
-            if !existed {
-                let _ = std::fs::remove_file(path);
-            }
-            Err(match e {
-                Error::NotEmpty { path } => CliError::Usage(format!(
-                    "{} does not look empty: pass --force to overwrite it",
-                    path.display()
-                )),
-                other => other.into(),
-            })
-        }
     }
+    if !media::is_block_device(path) {
+        super::volume::check_parent(path)?;
+    }
+    let progress = |done: u64, total: u64| bar.report(done, total);
+    media::create_carrier(path, size, force, Some(&progress)).map_err(|e| match e {
+        Error::NotEmpty { path } => CliError::Usage(format!(
+            "{} does not look empty: pass --force to overwrite it",
+            path.display()
+        )),
+        other => other.into(),
+    })
 }
 
 /// `vellum format VOL --carrier B ...`: member 0 at `a.carrier` laid out by `a`'s flags,
@@ -352,11 +318,12 @@ fn refuse_used_device(path: &Path, force: bool) -> Result<(), CliError> {
     if force || !media::is_block_device(path) {
         return Ok(());
     }
-    let device = DeviceCarrier::open(path, read_only_knobs(path))?;
+    let device = media::open_carrier(path, read_only_knobs(path))?;
     // A volume or member is left to the engine, which names it.
-    let holds_volume = vellum_engine::superblock::read_slots(&device)
+    let holds_volume = vellum_engine::superblock::read_slots(device.as_ref())
         .is_ok_and(|slots| slots.iter().any(|s| s.result.is_ok()));
-    if !holds_volume && !device.looks_empty()? {
+    drop(device);
+    if !holds_volume && !media::device_looks_empty(path)? {
         return Err(CliError::Usage(format!(
             "{} does not look empty: pass --force to zero-fill it (nothing was changed)",
             path.display()
@@ -375,7 +342,7 @@ fn forced_device(
     if !force || !media::is_block_device(new) {
         return Ok(None);
     }
-    let carrier = Box::new(DeviceCarrier::open(new, knobs)?);
+    let carrier = media::open_carrier(new, knobs)?;
     Ok(Some(MemberCarrier { carrier, path: Some(new.to_owned()) }))
 }
 
