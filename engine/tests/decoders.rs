@@ -259,6 +259,32 @@ proptest! {
     }
 }
 
+/// Found by the property test above: a member table entry (resealed) that gives a later
+/// member terabytes its carrier does not hold once made the checker size the allocator's bitmap
+/// by it and abort on the allocation. Open and check must refuse it first.
+#[test]
+fn a_member_table_asking_more_than_the_carrier_holds_is_refused() {
+    let (mut a, b) = two_members_cached();
+    let mut sb = Superblock::decode(&a[..4096], 0)
+        .or_else(|_| Superblock::decode(&a[4096..8192], 1))
+        .unwrap();
+    assert_eq!(sb.carrier_index, 0);
+    sb.members[1].capacity_blocks = 1 << 46;
+    for slot in 0..2u8 {
+        let off = superblock::slot_offset(slot) as usize;
+        a[off..off + 4096].copy_from_slice(&sb.encode(slot));
+    }
+    let (x, y) = (MemoryCarrier::from_bytes(&a), MemoryCarrier::from_bytes(&b));
+    let report = vellum_engine::check_members(&[&x, &y]);
+    assert_ne!(report.exit_code(), 0, "{report:?}");
+    let given = vec![
+        MemberCarrier::new(Box::new(MemoryCarrier::from_bytes(&a))),
+        MemberCarrier::new(Box::new(MemoryCarrier::from_bytes(&b))),
+    ];
+    let err = Volume::open_members(given, VolumeOptions::default()).err().unwrap();
+    assert!(err.to_string().contains("carrier"), "{err}");
+}
+
 #[test]
 fn two_members_open_and_check_clean() {
     let (a, b) = two_members_cached();

@@ -161,6 +161,12 @@ pub fn check_members(carriers: &[&dyn Carrier]) -> CheckReport {
             return report;
         }
         let geometry = newest.geometry();
+        for (k, &c) in carriers.iter().enumerate().take(geometry.count()).skip(1) {
+            if let Err(e) = super::members::fits(newest, k, c) {
+                report.add(FindingKind::Corrupt, format!("member {k}: {e}"));
+                return report;
+            }
+        }
         probe = Probe::members(carriers[..geometry.count()].to_vec(), &geometry);
     }
     let mut adopted = match adopt(&probe) {

@@ -360,18 +360,26 @@ pub(crate) fn gather(given: Vec<MemberCarrier>, opener: Option<Opener<'_>>) -> R
             carrier
         };
         if k > 0 {
-            let need = sb.members[k].capacity_blocks * u64::from(sb.layout.block_size);
-            let have = carrier.geometry().len_bytes;
-            if have < need {
-                return Err(Error::Invalid(crate::error::Invalid::CarrierTooSmall {
-                    carrier_bytes: have,
-                    volume_bytes: need,
-                }));
-            }
+            fits(&sb, k, carrier.as_ref())?;
         }
         carriers.push(carrier);
     }
     Ok((carriers, first_path))
+}
+
+/// Checks that later member `k`'s carrier holds the capacity member 0's table gives it:
+/// nothing may size a structure by a table entry (a damaged one could ask for terabytes)
+/// before its carrier is known to hold it.
+pub(crate) fn fits(sb: &Superblock, k: usize, carrier: &dyn Carrier) -> Result<()> {
+    let need = sb.members[k].capacity_blocks.saturating_mul(u64::from(sb.layout.block_size));
+    let have = carrier.geometry().len_bytes;
+    if have < need {
+        return Err(Error::Invalid(crate::error::Invalid::CarrierTooSmall {
+            carrier_bytes: have,
+            volume_bytes: need,
+        }));
+    }
+    Ok(())
 }
 
 /// Checks that `id` (a carrier's newest superblock) is a later member of the volume whose
