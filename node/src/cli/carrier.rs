@@ -346,6 +346,39 @@ fn forced_device(
     Ok(Some(MemberCarrier { carrier, path: Some(new.to_owned()) }))
 }
 
+/// A member change progress can report on (`Volume::add_member`, `replace_member`, ...).
+type Progress<'a> = Option<&'a (dyn Fn(u64, u64) + Sync)>;
+
+/// Runs an add or replace of `new` on `v` offline, with a progress bar named `doing`: `forced`
+/// takes a block device given with `--force` as it is, `by_path` lets the engine create or
+/// admit the carrier at `new`. Closes the volume either way; returns its members after.
+fn change_members(
+    v: Volume,
+    new: &Path,
+    force: bool,
+    doing: &str,
+    forced: impl Fn(&Volume, MemberCarrier, Progress<'_>) -> vellum_engine::Result<()>,
+    by_path: impl Fn(&Volume, CarrierOptions, Progress<'_>) -> vellum_engine::Result<()>,
+) -> Result<Vec<MemberInfo>, CliError> {
+    if !media::is_block_device(new) {
+        super::volume::check_parent(new)?;
+    }
+    let bar = Bar::new(doing);
+    let progress = |done: u64, total: u64| bar.report(done, total);
+    let result = attempt(new, |knobs| match forced_device(new, force, knobs)? {
+        Some(member) => forced(&v, member, Some(&progress)),
+        None => by_path(&v, knobs, Some(&progress)),
+    });
+    drop(bar);
+    if let Err(e) = result {
+        let _ = v.close();
+        return Err(e);
+    }
+    let members = v.members();
+    v.close()?;
+    Ok(members)
+}
+
 /// `vellum carrier add VOL NEW [--size SIZE]`, offline: NEW joins as the volume's last
 /// member, zero-filled before member 0's table names it.
 pub fn add(volume: &Path, new: &Path, size: Option<u64>, force: bool) -> Result<(), CliError> {
@@ -362,22 +395,14 @@ pub fn add(volume: &Path, new: &Path, size: Option<u64>, force: bool) -> Result<
             _ => v.members().last().map(|m| m.blocks * bs),
         },
     };
-    if !media::is_block_device(new) {
-        super::volume::check_parent(new)?;
-    }
-    let bar = Bar::new("zero-filling");
-    let progress = |done: u64, total: u64| bar.report(done, total);
-    let result = attempt(new, |knobs| match forced_device(new, force, knobs)? {
-        Some(member) => v.add_member(member, Some(&progress)),
-        None => v.add_member_path(new, size, knobs, Some(&progress)),
-    });
-    drop(bar);
-    if let Err(e) = result {
-        let _ = v.close();
-        return Err(e);
-    }
-    let members = v.members();
-    v.close()?;
+    let members = change_members(
+        v,
+        new,
+        force,
+        "zero-filling",
+        |v, member, progress| v.add_member(member, progress),
+        |v, knobs, progress| v.add_member_path(new, size, knobs, progress),
+    )?;
     let total: u64 = members.iter().map(|m| m.blocks).sum();
     if let Some(m) = members.last() {
         println!("added {}", member_line(m, bs));
@@ -425,23 +450,15 @@ pub fn replace(volume: &Path, old: &Path, new: &Path, force: bool) -> Result<(),
             volume.display()
         )));
     }
-    if !media::is_block_device(new) {
-        super::volume::check_parent(new)?;
-    }
     let bs = u64::from(v.info().layout.block_size);
-    let bar = Bar::new("copying");
-    let progress = |done: u64, total: u64| bar.report(done, total);
-    let result = attempt(new, |knobs| match forced_device(new, force, knobs)? {
-        Some(member) => v.replace_member(index, member, Some(&progress)),
-        None => v.replace_member_path(index, new, knobs, Some(&progress)),
-    });
-    drop(bar);
-    if let Err(e) = result {
-        let _ = v.close();
-        return Err(e);
-    }
-    let members = v.members();
-    v.close()?;
+    let members = change_members(
+        v,
+        new,
+        force,
+        "copying",
+        |v, member, progress| v.replace_member(index, member, progress),
+        |v, knobs, progress| v.replace_member_path(index, new, knobs, progress),
+    )?;
     if let Some(m) = members.get(index) {
         println!("replaced {} by {}", old.display(), member_line(m, bs));
     }
