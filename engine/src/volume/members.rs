@@ -620,6 +620,8 @@ pub(crate) fn add_member(
     }
     let blocks = admit(new.carrier.as_ref(), &meta.sb, path, k)?;
     let first_path = meta.first_path.clone();
+    // The table must take the member (count, path table) before the growth below changes
+    // anything; it is built again after it, from the grown superblock.
     with_member(&meta.sb, blocks, path, first_path.as_deref())?;
     // 1. Member 0 reaches its cap first: the block space has no hole.
     if meta.sb.carrier_count == 1 && meta.sb.layout.can_grow() {
