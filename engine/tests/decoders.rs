@@ -315,3 +315,85 @@ fn reseal_really_reaches_the_records() {
     assert!(matches!(e, vellum_engine::Error::Unsupported(_)), "{e:?}");
     let _ = MemoryCarrier::new(1).geometry();
 }
+
+/// Copies superblock `sb` (generation raised to `generation`) into `bytes`' older slot.
+fn plant_in_older_slot(bytes: &mut [u8], mut sb: Superblock, generation: u64) {
+    let gen_of = |slot: u8| {
+        let off = superblock::slot_offset(slot) as usize;
+        Superblock::decode(&bytes[off..off + 4096], slot).map_or(0, |s| s.generation)
+    };
+    let older = u8::from(gen_of(0) > gen_of(1));
+    sb.generation = generation;
+    let off = superblock::slot_offset(older) as usize;
+    bytes[off..off + 4096].copy_from_slice(&sb.encode(older));
+}
+
+fn newest_superblock(bytes: &[u8]) -> Superblock {
+    let a = Superblock::decode(&bytes[..4096], 0);
+    let b = Superblock::decode(&bytes[4096..8192], 1);
+    match (a, b) {
+        (Ok(a), Ok(b)) => {
+            if a.generation >= b.generation {
+                a
+            } else {
+                b
+            }
+        }
+        (Ok(a), Err(_)) => a,
+        (Err(_), Ok(b)) => b,
+        (Err(e), Err(_)) => panic!("{e}"),
+    }
+}
+
+/// Found by review: open placed the volume's members by the newest slot before adoption, so
+/// a newer slot of another volume (another journal size, another member table) made the
+/// fallback to this volume's own slot read its image through the other volume's layout and
+/// trip the area checks. Each candidate is placed by its own table now: the volume opens at
+/// its own commit and checks clean.
+#[test]
+fn a_newer_foreign_slot_of_another_layout_falls_back_cleanly() {
+    let foreign_of = |journal_bytes: u64| {
+        let carrier = Arc::new(MemoryCarrier::new(2 << 20));
+        let fmt =
+            FormatOptions { image_blocks: Some(32), journal_bytes, ..FormatOptions::default() };
+        Volume::format(Box::new(Arc::clone(&carrier)), &fmt, VolumeOptions::default())
+            .unwrap()
+            .close()
+            .unwrap();
+        newest_superblock(&carrier.to_bytes())
+    };
+    // One member, a foreign slot with a journal region where this volume has none.
+    let mut vol = sample_volume_cached();
+    let ours = newest_superblock(&vol);
+    let foreign = foreign_of(256 << 10);
+    assert_ne!(foreign.layout.journal, ours.layout.journal);
+    plant_in_older_slot(&mut vol, foreign, ours.generation + 5);
+    assert_eq!(check(&MemoryCarrier::from_bytes(&vol)).exit_code(), 0);
+    let v =
+        Volume::open(Box::new(MemoryCarrier::from_bytes(&vol)), VolumeOptions::default()).unwrap();
+    assert_eq!(v.open_report().generation, ours.generation);
+    v.check_invariants();
+    assert_eq!(v.open_file("/a/f7").unwrap().read_to_end().unwrap(), vec![7u8; 700]);
+    v.close().unwrap();
+
+    // Member 0 of two members, a foreign slot of one member and another journal.
+    let (mut a, b) = two_members_cached();
+    let ours = newest_superblock(&a);
+    let foreign = foreign_of(256 << 10);
+    assert_ne!(foreign.layout.journal, ours.layout.journal);
+    plant_in_older_slot(&mut a, foreign, ours.generation + 5);
+    let given = vec![
+        MemberCarrier::new(Box::new(MemoryCarrier::from_bytes(&a))),
+        MemberCarrier::new(Box::new(MemoryCarrier::from_bytes(&b))),
+    ];
+    match Volume::open_members(given, VolumeOptions::default()) {
+        Ok(v) => {
+            assert_eq!(v.open_report().generation, ours.generation);
+            assert_eq!(v.open_file("/span").unwrap().read_to_end().unwrap().len(), 1_500_000);
+            v.close().unwrap();
+        }
+        // Gathering goes by the newest slot, which names one member: a named refusal is
+        // acceptable, a panic is not.
+        Err(e) => assert!(e.to_string().contains("member"), "{e}"),
+    }
+}

@@ -256,3 +256,27 @@ fn a_member_joins_while_a_writer_keeps_writing() {
     v.check_invariants();
     v.close().unwrap();
 }
+
+/// Found by review: a refused add removed the file at the new member's path when that file
+/// existed (empty) before the call: only a file the call created may go again. A thin volume
+/// refuses members before anything is created.
+#[test]
+fn a_refused_add_keeps_an_existing_empty_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let (a, b) = (dir.path().join("a.vlm"), dir.path().join("b.vlm"));
+    let fmt = FormatOptions {
+        capacity_bytes: Some(16 * MIB),
+        preallocate: false,
+        ..FormatOptions::default()
+    };
+    let v = Volume::create_path(&a, &fmt, knobs(), VolumeOptions::default()).unwrap();
+    std::fs::write(&b, b"").unwrap();
+    let err = v.add_member_path(&b, Some(16 * MIB), knobs(), None).unwrap_err();
+    assert!(matches!(err, Error::Member { problem: MemberProblem::NotPreallocated, .. }), "{err}");
+    assert!(b.exists(), "the caller's file is still there");
+    assert_eq!(std::fs::metadata(&b).unwrap().len(), 0, "and untouched");
+    let c = dir.path().join("c.vlm");
+    assert!(v.add_member_path(&c, Some(16 * MIB), knobs(), None).is_err());
+    assert!(!c.exists(), "nothing created for a refused add");
+    v.close().unwrap();
+}

@@ -101,6 +101,14 @@ fn format_with_carriers_refuses_thin_sparse_grow_and_a_carrier_twice() {
     let err = refused(&["format", s(&a), "--size", "100KiB", "--carrier", s(&b)]);
     assert!(!err.is_empty());
     assert!(!a.exists() && !b.exists(), "a refused format leaves no carrier behind");
+    // A later carrier that holds data: refused before the first is created.
+    let junk = dir.path().join("junk");
+    std::fs::write(&junk, pattern(1 << 20)).unwrap();
+    let err =
+        refused(&["format", s(&a), "--size", "16MiB", "--carrier", s(&b), "--carrier", s(&junk)]);
+    assert!(err.contains("does not look empty"), "{err}");
+    assert!(!a.exists() && !b.exists(), "nothing created before the refusal");
+    assert!(std::fs::read(&junk).unwrap() == pattern(1 << 20), "the data is untouched");
 }
 
 #[test]
@@ -131,12 +139,16 @@ fn carrier_add_then_replace_keeps_every_byte() {
     assert!(ok(&["cat", v, "/big"]) == data, "reads back identical after replace");
     check_clean(v);
 
-    // The old carrier is no member any more; member 0 is copied offline instead.
+    // The old carrier is no member any more; member 0 is copied offline instead. Neither
+    // refusal writes to the volume (its superblocks keep their generation).
+    let superblocks = |p: &Path| std::fs::read(p).unwrap()[..8192].to_vec();
+    let head = superblocks(&a);
     let err = refused(&["carrier", "replace", v, s(&b), s(&dir.path().join("d.vlm"))]);
     assert!(err.contains("is not a member"), "{err}");
     let err = refused(&["carrier", "replace", v, v, s(&dir.path().join("d.vlm"))]);
     assert!(err.contains("member 0") && err.contains("dd"), "{err}");
     assert!(!dir.path().join("d.vlm").exists(), "a refused replace creates nothing");
+    assert!(superblocks(&a) == head, "a refused replace writes nothing");
     assert_eq!(members(v), after);
     assert!(ok(&["cat", v, "/big"]) == data);
 }

@@ -31,6 +31,7 @@ pub use faulty::{
     CrashPlan, FaultRng, FaultyCarrier, InjectedError, OpKind, OpRecord, PowerGroup, WriteHook,
 };
 pub(crate) use fd::FdCore;
+pub(crate) use file::looks_empty as file_looks_empty;
 pub use file::{CreateOptions, FileCarrier};
 pub use memory::MemoryCarrier;
 pub use stats::names as stats_names;

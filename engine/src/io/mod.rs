@@ -205,12 +205,6 @@ impl Io {
     pub(crate) fn init(&self, geometry: &VolumeGeometry, cache_bytes: usize) {
         let layout = geometry.layout();
         self.set_geometry(geometry);
-        {
-            // Carriers the adopted superblock does not name (an add cut before its flip was
-            // durable) are released.
-            let mut table = self.table.write().unwrap_or_else(std::sync::PoisonError::into_inner);
-            table.as_mut().expect("the carriers are open").members.truncate(geometry.count());
-        }
         assert!(self.block_size.set(layout.block_size).is_ok(), "the IO layer is set up once");
         if cache_bytes > 0 {
             let bs = layout.block_size as usize;
@@ -222,8 +216,8 @@ impl Io {
         }
     }
 
-    /// Checks every later request against `geometry` (at its cap): adoption sets the newest
-    /// candidate's before it reads an image that may lie on any member.
+    /// Checks every later request against `geometry` (at its cap): the adopted commit's,
+    /// set once adoption chose it.
     pub(crate) fn set_geometry(&self, geometry: &VolumeGeometry) {
         let mut table = self.table.write().unwrap_or_else(std::sync::PoisonError::into_inner);
         let table = table.as_mut().expect("the carriers are open");
@@ -233,6 +227,10 @@ impl Io {
             geometry.count(),
             table.members.len()
         );
+        // Carriers the geometry does not name (gathered by a newer commit that adoption
+        // passed over, or an add cut before its flip was durable) are not members of what
+        // opened: they are released, never written.
+        table.members.truncate(geometry.count());
         table.spans = geometry.at_cap().spans;
     }
 
@@ -458,6 +456,12 @@ fn sum_stats(members: &[IoMember]) -> StatsSnapshot {
 impl Session<'_> {
     pub(crate) fn table(&self) -> &Table {
         self.table.as_ref().expect("a session holds open carriers")
+    }
+
+    /// Every member's carrier, member 0 first.
+    pub(crate) fn carriers(&self) -> Vec<&dyn Carrier> {
+        let table = self.table();
+        (0..table.members.len()).map(|k| table.carrier(k)).collect()
     }
 
     /// Member 0's carrier: the commit point, and the one that grows.
@@ -754,22 +758,40 @@ impl AreaRead for Session<'_> {
 }
 
 /// Area-checked reads of carriers the caller owns (nothing is counted or poisoned: the
-/// checker only looks): member 0's alone until [`Probe::with_geometry`].
+/// checker only looks, and adoption only reads): member 0's alone until [`Probe::place`].
 pub(crate) struct Probe<'a> {
     carriers: Vec<&'a dyn Carrier>,
-    spans: Vec<MemberSpan>,
+    spans: std::cell::RefCell<Vec<MemberSpan>>,
 }
 
 impl<'a> Probe<'a> {
     /// A probe of member 0's carrier alone.
     pub(crate) fn single(carrier: &'a dyn Carrier) -> Probe<'a> {
-        Probe { carriers: vec![carrier], spans: Vec::new() }
+        Probe::over(vec![carrier])
     }
 
-    /// A probe over every member's carrier, member 0 first, placed by `geometry`.
-    pub(crate) fn members(carriers: Vec<&'a dyn Carrier>, geometry: &VolumeGeometry) -> Probe<'a> {
-        assert_eq!(carriers.len(), geometry.count(), "one carrier per member");
-        Probe { carriers, spans: geometry.at_cap().spans }
+    /// A probe over carriers, member 0 first, placed by nothing yet: requests are checked
+    /// against the layout the reader gives until [`Probe::place`].
+    pub(crate) fn over(carriers: Vec<&'a dyn Carrier>) -> Probe<'a> {
+        assert!(!carriers.is_empty(), "a volume has a member");
+        Probe { carriers, spans: std::cell::RefCell::new(Vec::new()) }
+    }
+
+    /// The carriers, member 0 first.
+    pub(crate) fn carriers(&self) -> &[&'a dyn Carrier] {
+        &self.carriers
+    }
+
+    /// Checks every later request against `geometry` (at its cap): adoption places each
+    /// candidate superblock's members before it reads that candidate's image.
+    pub(crate) fn place(&self, geometry: &VolumeGeometry) {
+        assert!(
+            geometry.count() <= self.carriers.len(),
+            "a geometry of {} members over {} carriers",
+            geometry.count(),
+            self.carriers.len()
+        );
+        *self.spans.borrow_mut() = geometry.at_cap().spans;
     }
 }
 
@@ -781,7 +803,7 @@ impl AreaRead for Probe<'_> {
         offset: u64,
         buf: &mut [u8],
     ) -> Result<()> {
-        let r = members::route(&self.spans, layout, area, offset, buf.len());
+        let r = members::route(&self.spans.borrow(), layout, area, offset, buf.len());
         self.carriers[r.member].read_exact_at(buf, r.offset).map_err(|source| Error::Io {
             op: IoOp::Read,
             offset,

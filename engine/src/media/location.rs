@@ -137,11 +137,23 @@ pub fn create_carrier(
     }
 }
 
-/// Whether the block device at `path` looks empty: its first and last MiB read as zeros
-/// (what formatting or adding it without force requires).
-pub fn device_looks_empty(path: &Path) -> Result<bool> {
-    let ro = CarrierOptions { direct_io: true, write_through: false, read_only: true };
-    carrier::DeviceCarrier::open(path, ro)?.looks_empty()
+/// Whether `path` may become a carrier without force (what `create_carrier` refuses
+/// otherwise): a block device whose first and last MiB read as zeros, a file whose first MiB
+/// does, or nothing there yet.
+pub fn looks_empty(path: &Path) -> Result<bool> {
+    if is_block_device(path) {
+        let ro = CarrierOptions { direct_io: true, write_through: false, read_only: true };
+        return carrier::DeviceCarrier::open(path, ro)?.looks_empty();
+    }
+    let file = match std::fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(true),
+        Err(source) => return Err(Error::Open { path: path.to_owned(), source }),
+    };
+    let len =
+        file.metadata().map_err(|source| Error::Open { path: path.to_owned(), source })?.len();
+    carrier::file_looks_empty(&file, len)
+        .map_err(|source| Error::Open { path: path.to_owned(), source })
 }
 
 /// Opens the carrier at `path` with production knobs (direct IO, write-through; read-only

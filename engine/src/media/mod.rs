@@ -39,8 +39,8 @@ mod url;
 mod vol;
 
 pub use location::{
-    Location, create_carrier, device_looks_empty, is_block_device, open_carrier,
-    open_or_create_volume, open_production_carrier, open_volume,
+    Location, create_carrier, is_block_device, looks_empty, open_carrier, open_or_create_volume,
+    open_production_carrier, open_volume,
 };
 pub use url::{Bare, MediaUrl, S3Url};
 

@@ -121,11 +121,11 @@ pub fn check(carrier: &dyn Carrier) -> CheckReport {
 /// `Volume::gather_members`) without writing to any of them.
 pub fn check_members(carriers: &[&dyn Carrier]) -> CheckReport {
     let mut report = CheckReport::default();
-    let Some(&carrier) = carriers.first() else {
+    if carriers.is_empty() {
         report.add(FindingKind::Incomplete, "no carrier to check");
         return report;
-    };
-    let mut probe = Probe::single(carrier);
+    }
+    let probe = Probe::over(carriers.to_vec());
     let slots = match superblock::read_slots_in(&probe) {
         Ok(s) => s,
         Err(e) => {
@@ -143,7 +143,8 @@ pub fn check_members(carriers: &[&dyn Carrier]) -> CheckReport {
             Err(e) => SlotStatus::Damaged(e.to_string()),
         });
     }
-    // Every member is placed by the newest slot's table (as open does).
+    // Every member the newest slot's table names must be given and hold its capacity;
+    // adoption then places each candidate by its own table (as open does).
     let newest = slots.iter().filter_map(|s| s.result.as_ref().ok()).max_by_key(|sb| sb.generation);
     if let Some(newest) = newest
         && newest.carrier_index == 0
@@ -160,14 +161,12 @@ pub fn check_members(carriers: &[&dyn Carrier]) -> CheckReport {
             );
             return report;
         }
-        let geometry = newest.geometry();
-        for (k, &c) in carriers.iter().enumerate().take(geometry.count()).skip(1) {
+        for (k, &c) in carriers.iter().enumerate().take(newest.carrier_count as usize).skip(1) {
             if let Err(e) = super::members::fits(newest, k, c) {
                 report.add(FindingKind::Corrupt, format!("member {k}: {e}"));
                 return report;
             }
         }
-        probe = Probe::members(carriers[..geometry.count()].to_vec(), &geometry);
     }
     let mut adopted = match adopt(&probe) {
         Ok(a) => a,

@@ -147,14 +147,16 @@ pub(crate) fn index_of(volume: &super::Volume, path: &Path) -> Option<usize> {
 /// be zero-filled), an absent file created preallocated and zero-filled at `size_bytes`.
 /// Refuses a path that holds a volume or member (`OtherVolume`, `AlreadyMember`), a path
 /// that is already a member of `volume`, and an existing file that is not empty. Returns the
-/// carrier and whether it is zero-filled and durable already.
+/// carrier, whether it is zero-filled and durable already, and whether this call created the
+/// file (only such a file may be removed again when the change is refused: an existing empty
+/// file is the caller's).
 pub(crate) fn create_member(
     volume: &super::Volume,
     path: &Path,
     size_bytes: Option<u64>,
     knobs: crate::carrier::CarrierOptions,
     progress: Option<&(dyn Fn(u64, u64) + Sync)>,
-) -> Result<(Box<dyn Carrier>, bool)> {
+) -> Result<(Box<dyn Carrier>, bool, bool)> {
     use crate::carrier::{CreateOptions, DeviceCarrier, FileCarrier};
     let k = volume.members().len();
     if let Some(index) = index_of(volume, path) {
@@ -164,15 +166,20 @@ pub(crate) fn create_member(
             MemberProblem::AlreadyMember { index: index as u32 },
         ));
     }
+    if volume.inner.meta().sb.layout_flags != 0 {
+        // Refused before anything is created or zero-filled (`add_member` says it again).
+        return Err(member_error(Some(path), k, MemberProblem::NotPreallocated));
+    }
     if crate::carrier::is_block_device(path) {
         let device = DeviceCarrier::open(path, knobs)?;
         check_unused_existing(&device, volume, path, k)?;
         if !device.looks_empty()? {
             return Err(Error::NotEmpty { path: path.to_owned() });
         }
-        return Ok((Box::new(device), false));
+        return Ok((Box::new(device), false, false));
     }
-    if path.exists() {
+    let existed = path.exists();
+    if existed {
         // Read what is there before anything is written: a volume or member is refused by
         // name, anything else that is not empty as `NotEmpty`.
         let ro = crate::carrier::CarrierOptions {
@@ -197,7 +204,15 @@ pub(crate) fn create_member(
     }
     let create =
         CreateOptions { capacity_bytes, preallocate: true, sparse: false, force: false, progress };
-    Ok((Box::new(FileCarrier::create(path, &create, knobs)?), true))
+    match FileCarrier::create(path, &create, knobs) {
+        Ok(file) => Ok((Box::new(file), true, !existed)),
+        Err(e) => {
+            if !existed {
+                let _ = std::fs::remove_file(path);
+            }
+            Err(e)
+        }
+    }
 }
 
 fn check_unused_existing(

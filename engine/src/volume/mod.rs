@@ -475,9 +475,10 @@ impl Volume {
         carrier: CarrierOptions,
         progress: Option<&(dyn Fn(u64, u64) + Sync)>,
     ) -> Result<()> {
-        let (carrier, created) = members::create_member(self, path, size_bytes, carrier, progress)?;
+        let (carrier, zero_filled, created) =
+            members::create_member(self, path, size_bytes, carrier, progress)?;
         let new = MemberCarrier { carrier, path: Some(path.to_owned()) };
-        members::add_member(&self.inner, new, created, progress).inspect_err(|_| {
+        members::add_member(&self.inner, new, zero_filled, progress).inspect_err(|_| {
             if created {
                 // The file this call created never became a member.
                 let _ = std::fs::remove_file(path);
@@ -513,7 +514,7 @@ impl Volume {
             return members::replace_member(&self.inner, index, MemberCarrier::new(none), None);
         }
         let size = members[index].blocks * u64::from(self.inner.layout.block_size);
-        let (new, created) = members::create_member(self, path, Some(size), carrier, progress)?;
+        let (new, _, created) = members::create_member(self, path, Some(size), carrier, progress)?;
         let new = MemberCarrier { carrier: new, path: Some(path.to_owned()) };
         members::replace_member(&self.inner, index, new, progress).inspect_err(|_| {
             if created {

@@ -29,7 +29,7 @@ use crate::error::{Corruption, Error, Invalid, Region, Result};
 use crate::format::checksum;
 use crate::format::consts::{FORMAT_VERSION, SUPERBLOCKS_LEN, Uuid};
 use crate::image::reader::{self, LoadedImage};
-use crate::io::{Area, AreaRead, IO_ALIGN, Io, Mutants};
+use crate::io::{Area, AreaRead, IO_ALIGN, Io, Mutants, Probe};
 use crate::journal::replay::{Apply, ReplayRules, Replayed};
 use crate::journal::scan::ScanRules;
 use crate::journal::{self, Journal, Op, ReplayReport, Ring};
@@ -84,8 +84,11 @@ pub(crate) struct Adopted {
 /// Adoption: the newest valid superblock whose image verifies. A newer slot may be passed
 /// over only when it is the first-written slot of an interrupted commit (exactly one
 /// generation ahead) or belongs to another volume; anything else is real damage and refuses.
-pub(crate) fn adopt(io: &dyn AreaRead) -> Result<Adopted> {
-    let order = superblock::adoption_order(superblock::read_slots_in(io)?)?;
+/// Each candidate places the members by its own table before its image is read: a newer
+/// slot that is passed over (another volume's, another journal size or member table) never
+/// decides where the adopted one's blocks are.
+pub(crate) fn adopt(probe: &Probe<'_>) -> Result<Adopted> {
+    let order = superblock::adoption_order(superblock::read_slots_in(probe)?)?;
     let mut first_error = None;
     for (i, (slot, sb)) in order.iter().enumerate() {
         if sb.carrier_index != 0 {
@@ -99,7 +102,7 @@ pub(crate) fn adopt(io: &dyn AreaRead) -> Result<Adopted> {
                 },
             });
         }
-        match reader::load(io, sb) {
+        match place(probe, sb).and_then(|()| reader::load(probe, sb)) {
             Ok(image) => {
                 let fell_back_from = (i > 0).then(|| order[0].1.generation);
                 return Ok(Adopted { slot: *slot, sb: sb.clone(), image, fell_back_from });
@@ -118,6 +121,31 @@ pub(crate) fn adopt(io: &dyn AreaRead) -> Result<Adopted> {
         }
     }
     Err(first_error.unwrap_or(Error::NotAVolume))
+}
+
+/// Places the members member 0's superblock `sb` names on the probe's carriers; refuses a
+/// table naming more members than were gathered, or giving one more than its carrier holds
+/// (nothing may size a read by a table entry before that).
+fn place(probe: &Probe<'_>, sb: &Superblock) -> Result<()> {
+    let count = sb.carrier_count as usize;
+    let given = probe.carriers().len();
+    if count > given {
+        return Err(Error::Member {
+            member: members::name(None, given),
+            problem: crate::error::MemberProblem::Missing {
+                index: given as u32,
+                why: format!(
+                    "the commit at generation {} names {count} members; {given} were gathered",
+                    sb.generation
+                ),
+            },
+        });
+    }
+    for k in 1..count {
+        members::fits(sb, k, probe.carriers()[k])?;
+    }
+    probe.place(&sb.geometry_checked()?);
+    Ok(())
 }
 
 /// Where replay applies records: the checkpoint's namespace through the live path's own
@@ -175,9 +203,13 @@ pub(crate) fn replay(
 }
 
 fn check_alignment(io: &Io, block_size: u32) -> Result<()> {
-    let g = io.geometry;
-    if !block_size.is_multiple_of(g.offset_align.max(1)) || g.mem_align as usize > IO_ALIGN {
-        return Err(Error::Invalid(Invalid::BlockSize { bytes: block_size }));
+    // Every member's carrier: a later member on a device of larger sectors than member 0's
+    // could not take the volume's block IO.
+    for carrier in io.session()?.carriers() {
+        let g = carrier.geometry();
+        if !block_size.is_multiple_of(g.offset_align.max(1)) || g.mem_align as usize > IO_ALIGN {
+            return Err(Error::Invalid(Invalid::BlockSize { bytes: block_size }));
+        }
     }
     Ok(())
 }
@@ -318,28 +350,13 @@ pub(crate) fn open_members(
     let (carriers, first_path) = members::gather(given, opener)?;
     let io = Io::with_members(carriers, mutants(&options));
     options.cache_bytes_for(io.medium)?;
-    {
-        // Adoption may read an image on any member: the newest candidate places them all
-        // (an older one names the same members or fewer).
+    let mut adopted = {
         let session = io.session()?;
-        let order = superblock::adoption_order(superblock::read_slots_in(&session)?)?;
-        if let Some((_, newest)) = order.first()
-            && newest.carrier_index == 0
-        {
-            drop(session);
-            io.set_geometry(&newest.geometry());
-        }
-    }
-    let mut adopted = adopt(&io.session()?)?;
-    if adopted.sb.carrier_index != 0 {
-        return Err(Error::Member {
-            member: members::name(first_path.as_deref(), 0),
-            problem: crate::error::MemberProblem::NotFirst {
-                index: adopted.sb.carrier_index,
-                first: None,
-            },
-        });
-    }
+        adopt(&Probe::over(session.carriers()))?
+    };
+    // The adopted commit places the members (an older one than the carriers' newest may name
+    // fewer: the rest are not members of what opened).
+    io.set_geometry(&adopted.sb.geometry());
     check_alignment(&io, adopted.sb.layout.block_size)?;
     let replayed = replay(&io.session()?, &mut adopted, options.mutation())?;
     let sb = &adopted.sb;

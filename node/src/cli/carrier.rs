@@ -175,6 +175,17 @@ pub fn format(a: &super::volume::FormatArgs, others: &[PathBuf]) -> Result<(), C
             None,
         )?;
     }
+    // Every carrier must be fit to take before the first is created (and zero-filled).
+    if !a.force {
+        for p in &all {
+            if !media::looks_empty(p)? {
+                return Err(CliError::Usage(format!(
+                    "{} does not look empty: pass --force to overwrite it (nothing was changed)",
+                    p.display()
+                )));
+            }
+        }
+    }
     let bar = Bar::new("zero-filling");
     let mut created: Vec<PathBuf> = Vec::new();
     let result = (|| -> Result<Volume, CliError> {
@@ -323,7 +334,7 @@ fn refuse_used_device(path: &Path, force: bool) -> Result<(), CliError> {
     let holds_volume = vellum_engine::superblock::read_slots(device.as_ref())
         .is_ok_and(|slots| slots.iter().any(|s| s.result.is_ok()));
     drop(device);
-    if !holds_volume && !media::device_looks_empty(path)? {
+    if !holds_volume && !media::looks_empty(path)? {
         return Err(CliError::Usage(format!(
             "{} does not look empty: pass --force to zero-fill it (nothing was changed)",
             path.display()
@@ -421,35 +432,39 @@ pub fn add(volume: &Path, new: &Path, size: Option<u64>, force: bool) -> Result<
 /// copied byte for byte (dd) with the volume closed instead.
 pub fn replace(volume: &Path, old: &Path, new: &Path, force: bool) -> Result<(), CliError> {
     refuse_used_device(new, force)?;
-    let v = open_for_change(volume)?;
-    let Some(index) = v.member_index(old) else {
-        let paths: Vec<String> = v
-            .members()
-            .iter()
-            .map(|m| {
-                m.path
-                    .as_deref()
-                    .map_or_else(|| format!("member {}", m.index), |p| p.display().to_string())
-            })
-            .collect();
-        let _ = v.close();
-        return Err(CliError::Usage(format!(
-            "{} is not a member of {} (its members: {}); nothing was changed",
-            old.display(),
-            volume.display(),
-            paths.join(", ")
-        )));
+    // OLD is looked up on a read-only open: a refusal writes nothing to the volume.
+    let looked = super::volume::open(volume, true)?;
+    let (found, paths) = (looked.member_index(old), looked.members());
+    looked.close()?;
+    let index = match found {
+        None => {
+            let paths: Vec<String> = paths
+                .iter()
+                .map(|m| {
+                    m.path
+                        .as_deref()
+                        .map_or_else(|| format!("member {}", m.index), |p| p.display().to_string())
+                })
+                .collect();
+            return Err(CliError::Usage(format!(
+                "{} is not a member of {} (its members: {}); nothing was changed",
+                old.display(),
+                volume.display(),
+                paths.join(", ")
+            )));
+        }
+        Some(0) => {
+            return Err(CliError::Usage(format!(
+                "{} is member 0 of {}, which holds the journal and the commit point: member 0 \
+                 is replaced offline: copy its carrier byte for byte (dd) with the volume \
+                 closed and open the copy; nothing was changed",
+                old.display(),
+                volume.display()
+            )));
+        }
+        Some(k) => k,
     };
-    if index == 0 {
-        let _ = v.close();
-        return Err(CliError::Usage(format!(
-            "{} is member 0 of {}, which holds the journal and the commit point: member 0 is \
-             replaced offline: copy its carrier byte for byte (dd) with the volume closed and \
-             open the copy; nothing was changed",
-            old.display(),
-            volume.display()
-        )));
-    }
+    let v = open_for_change(volume)?;
     let bs = u64::from(v.info().layout.block_size);
     let members = change_members(
         v,
