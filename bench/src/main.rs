@@ -11,7 +11,8 @@ use vellum_bench::{Options, SUITES, report, run};
 #[command(name = "vellum-bench", version)]
 struct Args {
     /// Suites to run (all when none or `all`): carrier, carriers, prealloc, log, devops,
-    /// recovery, metadata, memory, cache, journal, cluster, tls, media, harness, hdd-model.
+    /// recovery, metadata, memory, cache, journal, cluster, slow-disk, tls, media, harness,
+    /// hdd-model.
     suites: Vec<String>,
     /// Work directory on a real file system (O_DIRECT must work there: not tmpfs).
     #[arg(long, default_value = "bench-data")]
@@ -22,7 +23,7 @@ struct Args {
     /// Scale every operation count and size (0.05 for a quick run).
     #[arg(long, default_value_t = 1.0)]
     scale: f64,
-    /// `cluster` suite: milliseconds each durable request costs on the emulated slow disk
+    /// `slow-disk` suite: milliseconds each durable request costs on the emulated slow disk
     /// (a FUSE mount per node; 8 is about an HDD cache flush); 0 skips the slow-disk rows.
     #[arg(long, default_value_t = 8.0)]
     slow_disk_ms: f64,

@@ -4,11 +4,14 @@
 //! next, so an application that calls `client_write` per request gets one request per durable
 //! write, whatever its concurrency. openraft 0.10 makes many entries durable in one write, but
 //! every request is still an entry of its own (encoded, framed, replicated and applied one by
-//! one); batching turns N requests into one entry there too. A [`Batcher`] keeps at most `max_in_flight` proposals in
-//! flight (default one); every request that arrives meanwhile goes into the next entry, so
-//! throughput grows with concurrency and a lone caller still pays one durable write plus
-//! replication. With two in flight, the leader appends the next entry while the previous one
-//! replicates (openraft 0.9 awaits only the leader's own append before the next command).
+//! one); batching turns N requests into one entry there too. A [`Batcher`] keeps at most
+//! `max_in_flight` proposals in flight; every request that arrives meanwhile goes into the
+//! next entry, so throughput grows with concurrency and a lone caller still pays one durable
+//! write plus replication. Paced by the disk under the log ([`Batcher::start_paced`],
+//! `pace.rs`), the bound adapts to the disk's latency: where the durable write is most of the
+//! commit (a spinning disk), one entry in flight that waits briefly for the callers just
+//! answered, so every caller rides in one durable write per round; where the CPU or network
+//! bounds the commit, up to `max_in_flight`.
 //!
 //! The application says, through [`Batching`], how N requests become one `C::D`, how one
 //! `C::R` splits back into N per-caller responses, and what one request weighs in bytes. `C`
@@ -16,10 +19,11 @@
 //! `v010::Proposals010<C>` for an openraft 0.10 one.
 //!
 //! Invariants:
-//! - At most `max_in_flight` `client_write`s of a batcher are outstanding. With one, batches
-//!   reach openraft in the order their first requests arrived; with more, they may reach it
-//!   in another order (each caller is still answered only once its own entry is committed
-//!   and applied). Requests keep their arrival order inside a batch.
+//! - At most `max_in_flight` `client_write`s of a batcher are outstanding (one while a
+//!   batcher paced by the disk finds the commit bound by it). With one, batches reach openraft in the order their first
+//!   requests arrived; with more, they may reach it in another order (each caller is still
+//!   answered only once its own entry is committed and applied). Requests keep their arrival
+//!   order inside a batch.
 //! - A batch holds at most `max_ops` requests and at most `max_bytes` bytes, except that a
 //!   single request heavier than `max_bytes` goes alone; and its entry fits
 //!   `max_entry_bytes`: a request whose entry alone would be larger is refused
@@ -31,7 +35,6 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
 
 #[cfg(feature = "openraft-v09")]
 use openraft::error::{ClientWriteError, RaftError};
@@ -39,7 +42,12 @@ use openraft::error::{ClientWriteError, RaftError};
 use openraft::raft::responder::Responder;
 #[cfg(feature = "openraft-v09")]
 use openraft::{Raft, RaftTypeConfig};
-use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot};
+// tokio's clock: real time, or a test's paused time (the pace judges commit times by it).
+use tokio::time::Instant;
+
+use self::pace::Pace;
+use crate::log::DiskLatency;
 
 use crate::metrics as m;
 use crate::types::{KvOp, KvRequest, KvResponse};
@@ -147,7 +155,8 @@ pub struct BatchLimits {
     pub max_ops: usize,
     /// Bytes per entry, as [`Batching::request_bytes`] counts them.
     pub max_bytes: usize,
-    /// Entries proposed and not yet committed (at least 1).
+    /// Entries proposed and not yet committed (at least 1); a batcher paced by the disk
+    /// (`Batcher::start_paced`) keeps one while the disk bounds the commit.
     pub max_in_flight: usize,
     /// The largest encoded entry the log accepts: the log store's `max_entry_bytes()`
     /// (default: unchecked, `usize::MAX`). A request whose entry alone would be larger is
@@ -296,6 +305,7 @@ pub struct Batcher<C: Proposals, B: Batching<C>> {
     tx: mpsc::Sender<Pending<C, B>>,
     batching: Arc<B>,
     max_entry_bytes: usize,
+    pace: Arc<Pace>,
 }
 
 impl<C: Proposals, B: Batching<C>> Clone for Batcher<C, B> {
@@ -304,6 +314,7 @@ impl<C: Proposals, B: Batching<C>> Clone for Batcher<C, B> {
             tx: self.tx.clone(),
             batching: Arc::clone(&self.batching),
             max_entry_bytes: self.max_entry_bytes,
+            pace: Arc::clone(&self.pace),
         }
     }
 }
@@ -318,8 +329,31 @@ impl<C: Proposals, B: Batching<C>> Batcher<C, B> {
         Self::start_on(raft, batching, limits)
     }
 
+    /// [`Batcher::start`], paced by the disk under the log (`pace.rs`): while the log's
+    /// durable writes are most of the commit time (a spinning disk), one entry is in flight
+    /// and it waits briefly for the callers just answered, so that they share one entry and
+    /// one durable write per round; otherwise up to `max_in_flight` entries go as soon as a
+    /// slot is free. `disk` is the log's [`DiskLatency`] (`LogCore::disk_latency`).
+    pub fn start_paced<S: Submit<C>>(
+        raft: S,
+        batching: B,
+        limits: BatchLimits,
+        disk: DiskLatency,
+    ) -> Self {
+        Self::spawn(raft, batching, limits, Some(disk))
+    }
+
     /// [`Batcher::start`] with any [`Submit`]: a wrapper around `Raft`, or a test double.
     pub fn start_on<S: Submit<C>>(submit: S, batching: B, limits: BatchLimits) -> Self {
+        Self::spawn(submit, batching, limits, None)
+    }
+
+    fn spawn<S: Submit<C>>(
+        submit: S,
+        batching: B,
+        limits: BatchLimits,
+        disk: Option<DiskLatency>,
+    ) -> Self {
         let (tx, rx) = mpsc::channel(QUEUE_DEPTH);
         let batching = Arc::new(batching);
         // A batch's requests and the entry's own overhead must fit one entry.
@@ -330,8 +364,9 @@ impl<C: Proposals, B: Batching<C>> Batcher<C, B> {
             max_bytes: limits.max_bytes.min(room),
             ..limits
         };
-        tokio::spawn(run(Arc::new(submit), Arc::clone(&batching), rx, limits));
-        Batcher { tx, batching, max_entry_bytes: limits.max_entry_bytes }
+        let pace = Pace::new(limits.max_in_flight, disk);
+        tokio::spawn(run(Arc::new(submit), Arc::clone(&batching), rx, limits, Arc::clone(&pace)));
+        Batcher { tx, batching, max_entry_bytes: limits.max_entry_bytes, pace }
     }
 
     /// Proposes `request`; resolves once its entry is committed and applied. A request
@@ -350,6 +385,7 @@ impl<C: Proposals, B: Batching<C>> Batcher<C, B> {
         let (reply, rx) = oneshot::channel();
         let pending = Pending { request, bytes, reply, queued: Instant::now() };
         self.tx.send(pending).await.map_err(|_| ProposeError::Stopped)?;
+        self.pace.arrived();
         rx.await.map_err(|_| ProposeError::Stopped)?
     }
 }
@@ -357,22 +393,39 @@ impl<C: Proposals, B: Batching<C>> Batcher<C, B> {
 /// A batch, and the request that starts the next one.
 type Gathered<C, B> = (Vec<Pending<C, B>>, Option<Pending<C, B>>);
 
-/// Takes the next batch: `first`, then whatever is already queued, within the bounds. A
-/// request that would cross the byte bound is handed back to start the next batch.
-fn gather<C: Proposals, B: Batching<C>>(
+/// Takes the next batch: `first`, then whatever is queued, within the bounds; while callers
+/// answered before are still coming back, waits for them up to the pace's linger. A request
+/// that would cross the byte bound is handed back to start the next batch.
+async fn gather<C: Proposals, B: Batching<C>>(
     rx: &mut mpsc::Receiver<Pending<C, B>>,
     first: Pending<C, B>,
     limits: BatchLimits,
+    pace: &Pace,
 ) -> Gathered<C, B> {
     let mut bytes = first.bytes;
     let mut batch = vec![first];
+    let mut deadline = None;
     while batch.len() < limits.max_ops {
-        let Ok(p) = rx.try_recv() else { break };
-        if bytes.saturating_add(p.bytes) > limits.max_bytes {
-            return (batch, Some(p));
+        let next = match rx.try_recv() {
+            Ok(p) => p,
+            Err(_) if pace.returning() == 0 => break,
+            Err(_) => {
+                let until = *deadline.get_or_insert_with(|| Instant::now() + pace.linger());
+                match tokio::time::timeout_at(until, rx.recv()).await {
+                    Ok(Some(p)) => p,
+                    Ok(None) => break,
+                    Err(_) => {
+                        pace.gave_up();
+                        break;
+                    }
+                }
+            }
+        };
+        if bytes.saturating_add(next.bytes) > limits.max_bytes {
+            return (batch, Some(next));
         }
-        bytes += p.bytes;
-        batch.push(p);
+        bytes += next.bytes;
+        batch.push(next);
     }
     (batch, None)
 }
@@ -382,10 +435,13 @@ async fn run<C: Proposals, B: Batching<C>, S: Submit<C>>(
     batching: Arc<B>,
     mut rx: mpsc::Receiver<Pending<C, B>>,
     limits: BatchLimits,
+    pace: Arc<Pace>,
 ) {
-    let slots = Arc::new(Semaphore::new(limits.max_in_flight));
     let mut carried = None;
     loop {
+        // A slot first, then the batch: what arrives while all are taken waits in the queue
+        // and joins the next batch.
+        let slot = pace.slot().await;
         let first = match carried.take() {
             Some(p) => p,
             None => match rx.recv().await {
@@ -393,22 +449,16 @@ async fn run<C: Proposals, B: Batching<C>, S: Submit<C>>(
                 None => return,
             },
         };
-        // Gathered once a slot is free: what arrived while all were taken joins this batch.
-        let Ok(slot) = Arc::clone(&slots).acquire_owned().await else { return };
-        let (batch, next) = gather(&mut rx, first, limits);
+        let (batch, next) = gather(&mut rx, first, limits, &pace).await;
         carried = next;
-        if limits.max_in_flight == 1 {
-            propose_batch(submit.as_ref(), batching.as_ref(), batch).await;
+        let (submit, batching, pace) =
+            (Arc::clone(&submit), Arc::clone(&batching), Arc::clone(&pace));
+        tokio::spawn(async move {
+            propose_batch(submit.as_ref(), batching.as_ref(), &pace, batch).await;
             drop(slot);
-        } else {
-            let (submit, batching) = (Arc::clone(&submit), Arc::clone(&batching));
-            tokio::spawn(async move {
-                propose_batch(submit.as_ref(), batching.as_ref(), batch).await;
-                drop(slot);
-            });
-            // Give the spawned proposal a chance to reach openraft before the next one.
-            tokio::task::yield_now().await;
-        }
+        });
+        // Give the spawned proposal a chance to reach openraft before the next one.
+        tokio::task::yield_now().await;
     }
 }
 
@@ -416,6 +466,7 @@ async fn run<C: Proposals, B: Batching<C>, S: Submit<C>>(
 async fn propose_batch<C: Proposals, B: Batching<C>, S: Submit<C>>(
     submit: &S,
     batching: &B,
+    pace: &Pace,
     batch: Vec<Pending<C, B>>,
 ) {
     let count = batch.len();
@@ -442,6 +493,7 @@ async fn propose_batch<C: Proposals, B: Batching<C>, S: Submit<C>>(
     metrics::counter!(m::PROPOSALS_TOTAL, "result" => label).increment(count as u64);
     match outcome {
         Ok((log_index, responses)) => {
+            pace.committed(started.elapsed(), count);
             for (reply, response) in replies.into_iter().zip(responses) {
                 // A caller that gave up (dropped its future) needs no answer.
                 let _ = reply.send(Ok(Proposed { log_index, response }));
@@ -494,5 +546,6 @@ where
     }
 }
 
+mod pace;
 #[cfg(all(test, feature = "openraft-v09"))]
 mod tests;

@@ -44,7 +44,7 @@ pub mod v09;
 
 pub use batcher::{BatchLimits, Batcher, Batching, KvBatching, ProposeError, Proposed};
 pub use error::{Error, Result};
-pub use log::{LogConfig, LogCore, LogEntry, MIN_VOLUME_BYTES};
+pub use log::{DiskLatency, LogConfig, LogCore, LogEntry, MIN_VOLUME_BYTES};
 pub use state_machine::{Flavor, KvMachine, KvReaderOf};
 pub use store::{Store, StoreConfig, StoreOptions, open_volume, open_volume_with};
 pub use types::{KvNode, KvOp, KvRequest, KvResponse, NodeId};

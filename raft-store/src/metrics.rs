@@ -43,6 +43,8 @@ pub const SNAPSHOT_BYTES: &str = "vellum_snapshot_bytes";
 pub const PROPOSAL_BATCH_ENTRIES: &str = "vellum_raft_proposal_batch_entries";
 /// Client operations proposed, by label `result` (counter, the batcher).
 pub const PROPOSALS_TOTAL: &str = "vellum_raft_proposals_total";
+/// Entries a batcher lets be in flight now (gauge, the batcher's adaptive window).
+pub const PROPOSALS_WINDOW: &str = "vellum_raft_proposals_window";
 /// One stage of a client write's commit path, by label `stage` (docs/METRICS.md).
 pub const STAGE_DURATION: &str = "vellum_commit_stage_duration_seconds";
 
@@ -173,6 +175,10 @@ pub fn describe() {
     describe_counter!(
         PROPOSALS_TOTAL,
         "Client operations proposed, by result (committed, not_leader, failed, too_large: refused before it became an entry; unknown: appended, then lost to a new leader's log)."
+    );
+    describe_gauge!(
+        PROPOSALS_WINDOW,
+        "Entries the proposal batcher lets be in flight now: it adapts between 1 and its max_in_flight to the commit time (one where the disk bounds the commit, more where the CPU or network does)."
     );
     describe_histogram!(
         STAGE_DURATION,

@@ -5,11 +5,7 @@
 //!   (3 members, data dirs in the same work dir, so on the same disk), writing 256 B and
 //!   4 KiB values to each system's leader. Ratios are to etcd measured in the same run; the
 //!   repetitions of the systems alternate (starting system rotating) so noise hits all.
-//! - The same on an emulated slow disk (`--slow-disk-ms`, default 8; 0 skips it): one FUSE
-//!   mount per node (`bench/slowdisk.py`) where every durable request (fsync, fdatasync,
-//!   fsyncdir; an O_DSYNC write arrives as a write then an fsync) holds the mount's one lock
-//!   for the delay, like one spindle flushing its cache. Both systems run on the same mounts;
-//!   the rows count the durable requests the mounts received per client write.
+//! - The same on an emulated slow disk: the `slow-disk` suite (`slow.rs`).
 //! - One raw durable 4 KiB write as the floor.
 //!
 //! To run it: `cargo build --release -p vellum-node -p vellum-bench`, then
@@ -19,7 +15,10 @@
 //! is listed in the suite's `skipped` notes and those rows are left out.
 
 mod etcd;
+mod slow;
 mod slowdisk;
+
+pub use slow::run as run_slow_disk;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -33,8 +32,6 @@ use crate::{Options, SuiteResult};
 const VELLUM_FILE: &str = "vellum on file volumes";
 const VELLUM_MEMORY: &str = "vellum on memory: volumes";
 const ETCD: &str = "etcd 3.4.23 (same disk)";
-const VELLUM_SLOW: &str = "vellum";
-const ETCD_SLOW: &str = "etcd 3.4.23";
 
 /// The `vellum` binary beside this one (`cargo build --release -p vellum-node`).
 pub(super) fn vellum_bin() -> Option<PathBuf> {
@@ -386,6 +383,7 @@ pub(super) fn case_name(clients: usize, value_len: usize) -> String {
 
 /// Latency and rate measurements of every system of one case.
 fn measurements(
+    suite: &str,
     case: &str,
     systems: &[System],
     base: impl Fn(&str) -> Option<&'static str>,
@@ -393,13 +391,11 @@ fn measurements(
     let rate_case = format!("{case}: writes/s");
     let lat = systems
         .iter()
-        .map(|s| Measurement::new("cluster", case, s.variant, base(s.variant), Unit::Millis))
+        .map(|s| Measurement::new(suite, case, s.variant, base(s.variant), Unit::Millis))
         .collect();
     let rate = systems
         .iter()
-        .map(|s| {
-            Measurement::new("cluster", &rate_case, s.variant, base(s.variant), Unit::OpsPerSec)
-        })
+        .map(|s| Measurement::new(suite, &rate_case, s.variant, base(s.variant), Unit::OpsPerSec))
         .collect();
     (lat, rate)
 }
@@ -442,20 +438,13 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
         r.skipped.push("etcd is not installed (apt-get install etcd-server): no etcd rows; Vellum on file volumes is compared with memory: volumes instead".into());
     }
     normal_disk(&mut r, opts, &bin, etcd_bin.as_deref(), &dir)?;
-    if opts.slow_disk_ms <= 0.0 {
-        r.skipped.push("the emulated slow disk (--slow-disk-ms 0)".into());
-    } else if let Some(why) = slowdisk::unavailable() {
-        r.skipped.push(format!("the emulated slow disk: {why}"));
-    } else {
-        slow_disk(&mut r, opts, &bin, etcd_bin.as_deref(), &dir.join("slow"))?;
-    }
-    targets(&mut r, opts);
+    targets(&mut r);
     r.notes.push("Three processes per cluster on loopback, clients writing to the leader over HTTP/1.1 keep-alive, each client waiting for its write before the next; latency is client-side (accepted to committed and applied, plus HTTP). Vellum: volume files preallocated, direct IO, write-through, or memory: volumes. etcd 3.4.23 (Debian etcd-server) with default settings through its v3 JSON gateway (base64 key and value), data dirs in the same work dir.".into());
     Ok(r)
 }
 
 /// The commit-path targets (docs/BENCHMARKS.md states each met or missed).
-fn targets(r: &mut SuiteResult, opts: &Options) {
+fn targets(r: &mut SuiteResult) {
     let one = case_name(1, 256);
     let many = format!("{}: writes/s", case_name(64, 256));
     let etcd_one = r.ratio(&one, VELLUM_FILE).filter(|_| r.find(&one, ETCD).is_some());
@@ -473,35 +462,6 @@ fn targets(r: &mut SuiteResult, opts: &Options) {
         "64 clients: file-volume writes/s >= 0.85x memory-volume writes/s",
         rate,
         |x| x >= 0.85,
-        "",
-    );
-    let slow =
-        format!("slow disk ({} ms per durable request), {}", opts.slow_disk_ms, case_name(1, 256));
-    let leader = r.find(&slow, VELLUM_SLOW).and_then(|m| m.extra("leader durable requests/write"));
-    r.target(
-        "slow disk, 1 client: the leader makes 1 durable request per write (2 with a durable save_committed)",
-        leader,
-        |x| x <= 1.05,
-        "",
-    );
-    let p50 = r.find(&slow, VELLUM_SLOW).map(|m| m.summary().median / opts.slow_disk_ms);
-    r.target(
-        "slow disk, 1 client: vellum p50 <= 1.5 durable requests (openraft 0.10: the leader writes while its followers do; two in series under 0.9)",
-        p50,
-        |x| x <= 1.5,
-        "",
-    );
-    let slow_many = format!(
-        "slow disk ({} ms per durable request), {}: writes/s",
-        opts.slow_disk_ms,
-        case_name(64, 256)
-    );
-    let many_vs_etcd =
-        r.ratio(&slow_many, VELLUM_SLOW).filter(|_| r.find(&slow_many, ETCD_SLOW).is_some());
-    r.target(
-        "slow disk, 64 clients: vellum writes/s >= 1.5x etcd's",
-        many_vs_etcd,
-        |x| x >= 1.5,
         "",
     );
 }
@@ -541,7 +501,7 @@ fn normal_disk(
             let per_client = if clients == 1 { opts.n(500, 20) } else { opts.n(4000 / clients, 5) };
             let load = Load { clients, per_client, value_len };
             let case = case_name(clients, value_len);
-            let (mut lat, mut rate) = measurements(&case, &systems, base);
+            let (mut lat, mut rate) = measurements("cluster", &case, &systems, base);
             let mut batch = vec![(0.0, 0.0); systems.len()];
             let mut stages: Vec<Vec<(&str, f64)>> = vec![Vec::new(); systems.len()];
             for rep in 0..opts.reps {
@@ -585,73 +545,5 @@ fn normal_disk(
         }
     }
     bar.finish_and_clear();
-    Ok(())
-}
-
-/// Vellum and etcd side by side on the emulated slow disk, 256 B values.
-fn slow_disk(
-    r: &mut SuiteResult,
-    opts: &Options,
-    bin: &Path,
-    etcd_bin: Option<&Path>,
-    dir: &Path,
-) -> Result<(), String> {
-    let ms = opts.slow_disk_ms;
-    let mounts = slowdisk::Mounts::start(dir, 3, ms)?;
-    let volumes: Vec<PathBuf> = mounts.points.iter().map(|p| p.join("vellum.vlm")).collect();
-    let mut systems = vec![System::new(
-        VELLUM_SLOW,
-        start_vellum(bin, &dir.join("vellum-logs"), Some(&volumes), "64MiB", &[], None)?,
-    )?];
-    if let Some(etcd_bin) = etcd_bin {
-        let data: Vec<PathBuf> = mounts.points.iter().map(|p| p.join("etcd")).collect();
-        let cluster = etcd::start(etcd_bin, &dir.join("etcd-logs"), &data)?;
-        systems.push(System::new(ETCD_SLOW, cluster)?);
-    }
-    let base = |v: &str| (v != ETCD_SLOW && etcd_bin.is_some()).then_some(ETCD_SLOW);
-    let bar = opts.bar("slow disk", (opts.reps * 3 * systems.len()) as u64);
-    for clients in [1usize, 16, 64] {
-        let per_client = if clients == 1 { opts.n(60, 8) } else { opts.n(640 / clients, 4) };
-        let load = Load { clients, per_client, value_len: 256 };
-        let case = format!("slow disk ({ms} ms per durable request), {}", case_name(clients, 256));
-        let (mut lat, mut rate) = measurements(&case, &systems, base);
-        // Per system: durable requests on all mounts, on the leader's, FUSE writes, lock ms.
-        let mut seen = vec![[0.0; 4]; systems.len()];
-        for rep in 0..opts.reps {
-            for j in 0..systems.len() {
-                let k = (rep + j) % systems.len();
-                let s = &systems[k];
-                let before = mounts.counts();
-                let tag = format!("s{rep}c{clients}");
-                let (l, w) = workload(&s.cluster, s.leader, load, &tag)?;
-                let after = mounts.counts();
-                let d: Vec<slowdisk::Counts> =
-                    after.iter().zip(&before).map(|(a, b)| *a - *b).collect();
-                seen[k][0] += d.iter().map(|c| c.durable).sum::<f64>();
-                seen[k][1] += d[s.leader].durable;
-                seen[k][2] += d.iter().map(|c| c.writes).sum::<f64>();
-                seen[k][3] += d.iter().map(|c| c.held_ms).sum::<f64>();
-                lat[k].add_rep(l);
-                rate[k].add_rep(vec![w]);
-                bar.inc(1);
-            }
-        }
-        let writes = (opts.reps * clients * per_client) as f64;
-        for (m, [durable, leader, fuse_writes, held]) in lat.iter_mut().zip(seen) {
-            let p999 = m.summary().p999;
-            m.set_extra("p999 ms", p999);
-            m.set_extra("durable requests/write (3 nodes)", durable / writes);
-            m.set_extra("leader durable requests/write", leader / writes);
-            m.set_extra("FUSE writes/write (3 nodes)", fuse_writes / writes);
-            m.set_extra("ms per durable request", held / durable.max(1.0));
-        }
-        r.measurements.extend(lat);
-        r.measurements.extend(rate);
-    }
-    bar.finish_and_clear();
-    // The clusters hold files on the mounts: stop them before unmounting.
-    drop(systems);
-    drop(mounts);
-    r.notes.push(format!("Slow disk: one bench/slowdisk.py FUSE passthrough mount per node, backed by the work dir; each fsync/fdatasync/fsyncdir request holds the mount's one lock for max({ms} ms, the real sync), writes pass through buffered. No direct_io on the mount (etcd's bbolt needs mmap), so an O_DSYNC write (Vellum's carrier opens O_DIRECT|O_DSYNC) arrives as a FUSE write then a FUSE fsync. Durable requests and FUSE writes are counted by the mounts over each workload and divided by the client writes; 'ms per durable request' is the lock time each held."));
     Ok(())
 }

@@ -157,8 +157,9 @@ fn check_limits(limits: &http::Limits, max_entry_bytes: usize) -> Result<(), Cli
 const BATCH_OPS: usize = 1024;
 /// Bytes of keys and values per proposed entry at most (a single larger write goes alone).
 const BATCH_BYTES: usize = 2 << 20;
-/// Entries of client writes proposed and not yet committed: openraft 0.10 appends and
-/// replicates the next while earlier ones are in flight.
+/// Entries of client writes proposed and not yet committed, at most: openraft 0.10 appends and
+/// replicates the next while earlier ones are in flight. The batcher is paced by the log's
+/// disk and keeps one where the durable write bounds the commit (a spinning disk).
 const PROPOSALS_IN_FLIGHT: usize = 2;
 
 /// How client writes are batched into entries: within [`BATCH_OPS`] and [`BATCH_BYTES`], and
@@ -639,7 +640,12 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         id: args.id,
         raft: raft.clone(),
         kv,
-        proposer: KvBatcher::start(raft.clone(), KvBatching, batch_limits(&limits)),
+        proposer: KvBatcher::start_paced(
+            raft.clone(),
+            KvBatching,
+            batch_limits(&limits),
+            log_core.disk_latency(),
+        ),
         limits,
         ready,
         health: Arc::clone(&health),

@@ -18,11 +18,13 @@ enum Answer {
     Fail,
 }
 
-/// Records every entry; each `submit` waits for one permit of `gate`.
+/// Records every entry; each `submit` waits for one permit of `gate` (or for `delay` of
+/// tokio's clock, when set).
 struct Stand {
     entries: Arc<Mutex<Vec<KvRequest>>>,
     gate: Arc<Semaphore>,
     answer: Answer,
+    delay: Option<std::time::Duration>,
 }
 
 impl Submit<TypeConfig> for Stand {
@@ -34,7 +36,10 @@ impl Submit<TypeConfig> for Stand {
             entries.len() as u64
         };
         let stopped = || ProposeError::Raft(RaftError::Fatal(Fatal::Stopped));
-        self.gate.acquire().await.map_err(|_| stopped())?.forget();
+        match self.delay {
+            Some(d) => tokio::time::sleep(d).await,
+            None => self.gate.acquire().await.map_err(|_| stopped())?.forget(),
+        }
         match self.answer {
             Answer::Commit => {
                 Ok(Written { log_index: index, response: KvResponse { applied: data.ops.len() } })
@@ -57,7 +62,8 @@ struct Fixture {
 fn fixture(answer: Answer, limits: BatchLimits) -> Fixture {
     let entries = Arc::new(Mutex::new(Vec::new()));
     let gate = Arc::new(Semaphore::new(0));
-    let stand = Stand { entries: Arc::clone(&entries), gate: Arc::clone(&gate), answer };
+    let stand =
+        Stand { entries: Arc::clone(&entries), gate: Arc::clone(&gate), answer, delay: None };
     Fixture { batcher: Batcher::start_on(stand, KvBatching, limits), entries, gate }
 }
 
@@ -221,8 +227,62 @@ impl Batching<TypeConfig> for Short {
 #[tokio::test]
 async fn a_wrong_split_fails_the_batch_instead_of_leaving_a_caller_hanging() {
     let gate = Arc::new(Semaphore::new(1));
-    let stand = Stand { entries: Arc::default(), gate, answer: Answer::Commit };
+    let stand = Stand { entries: Arc::default(), gate, answer: Answer::Commit, delay: None };
     let b = Batcher::start_on(stand, Short, BatchLimits::default());
     let r = b.propose(KvOp::Delete { key: "k".into() }).await;
     assert!(matches!(r, Err(ProposeError::Split { expected: 1, got: 0 })), "{r:?}");
+}
+
+/// Closed-loop callers on a commit that takes 20 ms, of which the log's durable write is 15:
+/// `callers` tasks each proposing `rounds` times and coming back after a turnaround of
+/// 1 ms times their number (tokio's paused clock, whose timers tick in milliseconds: nothing
+/// here depends on real time).
+/// Returns the entries' sizes.
+async fn closed_loop(paced: bool, callers: usize, rounds: usize) -> Vec<usize> {
+    use std::time::Duration;
+    let entries = Arc::new(Mutex::new(Vec::new()));
+    let stand = Stand {
+        entries: Arc::clone(&entries),
+        gate: Arc::new(Semaphore::new(0)),
+        answer: Answer::Commit,
+        delay: Some(Duration::from_millis(20)),
+    };
+    let limits = BatchLimits { max_in_flight: 2, ..BatchLimits::default() };
+    let batcher = if paced {
+        let disk = crate::log::DiskLatency::new();
+        disk.record(Duration::from_millis(15));
+        KvBatcher::start_paced(stand, KvBatching, limits, disk)
+    } else {
+        KvBatcher::start_on(stand, KvBatching, limits)
+    };
+    let tasks: Vec<_> = (0..callers)
+        .map(|i| {
+            let b = batcher.clone();
+            tokio::spawn(async move {
+                for r in 0..rounds {
+                    let op = KvOp::Put { key: format!("k{i}-{r}"), value: vec![0; 8] };
+                    assert!(b.propose(op).await.is_ok());
+                    tokio::time::sleep(Duration::from_millis(i as u64 + 1)).await;
+                }
+            })
+        })
+        .collect();
+    answers(tasks).await;
+    let entries = entries.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    entries.iter().map(|e| e.ops.len()).collect()
+}
+
+/// Where the disk bounds the commit, a batch waits for the callers just answered: after the
+/// first round every caller rides in one entry per commit. Unpaced (the mutant of that
+/// rule), the callers that come back first leave in an entry of their own and the rest
+/// follow in another: cohorts that each wait for two commits.
+#[tokio::test(start_paused = true)]
+async fn a_batcher_paced_by_a_slow_disk_carries_every_returning_caller_in_one_entry() {
+    let paced = closed_loop(true, 6, 5).await;
+    assert_eq!(paced.iter().sum::<usize>(), 30, "{paced:?}");
+    assert!(paced[2..].iter().all(|&n| n == 6), "one entry per round after the first: {paced:?}");
+    assert!(paced.len() <= 6, "{paced:?}");
+    let unpaced = closed_loop(false, 6, 5).await;
+    assert_eq!(unpaced.iter().sum::<usize>(), 30, "{unpaced:?}");
+    assert!(unpaced[2..].iter().any(|&n| n < 6), "the cohorts split unpaced: {unpaced:?}");
 }

@@ -45,7 +45,9 @@ use vellum_engine::Volume;
 
 pub use meta::MetaState;
 pub use segments::SpareStatus;
-pub use state::{Callback, LogConfig, LogEntry, LogIo, MIN_VOLUME_BYTES, RecoveryReport, Torn};
+pub use state::{
+    Callback, DiskLatency, LogConfig, LogEntry, LogIo, MIN_VOLUME_BYTES, RecoveryReport, Torn,
+};
 
 use crate::error::{Error, Result};
 use crate::metrics as m;
@@ -243,6 +245,11 @@ impl LogCore {
 
     fn shared(&self) -> &Shared {
         &self.log.shared
+    }
+
+    /// How long this log's durable writes take now (for `Batcher::start_paced`).
+    pub fn disk_latency(&self) -> DiskLatency {
+        self.shared().disk.clone()
     }
 
     fn check_failed(&self) -> Result<()> {

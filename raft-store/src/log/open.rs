@@ -145,6 +145,7 @@ pub(super) fn open(volume: Volume, mut config: LogConfig) -> Result<Opened> {
         segments: Mutex::new(segments),
         needs_barrier,
         durable_committed: AtomicU64::new(durable_committed.map_or(0, |c| c + 1)),
+        disk: super::state::DiskLatency::new(),
     };
     let spares = SpareMaker::start(
         volume,

@@ -200,6 +200,37 @@ pub(crate) struct Shared {
     /// The committed index known durable (in a meta slot or a `Commit` frame), plus one;
     /// 0 for none. Written by the writer only.
     pub durable_committed: AtomicU64,
+    /// How long the writer's durable writes take now.
+    pub disk: DiskLatency,
+}
+
+/// How long the log's durable writes take now: a moving average (1/8) of the writer's
+/// batches, each one durable write of the carrier (and its barrier, on a buffered one).
+/// Cheap to clone; a proposal batcher paces by it (`Batcher::start_paced`).
+#[derive(Debug, Clone, Default)]
+pub struct DiskLatency(Arc<AtomicU64>);
+
+impl DiskLatency {
+    /// No write measured yet.
+    pub fn new() -> DiskLatency {
+        DiskLatency::default()
+    }
+
+    /// Adds one durable write that took `took`.
+    pub fn record(&self, took: Duration) {
+        let ns = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX).max(1);
+        let _ = self.0.fetch_update(Ordering::AcqRel, Ordering::Acquire, |mean| {
+            Some(if mean == 0 { ns } else { mean - mean / 8 + ns / 8 })
+        });
+    }
+
+    /// The moving average, once a write was measured.
+    pub fn get(&self) -> Option<Duration> {
+        match self.0.load(Ordering::Acquire) {
+            0 => None,
+            ns => Some(Duration::from_nanos(ns)),
+        }
+    }
 }
 
 impl Shared {

@@ -150,10 +150,12 @@ impl Writer {
     pub fn write_batch(&mut self, shared: &Shared, items: &mut [Item]) -> Result<(), SharedError> {
         let started = Instant::now();
         let result = self.write_items(shared, items);
-        if let Err(e) = &result {
-            tracing::error!(error = %e, "raft log write failed; the log is poisoned");
+        let took = started.elapsed();
+        match &result {
+            Err(e) => tracing::error!(error = %e, "raft log write failed; the log is poisoned"),
+            Ok(()) => shared.disk.record(took),
         }
-        metrics::histogram!(m::WRITER_BATCH_DURATION).record(started.elapsed().as_secs_f64());
+        metrics::histogram!(m::WRITER_BATCH_DURATION).record(took.as_secs_f64());
         result.map_err(Arc::new)
     }
 

@@ -1,0 +1,204 @@
+//! `slow-disk`: the `cluster` workload on an emulated spinning disk, where every durable
+//! request costs `--slow-disk-ms` (default 8, an HDD cache flush) and one mount's requests are
+//! serialised like one spindle's: one FUSE mount per node (`bench/slowdisk.py`; an O_DSYNC
+//! write arrives as a write then an fsync). Vellum and etcd run on the same mounts, 256 B
+//! values, 1, 16, 64 and 256 clients each waiting for its write before the next.
+//!
+//! Every row counts what the mounts saw per client write (durable requests on all nodes and
+//! on the leader, FUSE writes, milliseconds each durable request held the spindle), and the
+//! Vellum rows carry the nodes' own stage means (docs/METRICS.md) and the mean proposal batch,
+//! so that each millisecond of a commit is accounted for.
+//!
+//! To run it: `cargo build --release -p vellum-node -p vellum-bench`, then
+//! `target/release/vellum-bench slow-disk --dir DIR`; needs `apt-get install fuse libfuse2`
+//! and `pip install fusepy`, root or a usable /dev/fuse, and, for the peer, `etcd-server`.
+
+use std::path::{Path, PathBuf};
+
+use super::{
+    Load, STAGES, System, batches, case_name, etcd, measurements, scrape, set_stage_means,
+    slowdisk, stage_means, start_vellum, vellum_bin, workload,
+};
+use crate::{Options, SuiteResult};
+
+const VELLUM: &str = "vellum";
+const ETCD: &str = "etcd 3.4.23";
+const SUITE: &str = "slow-disk";
+
+/// Client counts of the slow-disk rows.
+const CLIENTS: [usize; 4] = [1, 16, 64, 256];
+
+pub fn run(opts: &Options) -> Result<SuiteResult, String> {
+    let mut r = SuiteResult::new(SUITE);
+    let Some(bin) = vellum_bin() else {
+        r.skipped.push("the vellum binary is not built next to vellum-bench (cargo build --release -p vellum-node)".into());
+        return Ok(r);
+    };
+    if opts.slow_disk_ms <= 0.0 {
+        r.skipped.push("the emulated slow disk (--slow-disk-ms 0)".into());
+        return Ok(r);
+    }
+    if let Some(why) = slowdisk::unavailable() {
+        r.skipped.push(format!("the emulated slow disk: {why}"));
+        return Ok(r);
+    }
+    let etcd_bin = etcd::binary();
+    if etcd_bin.is_none() {
+        r.skipped.push("etcd is not installed (apt-get install etcd-server): no etcd rows".into());
+    }
+    let dir = opts.dir.join("slow-disk");
+    std::fs::create_dir_all(&dir).map_err(super::e("dir"))?;
+    slow_disk(&mut r, opts, &bin, etcd_bin.as_deref(), &dir)?;
+    targets(&mut r, opts);
+    Ok(r)
+}
+
+/// Vellum and etcd side by side on the emulated slow disk, 256 B values.
+fn slow_disk(
+    r: &mut SuiteResult,
+    opts: &Options,
+    bin: &Path,
+    etcd_bin: Option<&Path>,
+    dir: &Path,
+) -> Result<(), String> {
+    let ms = opts.slow_disk_ms;
+    let mounts = slowdisk::Mounts::start(dir, 3, ms)?;
+    let volumes: Vec<PathBuf> = mounts.points.iter().map(|p| p.join("vellum.vlm")).collect();
+    let mut systems = vec![System::new(
+        VELLUM,
+        start_vellum(bin, &dir.join("vellum-logs"), Some(&volumes), "64MiB", &[], None)?,
+    )?];
+    if let Some(etcd_bin) = etcd_bin {
+        let data: Vec<PathBuf> = mounts.points.iter().map(|p| p.join("etcd")).collect();
+        let cluster = etcd::start(etcd_bin, &dir.join("etcd-logs"), &data)?;
+        systems.push(System::new(ETCD, cluster)?);
+    }
+    let base = |v: &str| (v != ETCD && etcd_bin.is_some()).then_some(ETCD);
+    let bar = opts.bar("slow disk", (opts.reps * CLIENTS.len() * systems.len()) as u64);
+    for clients in CLIENTS {
+        let per_client = if clients == 1 { opts.n(60, 8) } else { opts.n(1280 / clients, 4) };
+        let load = Load { clients, per_client, value_len: 256 };
+        let case = format!("slow disk ({ms} ms per durable request), {}", case_name(clients, 256));
+        let (mut lat, mut rate) = measurements(SUITE, &case, &systems, base);
+        // Per system: durable requests on all mounts, on the leader's, FUSE writes, lock ms.
+        let mut seen = vec![[0.0; 4]; systems.len()];
+        let mut batch = vec![(0.0, 0.0); systems.len()];
+        let mut stages: Vec<Vec<(&str, f64)>> = vec![Vec::new(); systems.len()];
+        for rep in 0..opts.reps {
+            for j in 0..systems.len() {
+                let k = (rep + j) % systems.len();
+                let s = &systems[k];
+                let vellum = s.variant == VELLUM;
+                let api = &s.cluster.apis[s.leader];
+                let nodes = [api.as_str(), s.cluster.apis[(s.leader + 1) % 3].as_str()];
+                let scraped = || -> [String; 2] {
+                    if vellum { nodes.map(scrape) } else { Default::default() }
+                };
+                let (stage_before, batch_before) = (scraped(), vellum.then(|| batches(api)));
+                let before = mounts.counts();
+                let tag = format!("s{rep}c{clients}");
+                let (l, w) = workload(&s.cluster, s.leader, load, &tag)?;
+                let after = mounts.counts();
+                if let Some(b) = batch_before {
+                    let a = batches(api);
+                    batch[k].0 += a.0 - b.0;
+                    batch[k].1 += a.1 - b.1;
+                    stages[k].extend(stage_means(&stage_before, &scraped()));
+                }
+                let d: Vec<slowdisk::Counts> =
+                    after.iter().zip(&before).map(|(a, b)| *a - *b).collect();
+                seen[k][0] += d.iter().map(|c| c.durable).sum::<f64>();
+                seen[k][1] += d[s.leader].durable;
+                seen[k][2] += d.iter().map(|c| c.writes).sum::<f64>();
+                seen[k][3] += d.iter().map(|c| c.held_ms).sum::<f64>();
+                lat[k].add_rep(l);
+                rate[k].add_rep(vec![w]);
+                bar.inc(1);
+            }
+        }
+        let writes = (opts.reps * clients * per_client) as f64;
+        for (k, (m, [durable, leader, fuse_writes, held])) in lat.iter_mut().zip(seen).enumerate() {
+            let p999 = m.summary().p999;
+            m.set_extra("p999 ms", p999);
+            m.set_extra("durable requests/write (3 nodes)", durable / writes);
+            m.set_extra("leader durable requests/write", leader / writes);
+            m.set_extra("FUSE writes/write (3 nodes)", fuse_writes / writes);
+            m.set_extra("ms per durable request", held / durable.max(1.0));
+            if batch[k].1 > 0.0 {
+                m.set_extra("mean proposal batch", batch[k].0 / batch[k].1);
+            }
+            set_stage_means(m, &stages[k]);
+        }
+        r.measurements.extend(lat);
+        r.measurements.extend(rate);
+    }
+    bar.finish_and_clear();
+    // The clusters hold files on the mounts: stop them before unmounting.
+    drop(systems);
+    drop(mounts);
+    r.notes.push(format!("Slow disk: one bench/slowdisk.py FUSE passthrough mount per node, backed by the work dir; each fsync/fdatasync/fsyncdir request holds the mount's one lock for max({ms} ms, the real sync), writes pass through buffered. No direct_io on the mount (etcd's bbolt needs mmap), so an O_DSYNC write (Vellum's carrier opens O_DIRECT|O_DSYNC) arrives as a FUSE write then a FUSE fsync. Durable requests and FUSE writes are counted by the mounts over each workload and divided by the client writes; 'ms per durable request' is the lock time each held. Stages (Vellum): means per entry over the workload, on the leader and one follower ({} stages, docs/METRICS.md).", STAGES.len()));
+    Ok(())
+}
+
+/// The slow-disk targets (docs/BENCHMARKS.md states each met or missed).
+fn targets(r: &mut SuiteResult, opts: &Options) {
+    let ms = opts.slow_disk_ms;
+    let case = |clients: usize| {
+        format!("slow disk ({ms} ms per durable request), {}", case_name(clients, 256))
+    };
+    let p50 = |r: &SuiteResult, clients: usize| {
+        r.find(&case(clients), VELLUM).map(|m| m.summary().median)
+    };
+    let rate = |r: &SuiteResult, clients: usize| {
+        r.find(&format!("{}: writes/s", case(clients)), VELLUM).map(|m| m.summary().median)
+    };
+    let leader = r.find(&case(1), VELLUM).and_then(|m| m.extra("leader durable requests/write"));
+    r.target(
+        "slow disk, 1 client: the leader makes 1 durable request per write (2 with a durable save_committed)",
+        leader,
+        |x| x <= 1.05,
+        "",
+    );
+    // The floor of one client is one durable request (the leader's and its followers' in
+    // parallel) plus the network and apply: at most 9 ms on an 8 ms disk.
+    let one = p50(r, 1).map(|x| x / ms);
+    r.target(
+        "slow disk, 1 client: vellum p50 <= 1.125 durable requests (9.0 ms at 8 ms)",
+        one,
+        |x| x <= 1.125,
+        "",
+    );
+    // The disk's limit for 64 closed-loop clients: 64 writes per durable request.
+    let limit = |clients: usize| clients as f64 * 1e3 / ms;
+    let r16 = rate(r, 16).map(|x| x / limit(16));
+    r.target(
+        "slow disk, 16 clients: vellum writes/s >= 0.75x 16 per durable request (1,500 at 8 ms)",
+        r16,
+        |x| x >= 0.75,
+        "",
+    );
+    let r64 = rate(r, 64).map(|x| x / limit(64));
+    r.target("slow disk, 64 clients: vellum writes/s >= 0.75x the disk's limit, 64 per durable request (6,000 at 8 ms)", r64, |x| x >= 0.75, "");
+    let p64 = p50(r, 64).map(|x| x / ms);
+    r.target(
+        "slow disk, 64 clients: vellum p50 <= 1.5 durable requests (12 ms at 8 ms)",
+        p64,
+        |x| x <= 1.5,
+        "",
+    );
+    let r256 = rate(r, 256).map(|x| x * ms / 1e3);
+    r.target(
+        "slow disk, 256 clients: vellum writes per durable-request time >= 56 (7,000/s at 8 ms)",
+        r256,
+        |x| x >= 56.0,
+        "",
+    );
+    let many = format!("{}: writes/s", case(64));
+    let many_vs_etcd = r.ratio(&many, VELLUM).filter(|_| r.find(&many, ETCD).is_some());
+    r.target(
+        "slow disk, 64 clients: vellum writes/s >= 1.5x etcd's",
+        many_vs_etcd,
+        |x| x >= 1.5,
+        "",
+    );
+}
