@@ -304,3 +304,13 @@ pub fn counted(lo: &Loop, trace: Option<&Trace>, ops: u64, f: impl FnOnce()) -> 
         _ => Counts { ops: stat.per_op(before, ops), fua: 0.0, stat: raw },
     }
 }
+
+/// The machine's CPU time so far (`/proc/stat`, all CPUs): (busy, total), in clock ticks.
+pub fn cpu_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = stat.lines().next()?.strip_prefix("cpu ")?;
+    let v: Vec<u64> = line.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+    let total: u64 = v.iter().sum();
+    let idle = v.get(3)? + v.get(4).copied().unwrap_or(0);
+    Some((total - idle, total))
+}

@@ -3,6 +3,8 @@
 //! serialised like one spindle's: one FUSE mount per node (`bench/slowdisk.py`; an O_DSYNC
 //! write arrives as a write then an fsync). Vellum and etcd run on the same mounts, 256 B
 //! values, 1, 16, 64 and 256 clients each waiting for its write before the next.
+//! The rows also give the machine's CPU (clients, members and mounts share it) per write
+//! and how busy it was, which bounds a closed loop's turnaround on a small machine.
 //!
 //! Every row counts what the mounts saw per client write (durable requests on all nodes and
 //! on the leader, FUSE writes, milliseconds each durable request held the spindle), and the
@@ -82,6 +84,8 @@ fn slow_disk(
         let (mut lat, mut rate) = measurements(SUITE, &case, &systems, base);
         // Per system: durable requests on all mounts, on the leader's, FUSE writes, lock ms.
         let mut seen = vec![[0.0; 4]; systems.len()];
+        // Per system: the machine's busy and total CPU ticks over the workloads.
+        let mut cpu = vec![(0u64, 0u64); systems.len()];
         let mut batch = vec![(0.0, 0.0); systems.len()];
         let mut stages: Vec<Vec<(&str, f64)>> = vec![Vec::new(); systems.len()];
         for rep in 0..opts.reps {
@@ -96,9 +100,14 @@ fn slow_disk(
                 };
                 let (stage_before, batch_before) = (scraped(), vellum.then(|| batches(api)));
                 let before = mounts.counts();
+                let cpu_before = crate::sys::cpu_ticks();
                 let tag = format!("s{rep}c{clients}");
                 let (l, w) = workload(&s.cluster, s.leader, load, &tag)?;
                 let after = mounts.counts();
+                if let (Some(b), Some(a)) = (cpu_before, crate::sys::cpu_ticks()) {
+                    cpu[k].0 += a.0 - b.0;
+                    cpu[k].1 += a.1 - b.1;
+                }
                 if let Some(b) = batch_before {
                     let a = batches(api);
                     batch[k].0 += a.0 - b.0;
@@ -126,6 +135,13 @@ fn slow_disk(
             m.set_extra("ms per durable request", held / durable.max(1.0));
             if batch[k].1 > 0.0 {
                 m.set_extra("mean proposal batch", batch[k].0 / batch[k].1);
+            }
+            if cpu[k].1 > 0 {
+                // Clients, members and mounts together: what one write costs this machine.
+                let busy = cpu[k].0 as f64 / cpu[k].1 as f64;
+                m.set_extra("machine CPU busy %", busy * 100.0);
+                let ticks_ms = 1e3 / 100.0; // USER_HZ is 100 on Linux
+                m.set_extra("machine CPU ms per write", cpu[k].0 as f64 * ticks_ms / writes);
             }
             set_stage_means(m, &stages[k]);
         }
