@@ -20,10 +20,10 @@
 //!
 //! Invariants:
 //! - At most `max_in_flight` `client_write`s of a batcher are outstanding (one while a
-//!   batcher paced by the disk finds the commit bound by it). With one, batches reach openraft in the order their first
-//!   requests arrived; with more, they may reach it in another order (each caller is still
-//!   answered only once its own entry is committed and applied). Requests keep their arrival
-//!   order inside a batch.
+//!   batcher paced by the disk finds the commit bound by it). With one, batches reach
+//!   openraft in the order their first requests arrived; with more, they may reach it in
+//!   another order (each caller is still answered only once its own entry is committed and
+//!   applied). Requests keep their arrival order inside a batch.
 //! - A batch holds at most `max_ops` requests and at most `max_bytes` bytes, except that a
 //!   single request heavier than `max_bytes` goes alone; and its entry fits
 //!   `max_entry_bytes`: a request whose entry alone would be larger is refused
@@ -305,7 +305,6 @@ pub struct Batcher<C: Proposals, B: Batching<C>> {
     tx: mpsc::Sender<Pending<C, B>>,
     batching: Arc<B>,
     max_entry_bytes: usize,
-    pace: Arc<Pace>,
 }
 
 impl<C: Proposals, B: Batching<C>> Clone for Batcher<C, B> {
@@ -314,7 +313,6 @@ impl<C: Proposals, B: Batching<C>> Clone for Batcher<C, B> {
             tx: self.tx.clone(),
             batching: Arc::clone(&self.batching),
             max_entry_bytes: self.max_entry_bytes,
-            pace: Arc::clone(&self.pace),
         }
     }
 }
@@ -365,8 +363,8 @@ impl<C: Proposals, B: Batching<C>> Batcher<C, B> {
             ..limits
         };
         let pace = Pace::new(limits.max_in_flight, disk);
-        tokio::spawn(run(Arc::new(submit), Arc::clone(&batching), rx, limits, Arc::clone(&pace)));
-        Batcher { tx, batching, max_entry_bytes: limits.max_entry_bytes, pace }
+        tokio::spawn(run(Arc::new(submit), Arc::clone(&batching), rx, limits, pace));
+        Batcher { tx, batching, max_entry_bytes: limits.max_entry_bytes }
     }
 
     /// Proposes `request`; resolves once its entry is committed and applied. A request
@@ -385,7 +383,6 @@ impl<C: Proposals, B: Batching<C>> Batcher<C, B> {
         let (reply, rx) = oneshot::channel();
         let pending = Pending { request, bytes, reply, queued: Instant::now() };
         self.tx.send(pending).await.map_err(|_| ProposeError::Stopped)?;
-        self.pace.arrived();
         rx.await.map_err(|_| ProposeError::Stopped)?
     }
 }
@@ -393,37 +390,38 @@ impl<C: Proposals, B: Batching<C>> Batcher<C, B> {
 /// A batch, and the request that starts the next one.
 type Gathered<C, B> = (Vec<Pending<C, B>>, Option<Pending<C, B>>);
 
-/// Takes the next batch: `first`, then whatever is queued, within the bounds; while callers
-/// answered before are still coming back, waits for them up to the pace's linger. A request
-/// that would cross the byte bound is handed back to start the next batch.
+/// Takes the next batch: `first`, then whatever is queued, within the bounds; while the
+/// disk bounds the commit, waits (up to the pace's linger) until the batch holds as many
+/// requests sent since the last commit as that commit answered. A request that would cross
+/// the byte bound is handed back to start the next batch.
 async fn gather<C: Proposals, B: Batching<C>>(
     rx: &mut mpsc::Receiver<Pending<C, B>>,
     first: Pending<C, B>,
     limits: BatchLimits,
     pace: &Pace,
 ) -> Gathered<C, B> {
+    let round = pace.take_round();
+    let since_round = |p: &Pending<C, B>| round.is_some_and(|(at, _)| p.queued >= at);
+    let mut back = usize::from(since_round(&first));
     let mut bytes = first.bytes;
     let mut batch = vec![first];
     let mut deadline = None;
     while batch.len() < limits.max_ops {
         let next = match rx.try_recv() {
             Ok(p) => p,
-            Err(_) if pace.returning() == 0 => break,
+            Err(_) if round.is_none_or(|(_, answered)| back >= answered) => break,
             Err(_) => {
                 let until = *deadline.get_or_insert_with(|| Instant::now() + pace.linger());
                 match tokio::time::timeout_at(until, rx.recv()).await {
                     Ok(Some(p)) => p,
-                    Ok(None) => break,
-                    Err(_) => {
-                        pace.gave_up();
-                        break;
-                    }
+                    Ok(None) | Err(_) => break,
                 }
             }
         };
         if bytes.saturating_add(next.bytes) > limits.max_bytes {
             return (batch, Some(next));
         }
+        back += usize::from(since_round(&next));
         bytes += next.bytes;
         batch.push(next);
     }

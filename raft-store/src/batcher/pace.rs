@@ -6,28 +6,30 @@
 //! - **The commit is bound by the disk** (a spinning disk: the log's durable write is most of
 //!   the commit time). A second entry in flight only queues its durable write behind the
 //!   first one's, and the callers split into cohorts that alternate, each waiting two
-//!   commits. So one entry is in flight, and a batch, once the slot is free, waits for the
-//!   callers answered and not yet back ([`Pace::returning`]: they come back over a fraction
-//!   of a millisecond), up to half the recent commit time (at most [`MAX_LINGER`]); callers
-//!   that do not come back within that are no longer waited for. Every caller then rides in
+//!   commits. So one entry is in flight, and a batch, once the slot is free, waits until it
+//!   holds as many requests sent since the last commit as that commit answered callers
+//!   ([`Pace::take_round`]: they come back over a fraction of a millisecond, or a few on a
+//!   busy machine), up to half the recent commit time (at most [`MAX_LINGER`]). Every caller then rides in
 //!   one entry per commit: one durable write per round on each member.
 //! - **The commit is bound by work that overlaps** (CPU, network: a fast disk or `memory:`).
 //!   Up to `max_in_flight` entries are in flight and a batch goes as soon as a slot is free,
 //!   so the leader appends and replicates the next entry while earlier ones commit.
 //!
 //! The regime is [`DISK_BOUND_ABOVE`]: the log's durable write time ([`DiskLatency`], the
-//! writer's moving average) over the commit time (this batcher's moving average of
-//! `client_write`), with hysteresis ([`PIPELINED_BELOW`]). Without a [`DiskLatency`] (a
+//! writer's moving average) over the commit time without queueing (the fastest recent
+//! `client_write` of this batcher, drifting slowly up toward the average), with hysteresis
+//! ([`PIPELINED_BELOW`]). Without a [`DiskLatency`] (a
 //! batcher started with `Batcher::start`), the window is `max_in_flight` and nothing waits.
 //!
-//! Invariants: at most [`Pace::window`] slots are held (1 or `max`); pacing only delays when
-//! a batch is proposed: every request is still proposed once and answered once.
+//! Invariants: at most `max` slots are held, one while the disk bounds the commit; pacing
+//! only delays when a batch is proposed: every request is still proposed once and answered
+//! once.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::time::Instant;
 
 use crate::log::DiskLatency;
 
@@ -44,15 +46,18 @@ pub(crate) struct Pace {
     disk: Option<DiskLatency>,
     state: Mutex<State>,
     freed: Notify,
-    /// Callers answered whose next request has not arrived.
-    returning: AtomicUsize,
 }
 
 struct State {
     in_flight: usize,
     /// Seconds: moving average (1/8) of the commit time.
     commit: f64,
+    /// Seconds: the fastest recent commit (drifting up toward the average by 1/64 a commit,
+    /// so that it follows a disk that became slower): the commit without queueing.
+    base: f64,
     disk_bound: bool,
+    /// While the disk bounds the commit: when the last batch was answered, and its callers.
+    round: Option<(Instant, usize)>,
 }
 
 /// A held slot; dropping it frees it.
@@ -72,9 +77,14 @@ impl Pace {
         Arc::new(Pace {
             max: max.max(1),
             disk,
-            state: Mutex::new(State { in_flight: 0, commit: 0.0, disk_bound: false }),
+            state: Mutex::new(State {
+                in_flight: 0,
+                commit: 0.0,
+                base: 0.0,
+                disk_bound: false,
+                round: None,
+            }),
             freed: Notify::new(),
-            returning: AtomicUsize::new(0),
         })
     }
 
@@ -107,22 +117,11 @@ impl Pace {
         }
     }
 
-    /// A request arrived (from a caller that may have been answered before).
-    pub(crate) fn arrived(&self) {
-        let _ =
-            self.returning.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
-    }
-
-    /// Answered callers not back yet, counted while the commit is bound by the disk (0
-    /// otherwise: nothing waits for them).
-    pub(crate) fn returning(&self) -> usize {
-        self.returning.load(Ordering::Acquire)
-    }
-
-    /// The callers still counted as returning did not come back in time: stop waiting for
-    /// them.
-    pub(crate) fn gave_up(&self) {
-        self.returning.store(0, Ordering::Release);
+    /// The callers a batch gathered now should wait for: those answered by the last commit
+    /// (they come back after it), and when that was; once (the next batch waits for the
+    /// callers of the next commit). `None` where nothing waits.
+    pub(crate) fn take_round(&self) -> Option<(Instant, usize)> {
+        self.lock().round.take()
     }
 
     /// How long a batch may wait for returning callers: half the commit time, at most
@@ -136,9 +135,16 @@ impl Pace {
     pub(crate) fn committed(&self, took: Duration, callers: usize) {
         let t = took.as_secs_f64();
         let mut s = self.lock();
-        s.commit = if s.commit == 0.0 { t } else { s.commit + (t - s.commit) / 8.0 };
+        if s.commit == 0.0 {
+            (s.commit, s.base) = (t, t);
+        } else {
+            s.commit += (t - s.commit) / 8.0;
+            s.base = t.min(s.base + (s.commit - s.base) / 64.0);
+        }
         if let Some(disk) = self.disk.as_ref().and_then(DiskLatency::get) {
-            let share = disk.as_secs_f64() / s.commit;
+            // Judged against the commit without queueing: entries that queue behind each
+            // other's writes (the very thing pacing avoids) must not make the disk look small.
+            let share = disk.as_secs_f64() / s.base;
             let disk_bound =
                 if s.disk_bound { share >= PIPELINED_BELOW } else { share > DISK_BOUND_ABOVE };
             if disk_bound != s.disk_bound {
@@ -147,13 +153,8 @@ impl Pace {
                 metrics::gauge!(crate::metrics::PROPOSALS_WINDOW).set(self.window_of(&s) as f64);
             }
         }
-        if s.disk_bound {
-            // Counted before the answers go out (the caller holds no lock then): a caller
-            // may be back at once.
-            self.returning.fetch_add(callers, Ordering::AcqRel);
-        } else {
-            self.returning.store(0, Ordering::Release);
-        }
+        // Noted before the answers go out: a caller may be back at once.
+        s.round = s.disk_bound.then(|| (Instant::now(), callers));
     }
 }
 
@@ -193,22 +194,17 @@ mod tests {
         let pace = Pace::new(3, None);
         pace.committed(10 * MS, 5);
         assert_eq!(pace.window(), 3);
-        assert_eq!(pace.returning(), 0);
+        assert_eq!(pace.take_round(), None);
     }
 
-    #[test]
-    fn returning_callers_are_counted_while_the_disk_bounds_the_commit() {
+    #[tokio::test]
+    async fn a_round_is_noted_while_the_disk_bounds_the_commit_and_taken_once() {
         let disk = DiskLatency::new();
         disk.record(8 * MS);
         let pace = Pace::new(2, Some(disk));
         pace.committed(10 * MS, 4);
-        assert_eq!(pace.returning(), 4);
-        pace.arrived();
-        assert_eq!(pace.returning(), 3);
-        pace.gave_up();
-        assert_eq!(pace.returning(), 0);
-        pace.arrived();
-        assert_eq!(pace.returning(), 0, "never below zero");
+        assert_eq!(pace.take_round().map(|(_, n)| n), Some(4));
+        assert_eq!(pace.take_round(), None, "one batch waits for a round");
         assert_eq!(pace.linger(), 5 * MS);
     }
 }
