@@ -9,8 +9,8 @@
 //!   commits. So one entry is in flight, and a batch, once the slot is free, waits until it
 //!   holds as many requests sent since the last commit as that commit answered callers
 //!   ([`Pace::take_round`]: they come back over a fraction of a millisecond, or a few on a
-//!   busy machine), up to half the recent commit time (at most [`MAX_LINGER`]). Every caller then rides in
-//!   one entry per commit: one durable write per round on each member.
+//!   busy machine), up to half the recent commit time (at most [`MAX_LINGER`]). Every caller
+//!   then rides in one entry per commit: one durable write per round on each member.
 //! - **The commit is bound by work that overlaps** (CPU, network: a fast disk or `memory:`).
 //!   Up to `max_in_flight` entries are in flight and a batch goes as soon as a slot is free,
 //!   so the leader appends and replicates the next entry while earlier ones commit.
@@ -18,8 +18,8 @@
 //! The regime is [`DISK_BOUND_ABOVE`]: the log's durable write time ([`DiskLatency`], the
 //! writer's moving average) over the commit time without queueing (the fastest recent
 //! `client_write` of this batcher, drifting slowly up toward the average), with hysteresis
-//! ([`PIPELINED_BELOW`]). Without a [`DiskLatency`] (a
-//! batcher started with `Batcher::start`), the window is `max_in_flight` and nothing waits.
+//! ([`PIPELINED_BELOW`]). Without a [`DiskLatency`] (a batcher started with
+//! `Batcher::start`), the window is `max_in_flight` and nothing waits.
 //!
 //! Invariants: at most `max` slots are held, one while the disk bounds the commit; pacing
 //! only delays when a batch is proposed: every request is still proposed once and answered
