@@ -21,8 +21,10 @@ pub const COMMITTED_CARRIED_TOTAL: &str = "vellum_log_committed_carried_total";
 pub const COMMITTED_SAVES_TOTAL: &str = "vellum_log_committed_saves_total";
 /// Segments the log moved on from (counter).
 pub const SEGMENTS_ROLLED_TOTAL: &str = "vellum_log_segments_rolled_total";
-/// Segments removed by purges (counter).
+/// Segments freed by purges, deleted or kept for reuse (counter).
 pub const SEGMENTS_PURGED_TOTAL: &str = "vellum_log_segments_purged_total";
+/// Spare segments made from a purged segment instead of a new file (counter).
+pub const SEGMENTS_RECYCLED_TOTAL: &str = "vellum_log_segments_recycled_total";
 /// Failed attempts to prepare a spare segment (counter).
 pub const SPARE_FAILURES_TOTAL: &str = "vellum_log_spare_failures_total";
 /// 1 when a spare segment is ready (gauge).
@@ -141,7 +143,14 @@ pub fn describe() {
         "Committed log ids that waited longer than the commit lag and got a meta write of their own."
     );
     describe_counter!(SEGMENTS_ROLLED_TOTAL, "Log segments activated.");
-    describe_counter!(SEGMENTS_PURGED_TOTAL, "Log segments deleted by purges.");
+    describe_counter!(
+        SEGMENTS_PURGED_TOTAL,
+        "Log segments freed by purges (deleted, or kept for reuse)."
+    );
+    describe_counter!(
+        SEGMENTS_RECYCLED_TOTAL,
+        "Spare log segments made from a purged segment instead of a new zero-filled file."
+    );
     describe_counter!(
         SPARE_FAILURES_TOTAL,
         "Failed attempts to prepare a spare log segment (each is retried)."

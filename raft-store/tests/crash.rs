@@ -13,6 +13,9 @@
 //! of appends submitted without waiting, acknowledged by callbacks from the log's IO thread
 //! as their writes return; an entry whose callback said durable must survive).
 //!
+//! Purges free segments, and later rolls reuse them (a recycled file under a fresh salt):
+//! the runs count how many, and a mutant that keeps the old salt must fail.
+//!
 //! Crash loops (`power_cuts_in_a_row_at_segment_rolls`): five power cuts in a row, each
 //! during the recovery from the one before (its fence, the roll a fence needs) or during the
 //! first appends after it, arranged to land at segment rolls; checked against the model after
@@ -34,6 +37,14 @@ const VOLUME: u64 = 8 << 20;
 /// before all were: the state the 0.10 pattern exists to reach.
 static CUT_MID_BURST: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// Spares made from a purged segment (a recycled file under a fresh salt) in the runs.
+static RECYCLED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+thread_local! {
+    /// The protocol mutant this thread's logs run with (the mutant tests set it).
+    static MUTATION: std::cell::Cell<Option<log::LogMutation>> = const { std::cell::Cell::new(None) };
+}
+
 /// How the workload calls the log.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Pattern {
@@ -52,6 +63,7 @@ fn config(background: bool, pattern: Pattern) -> LogConfig {
             Pattern::OneAtATime => LogIo::Inline,
             Pattern::InFlight => LogIo::Thread,
         },
+        mutation: MUTATION.get(),
         ..LogConfig::default()
     }
 }
@@ -332,6 +344,9 @@ fn run(
         assert!(durable >= run.model.committed_durable, "the durable committed id went back");
         run.model.committed_durable = durable;
     }
+    if crash_at.is_none() {
+        RECYCLED.fetch_add(core.spare_status().recycled, std::sync::atomic::Ordering::Relaxed);
+    }
     run.carrier.cut_power();
     let total = run.carrier.ops() - start;
     drop(core);
@@ -415,13 +430,21 @@ fn verify(image: Vec<u8>, model: &Model, rng: &mut FaultRng) -> Result<(), Strin
     let got = recovered_state(&core);
     if !matches(model, &got) {
         let want: Vec<_> = model.log.keys().collect();
-        let have: Vec<_> = got.0.keys().collect();
-        return Err(format!(
-            "recovered log {have:?} (vote {:?}) is not the durable {want:?} (vote {:?}) or the in-flight {:?}",
-            got.1.as_deref().map(String::from_utf8_lossy),
-            model.vote.as_deref().map(String::from_utf8_lossy),
-            model.in_flight.as_ref().map(|o| format!("{o:?}").chars().take(60).collect::<String>())
-        ));
+        let have: Vec<_> = got.0.iter().map(|(k, v)| (*k, v.0)).collect();
+        return Err(
+            format!(
+                "recovered log {have:?} (vote {:?}) is not the durable {want:?} (vote {:?}) or the in-flight {:?}",
+                got.1.as_deref().map(String::from_utf8_lossy),
+                model.vote.as_deref().map(String::from_utf8_lossy),
+                model.in_flight.as_ref().map(|o| match o {
+                    Op::Append(es) => format!(
+                        "append {:?}",
+                        es.iter().map(|e| (e.index, e.term)).collect::<Vec<_>>()
+                    ),
+                    o => format!("{o:?}").chars().take(60).collect::<String>(),
+                })
+            ),
+        );
     }
     committed_ok(model, &got, core.meta().purged_index)?;
     // The recovered log takes appends, and reopens with them.
@@ -475,8 +498,9 @@ fn power_cuts_lose_no_acknowledged_entry_or_vote() {
     let n = range.end - range.start;
     let failures: Vec<String> =
         range.filter_map(|s| crash_point(s, false, Pattern::OneAtATime).err()).collect();
+    let recycled = RECYCLED.load(std::sync::atomic::Ordering::Relaxed);
     eprintln!(
-        "{n} crash points: acknowledged entries lost, votes lost, garbage read, opens refused: {} failures",
+        "{n} crash points ({recycled} segments recycled in the runs): acknowledged entries lost, votes lost, garbage read, opens refused: {} failures",
         failures.len()
     );
     assert!(
@@ -485,6 +509,25 @@ fn power_cuts_lose_no_acknowledged_entry_or_vote() {
         failures.len(),
         failures[0]
     );
+    if n > 1 {
+        assert!(recycled > 0, "the runs never reused a purged segment");
+    }
+}
+
+/// The mutant of the recycling rule: a purged segment reused under its previous salt. Its
+/// earlier frames verify again past the new ones, and the campaign must catch it (today: as
+/// opens refused, "batch ids go backwards", on every run that recycled a segment).
+#[test]
+fn a_segment_recycled_under_its_old_salt_is_caught() {
+    MUTATION.set(Some(log::LogMutation::ReuseSalt));
+    let range = seeds(0..300);
+    let n = range.end - range.start;
+    let failed = range.filter(|&s| crash_point(s, false, Pattern::OneAtATime).is_err()).count();
+    MUTATION.set(None);
+    eprintln!("the salt-reusing mutant fails {failed} of {n} crash points");
+    if n > 1 {
+        assert!(failed > 0, "no crash point caught a recycled segment under its old salt");
+    }
 }
 
 #[test]
@@ -699,13 +742,21 @@ fn check_loop_image(image: &[u8], model: &Model) -> Result<Option<log::Torn>, St
     let got = recovered_state(&core);
     if !matches(model, &got) {
         let want: Vec<_> = model.log.keys().collect();
-        let have: Vec<_> = got.0.keys().collect();
-        return Err(format!(
-            "recovered {have:?} (vote {:?}), the model holds {want:?} (vote {:?}), in flight {:?}",
-            got.1.as_deref().map(String::from_utf8_lossy),
-            model.vote.as_deref().map(String::from_utf8_lossy),
-            model.in_flight.as_ref().map(|o| format!("{o:?}").chars().take(60).collect::<String>())
-        ));
+        let have: Vec<_> = got.0.iter().map(|(k, v)| (*k, v.0)).collect();
+        return Err(
+            format!(
+                "recovered {have:?} (vote {:?}), the model holds {want:?} (vote {:?}), in flight {:?}",
+                got.1.as_deref().map(String::from_utf8_lossy),
+                model.vote.as_deref().map(String::from_utf8_lossy),
+                model.in_flight.as_ref().map(|o| match o {
+                    Op::Append(es) => format!(
+                        "append {:?}",
+                        es.iter().map(|e| (e.index, e.term)).collect::<Vec<_>>()
+                    ),
+                    o => format!("{o:?}").chars().take(60).collect::<String>(),
+                })
+            ),
+        );
     }
     committed_ok(model, &got, core.meta().purged_index)?;
     Ok(core.recovery_report().torn)

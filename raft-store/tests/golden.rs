@@ -8,7 +8,9 @@
 //! and offset), `member` and `peers`. v3: segment format 3; the committed id was saved
 //! lazily and the store not closed, so it is recovered from the log's `Commit` frame alone
 //! (the meta file never held it). v4: segment format 4 (header flags; the `Commit` frame
-//! carries the committed id's term, 2, which recovery checks against entry 66).
+//! carries the committed id's term, 2, which recovery checks against entry 66). v5: segment
+//! format 5 (files may be recycled; each header records where the previous segment's frames
+//! end, which recovery checks).
 //!
 //! Regenerate only for a new format version, into a new directory:
 //! `VELLUM_BLESS_GOLDEN=<version> cargo test -p vellum-raft-store --test golden`.
@@ -172,5 +174,5 @@ async fn golden_raft_volumes_open_and_read_identically() {
         verify(version, &bytes, other).await;
         versions += 1;
     }
-    assert!(versions >= 4, "the golden raft volumes of formats 1 to 4 are under tests/golden/");
+    assert!(versions >= 5, "the golden raft volumes of formats 1 to 5 are under tests/golden/");
 }

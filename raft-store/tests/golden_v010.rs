@@ -91,5 +91,5 @@ async fn golden_volumes_written_by_the_09_adapter_open_with_the_010_adapter() {
         verify(&bytes).await;
         versions += 1;
     }
-    assert!(versions >= 4, "the golden raft volumes of formats 1 to 4 are under tests/golden/");
+    assert!(versions >= 5, "the golden raft volumes of formats 1 to 5 are under tests/golden/");
 }

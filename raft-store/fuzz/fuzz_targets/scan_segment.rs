@@ -13,7 +13,7 @@ const SEGMENT: usize = 64 << 10;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&n, rest)) = data.split_first() else { return };
-    let seal = Seal { salt: 0x5EA1, version: 1 + n % 4 };
+    let seal = Seal { salt: 0x5EA1, version: 1 + n % 5 };
     let mut seg = vec![0u8; SEGMENT_HEADER_LEN];
     let mut index = 1;
     for batch in 1..=u64::from(n % 12) {

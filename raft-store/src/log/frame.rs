@@ -16,6 +16,13 @@
 //! end begins), so that a later recovery can tell such a segment from one an ordinary roll
 //! activated (docs/RAFT-LOG.md, "Recovery"). A `Commit` frame of format 4 carries the
 //! committed id's term in its `term` field; older formats wrote 0 there.
+//!
+//! From segment format 5 on a segment file may be *recycled* (a purged segment reused under a
+//! fresh salt instead of a new zero-filled file), so the bytes past its last write may be an
+//! earlier use's frames: they never verify under the new salt, and recovery reads them as
+//! space never written. The header records where the previous segment's frames end
+//! (`prev_end`), so that a sealed segment's end is known exactly rather than inferred from
+//! the zeros after it.
 
 use crate::error::{Error, Result};
 
@@ -26,9 +33,12 @@ pub const FRAME_MAGIC: [u8; 4] = *b"VLFR";
 /// Magic of a segment header without its two version digits.
 pub const SEGMENT_MAGIC_PREFIX: [u8; 6] = *b"VLMSEG";
 /// The segment format new segments are written in.
-pub const SEGMENT_VERSION: u8 = 4;
+pub const SEGMENT_VERSION: u8 = 5;
 /// The first segment format whose header has flags and whose `Commit` frames carry a term.
 pub const SEGMENT_VERSION_FLAGS: u8 = 4;
+/// The first segment format whose file may be recycled (bytes past its last write may be an
+/// earlier use's) and whose header records where the previous segment's frames end.
+pub const SEGMENT_VERSION_RECYCLED: u8 = 5;
 /// The oldest segment format this build reads.
 pub const SEGMENT_VERSION_MIN: u8 = 1;
 
@@ -38,7 +48,8 @@ pub struct Seal {
     pub salt: u64,
     /// The segment format: 1 (salt only), 2 (salt and the frame's offset), 3 (as 2, and
     /// `Commit` frames may appear), 4 (as 3; header flags, and `Commit` frames carry the
-    /// committed id's term).
+    /// committed id's term), 5 (as 4; the file may be recycled, the header records the
+    /// previous segment's end).
     pub version: u8,
 }
 
@@ -207,6 +218,10 @@ pub struct SegmentHeader {
     /// With [`SEGMENT_FENCE`] (format 4 on): the offset in the previous segment where the
     /// torn end this segment was activated to fence begins. `None`: an ordinary roll.
     pub fence_from: Option<u64>,
+    /// Format 5 on: the offset in the previous segment where its frames end (the write
+    /// position it was sealed at; with [`SEGMENT_FENCE`], where its torn end begins, the same
+    /// as `fence_from`). 0: no previous segment, or a format before 5 (unknown).
+    pub prev_end: u64,
 }
 
 const SEQ_AT: usize = 8;
@@ -214,7 +229,8 @@ const SALT_AT: usize = SEQ_AT + 8;
 const FIRST_INDEX_AT: usize = SALT_AT + 8;
 /// Formats 1 to 3: reserved (zero) from here to the checksum.
 const RESERVED_AT: usize = FIRST_INDEX_AT + 8;
-/// Format 4 on: flags (u32), 4 zero bytes, the fence's offset (u64), then reserved.
+/// Format 4 on: flags (u32), 4 zero bytes, the fence's offset (u64; format 5: the previous
+/// segment's end, which is the fence's offset with the flag), then reserved.
 const FLAGS_AT_V4: usize = RESERVED_AT;
 const FENCE_FROM_AT: usize = FLAGS_AT_V4 + 8;
 const RESERVED_AT_V4: usize = FENCE_FROM_AT + 8;
@@ -239,6 +255,16 @@ impl SegmentHeader {
             "segment format {} has no flags",
             self.version
         );
+        assert!(
+            self.prev_end == 0 || self.version >= SEGMENT_VERSION_RECYCLED,
+            "segment format {} records no previous end",
+            self.version
+        );
+        assert!(
+            self.version < SEGMENT_VERSION_RECYCLED
+                || self.fence_from.is_none_or(|from| from == self.prev_end),
+            "a fence's offset is the previous segment's end"
+        );
         let mut b = [0u8; SEGMENT_HEADER_LEN];
         b[..6].copy_from_slice(&SEGMENT_MAGIC_PREFIX);
         b[6] = b'0' + self.version / 10;
@@ -249,6 +275,9 @@ impl SegmentHeader {
         if let Some(from) = self.fence_from {
             b[FLAGS_AT_V4..FLAGS_AT_V4 + 4].copy_from_slice(&SEGMENT_FENCE.to_le_bytes());
             b[FENCE_FROM_AT..RESERVED_AT_V4].copy_from_slice(&from.to_le_bytes());
+        }
+        if self.version >= SEGMENT_VERSION_RECYCLED {
+            b[FENCE_FROM_AT..RESERVED_AT_V4].copy_from_slice(&self.prev_end.to_le_bytes());
         }
         let crc = crc32c::crc32c(&b[..HEADER_CRC_AT]);
         b[HEADER_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
@@ -281,6 +310,7 @@ impl SegmentHeader {
             });
         }
         let mut fence_from = None;
+        let mut prev_end = 0;
         let mut reserved_at = RESERVED_AT;
         if version >= SEGMENT_VERSION_FLAGS {
             let flags = u32_at(b, FLAGS_AT_V4);
@@ -294,8 +324,11 @@ impl SegmentHeader {
             let from = u64_at(b, FENCE_FROM_AT);
             if flags & SEGMENT_FENCE != 0 {
                 fence_from = Some(from);
-            } else if from != 0 {
+            } else if from != 0 && version < SEGMENT_VERSION_RECYCLED {
                 return Err(corrupt(FENCE_FROM_AT as u64, "a fence offset without the flag"));
+            }
+            if version >= SEGMENT_VERSION_RECYCLED {
+                prev_end = from;
             }
             if u32_at(b, FLAGS_AT_V4 + 4) != 0 {
                 return Err(corrupt(
@@ -314,6 +347,7 @@ impl SegmentHeader {
             salt: u64_at(b, SALT_AT),
             first_index: u64_at(b, FIRST_INDEX_AT),
             fence_from,
+            prev_end,
         }))
     }
 }
@@ -375,15 +409,31 @@ mod tests {
 
     #[test]
     fn segment_headers_round_trip_and_refuse_unknown_formats() {
-        for version in [1, 2, 3, 4] {
+        for version in [1, 2, 3, 4, 5] {
             let h = SegmentHeader {
                 version,
                 seq: 5,
                 salt: 0xABCD,
                 first_index: 1000,
                 fence_from: None,
+                prev_end: 0,
             };
             assert_eq!(SegmentHeader::decode(&h.encode(), "s").unwrap(), Some(h));
+        }
+        // Format 5: the previous segment's end, with or without the fence flag.
+        for fence_from in [None, Some(61_440)] {
+            let h = SegmentHeader {
+                version: 5,
+                seq: 7,
+                salt: 0xABCD,
+                first_index: 1000,
+                fence_from,
+                prev_end: 61_440,
+            };
+            let b = h.encode();
+            assert_eq!(&b[..8], b"VLMSEG05");
+            assert_eq!(u64_at(&b, 40), 61_440);
+            assert_eq!(SegmentHeader::decode(&b, "s").unwrap(), Some(h));
         }
         let fenced = SegmentHeader {
             version: 4,
@@ -391,6 +441,7 @@ mod tests {
             salt: 0xABCD,
             first_index: 1000,
             fence_from: Some(61_440),
+            prev_end: 0,
         };
         let b = fenced.encode();
         assert_eq!(&b[..8], b"VLMSEG04");
@@ -411,20 +462,26 @@ mod tests {
         let mut old = fenced.encode();
         old[7] = b'3';
         assert!(matches!(SegmentHeader::decode(&resealed(old), "s"), Err(Error::Corrupt { .. })));
-        let h =
-            SegmentHeader { version: 3, seq: 5, salt: 0xABCD, first_index: 1000, fence_from: None };
+        let h = SegmentHeader {
+            version: 3,
+            seq: 5,
+            salt: 0xABCD,
+            first_index: 1000,
+            fence_from: None,
+            prev_end: 0,
+        };
         assert_eq!(&h.encode()[..8], b"VLMSEG03");
         assert_eq!(SegmentHeader::decode(&[0u8; 4096], "s").unwrap(), None);
         let mut bad = h.encode();
         bad[9] ^= 1;
         assert!(matches!(SegmentHeader::decode(&bad, "s"), Err(Error::Corrupt { .. })));
         let mut newer = h.encode();
-        newer[7] = b'5';
+        newer[7] = b'6';
         assert!(matches!(
             SegmentHeader::decode(&resealed(newer), "s"),
             Err(Error::Unsupported { .. })
         ));
-        for version in [3, 4] {
+        for version in [3, 4, 5] {
             let h = SegmentHeader { version, ..h };
             let mut reserved = h.encode();
             reserved[100] = 1;

@@ -45,6 +45,8 @@ use vellum_engine::Volume;
 
 pub use meta::MetaState;
 pub use segments::SpareStatus;
+#[cfg(feature = "test-util")]
+pub use state::LogMutation;
 pub use state::{
     Callback, DiskLatency, LogConfig, LogEntry, LogIo, MIN_VOLUME_BYTES, RecoveryReport, Torn,
 };
@@ -419,8 +421,9 @@ impl LogCore {
     }
 
     /// Purges every entry at or before `upto` (`purged` is the caller's encoding of the
-    /// purged id). Blocks until the purge record is durable, then deletes whole segments
-    /// that hold nothing newer (one metadata commit).
+    /// purged id). Blocks until the purge record is durable, then frees whole segments that
+    /// hold nothing newer (one metadata commit): up to `LogConfig::recycled_segments` of them
+    /// are kept for reuse as later segments, the others deleted.
     pub fn purge(&self, upto: u64, purged: Vec<u8>) -> Result<()> {
         wait(|done| {
             self.save_meta(
@@ -445,12 +448,20 @@ impl LogCore {
         if doomed.is_empty() {
             return Ok(());
         }
-        for (seq, path) in &doomed {
-            lock(&self.shared().segments).by_seq.remove(seq);
-            self.shared().volume.remove(path)?;
-        }
+        let count = doomed.len();
+        let retired: Vec<_> = {
+            let mut segs = lock(&self.shared().segments);
+            doomed
+                .into_iter()
+                .filter_map(|(seq, path)| segs.by_seq.remove(&seq).map(|info| (path, info)))
+                .collect()
+        };
+        // Up to `recycled_segments` of them become `.free` files for the spare maker, the
+        // rest are deleted: one commit either way.
+        let kept = self.shared().retirer.retire(&self.shared().volume, retired)?;
         self.shared().volume.commit()?;
-        metrics::counter!(m::SEGMENTS_PURGED_TOTAL).increment(doomed.len() as u64);
+        self.shared().retirer.adopt(kept);
+        metrics::counter!(m::SEGMENTS_PURGED_TOTAL).increment(count as u64);
         Ok(())
     }
 

@@ -28,11 +28,14 @@ use std::sync::{Arc, Mutex, RwLock};
 use vellum_engine::AlignedBuf;
 use vellum_engine::{File, Volume};
 
-use super::frame::{ALIGN, FrameKind, SEGMENT_HEADER_LEN, SEGMENT_VERSION_FLAGS, SegmentHeader};
+use super::frame::{
+    ALIGN, FrameKind, SEGMENT_HEADER_LEN, SEGMENT_VERSION_FLAGS, SEGMENT_VERSION_RECYCLED,
+    SegmentHeader,
+};
 use super::index::{Index, Loc};
 use super::meta::{self, MetaState};
 use super::recovery::{self, ScannedCommit, SegmentScan};
-use super::segments::{SegInfo, Segments, Spare, SpareMaker};
+use super::segments::{Free, SegInfo, Segments, Spare, SpareMaker};
 use super::state::MIN_VOLUME_BYTES;
 use super::state::{LogConfig, MetaCell, RecoveryReport, Shared, Torn, join};
 use super::writer::{Current, Writer};
@@ -59,6 +62,8 @@ struct Found {
 struct Classified {
     active: Vec<Found>,
     spare: Option<Spare>,
+    /// Purged segments kept for reuse (`.free` files).
+    free: Vec<Free>,
     next_file_no: u64,
     scanned_bytes: u64,
     /// Files removed (leftovers, extra spares): a commit makes that durable.
@@ -104,7 +109,7 @@ pub(super) fn open(volume: Volume, mut config: LogConfig) -> Result<Opened> {
         f
     };
     let meta_state = MetaState::recover(&meta_file.read_to_end()?, &config.dir)?;
-    let classified = classify(&volume, &log_dir, config.segment_bytes)?;
+    let classified = classify(&volume, &log_dir, config.segment_bytes, config.recycled_segments)?;
     let segment_bytes = log_segment_bytes(&classified, &config, derived);
     // The current segment and its spare must fit, or the log stops at its first roll.
     if capacity < 2 * segment_bytes {
@@ -135,8 +140,19 @@ pub(super) fn open(volume: Volume, mut config: LogConfig) -> Result<Opened> {
     let next_seq = segments.by_seq.keys().next_back().map_or(1, |s| s + 1);
     let purged_batch = meta_state.purged_batch;
     let last_entry = ix.last_index();
+    let spares = SpareMaker::start(
+        volume.clone(),
+        log_dir,
+        segment_bytes,
+        needs_barrier,
+        (classified.spare, classified.free),
+        classified.next_file_no,
+        config.recycled_segments,
+        config.background_spares,
+    );
     let shared = Shared {
-        volume: volume.clone(),
+        retirer: spares.retirer(),
+        volume,
         config,
         segment_bytes,
         index: RwLock::new(ix),
@@ -147,14 +163,6 @@ pub(super) fn open(volume: Volume, mut config: LogConfig) -> Result<Opened> {
         durable_committed: AtomicU64::new(durable_committed.map_or(0, |c| c + 1)),
         disk: super::state::DiskLatency::new(),
     };
-    let spares = SpareMaker::start(
-        volume,
-        log_dir,
-        segment_bytes,
-        classified.spare,
-        classified.next_file_no,
-        shared.config.background_spares,
-    );
     let mut writer =
         Writer::new(current, next_seq, max_batch + 1, purged_batch, last_entry, spares);
     if let Some(torn) = report.torn {
@@ -209,15 +217,17 @@ fn lossy(path: &[u8]) -> String {
 
 /// Sorts the files of `DIR/log` into active segments (with their first blocks), one spare,
 /// and leftovers (removed; committed by the caller).
-fn classify(volume: &Volume, log_dir: &[u8], config_bytes: u64) -> Result<Classified> {
+fn classify(volume: &Volume, log_dir: &[u8], config_bytes: u64, keep: usize) -> Result<Classified> {
     let mut c = Classified {
         active: Vec::new(),
         spare: None,
+        free: Vec::new(),
         next_file_no: 1,
         scanned_bytes: 0,
         removed: 0,
     };
     let mut spares = Vec::new();
+    let mut frees = Vec::new();
     for entry in volume.list(log_dir)? {
         let mut path = log_dir.to_vec();
         path.push(b'/');
@@ -236,6 +246,13 @@ fn classify(volume: &Volume, log_dir: &[u8], config_bytes: u64) -> Result<Classi
         let mut head = vec![0u8; head_len];
         file.read_exact_at(&mut head, 0)?;
         c.scanned_bytes += head_len as u64;
+        if entry.name.ends_with(b".free") {
+            // A purged segment kept for reuse: never part of the log, whatever it holds. Its
+            // salt, while its header is still there, keeps the next one from repeating it.
+            let salt = SegmentHeader::decode(&head, &name).ok().flatten().map(|h| h.salt);
+            frees.push(Free { path, file: Arc::new(file), len, salt });
+            continue;
+        }
         let usable = len >= 2 * SEGMENT_HEADER_LEN as u64 && len.is_multiple_of(ALIGN as u64);
         if !usable {
             // Never a segment the log made (they are created and sized in one commit): a
@@ -260,7 +277,7 @@ fn classify(volume: &Volume, log_dir: &[u8], config_bytes: u64) -> Result<Classi
                 if head[SEGMENT_HEADER_LEN..].iter().all(|&b| b == 0) =>
             {
                 // Never activated (or its activation was the write in flight): a spare.
-                spares.push(Spare { path, file: Arc::new(file), len });
+                spares.push(Spare { path, file: Arc::new(file), len, stale_salt: None });
             }
             Ok(None) => {
                 return Err(Error::Corrupt {
@@ -291,6 +308,17 @@ fn classify(volume: &Volume, log_dir: &[u8], config_bytes: u64) -> Result<Classi
         } else {
             let path = spare.path.clone();
             drop(spare);
+            volume.remove(&path)?;
+            c.removed += 1;
+        }
+    }
+    // Reusable files of the log's segment size, up to the configured number; the others go.
+    for free in frees {
+        if c.free.len() < keep && free.len == wanted {
+            c.free.push(free);
+        } else {
+            let path = free.path.clone();
+            drop(free);
             volume.remove(&path)?;
             c.removed += 1;
         }
@@ -382,6 +410,27 @@ fn scan_all(
             )?;
             let _ = empty_tx.send(read.buf);
             prev_batch = scan.max_batch;
+            // From format 5 on a segment records where its predecessor's frames end: a sealed
+            // segment whose frames stop anywhere else lost its last frames (rot, a misdirected
+            // write), which the bytes after them (an earlier use's, in a recycled file) cannot
+            // show. Past that end, bytes in which no frame of the segment's salt verifies are
+            // not the log's: a recycled file's earlier use.
+            let next = found.get(i + 1).filter(|n| n.header.version >= SEGMENT_VERSION_RECYCLED);
+            if let Some(next) = next
+                && scan.end != next.header.prev_end
+            {
+                return Err(match scan.torn {
+                    Some(torn) => damaged(&f.name, torn),
+                    None => Error::Corrupt {
+                        file: f.name.clone(),
+                        offset: scan.end,
+                        reason: "a sealed segment's frames end before the end its successor records",
+                    },
+                });
+            }
+            // After an ordinary roll (a fence's roll keeps the fence's rules below).
+            let stale_after_end = next.is_some_and(|n| n.header.fence_from.is_none())
+                && scan.torn.is_some_and(|t| t.dropped_frames == 0);
             if let Some((before, torn_scan)) = torn_before.take() {
                 // The segment before this one ended torn, and no fence for it opens this one:
                 // that is the log's last write only if this is the last segment, holds no
@@ -389,7 +438,7 @@ fn scan_all(
                 // A fence rolls only when the damage reaches the end of the segment.
                 let torn = torn_scan.torn.expect("kept for its torn tail");
                 if i + 1 == count
-                    && scan.is_frameless()
+                    && scan.is_frameless(f.header.seal())
                     && torn.to == found[before].len
                     && activated_for_fence(&f.header, torn)
                 {
@@ -398,7 +447,7 @@ fn scan_all(
                     return Err(damaged(&found[before].name, torn));
                 }
             }
-            if let Some(torn) = scan.torn {
+            if let Some(torn) = scan.torn.filter(|_| !stale_after_end) {
                 match found.get(i + 1) {
                     None => {
                         if report.torn.is_none() {

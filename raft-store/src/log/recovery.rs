@@ -15,10 +15,19 @@
 //! - anything else (valid frames of another batch): the log is damaged where no crash can
 //!   have left it, and open refuses. Truncating there would turn a voter into an amnesiac.
 //!
+//! A segment of format 5 on may be a recycled file: past its last write lie an earlier use's
+//! bytes, sealed with another salt, which never verify here. The scan reads them like torn
+//! bytes (it cannot tell them apart, and must not: a torn write of this salt could later be
+//! completed by new bytes into a frame that verifies), so the fence never lets a write land
+//! on them. A sealed segment's end is instead checked against its successor's record of it
+//! (`open.rs`): there, bytes after that end are not the log's, whatever they are, as long as
+//! no frame of this salt verifies among them.
+//!
 //! Pure functions of the bytes: nothing here reads the carrier or panics on what it finds.
 
 use super::frame::{
-    self, ALIGN, FrameHeader, FrameKind, Parsed, SEGMENT_HEADER_LEN, SEGMENT_VERSION_FLAGS, Seal,
+    self, ALIGN, FrameHeader, FrameKind, Parsed, SEGMENT_HEADER_LEN, SEGMENT_VERSION_FLAGS,
+    SEGMENT_VERSION_RECYCLED, Seal,
 };
 use super::state::Torn;
 use crate::error::{Error, Result};
@@ -60,6 +69,8 @@ pub struct ScannedCommit {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SegmentScan {
     pub frames: Vec<ScannedFrame>,
+    /// E: where the valid frames end (the segment's length when they fill it).
+    pub end: u64,
     /// Where the next batch may be written (aligned); for a torn tail, after the `Skip`.
     pub next_write: u64,
     pub torn: Option<Torn>,
@@ -75,11 +86,19 @@ impl SegmentScan {
     /// Nothing was ever written after the header but, at most, the write in flight into its
     /// first block (no valid frame, no fence, no damage past that block): a segment that a
     /// cross-segment fence had just activated when the power was cut.
-    pub fn is_frameless(&self) -> bool {
+    ///
+    /// In a segment of format 5 on (`seal`), bytes past the first block may be a recycled
+    /// file's earlier use, sealed with another salt: only the fence's write (its first block)
+    /// was ever written under this one, so what no frame of this salt verifies in is not the
+    /// log's.
+    pub fn is_frameless(&self, seal: Seal) -> bool {
         let first_block_end = (SEGMENT_HEADER_LEN + ALIGN) as u64;
+        let recycled = seal.version >= SEGMENT_VERSION_RECYCLED;
         self.frames.is_empty()
             && self.fences_from.is_none()
-            && self.torn.is_none_or(|t| t.dropped_frames == 0 && t.to <= first_block_end)
+            && self
+                .torn
+                .is_none_or(|t| t.dropped_frames == 0 && (recycled || t.to <= first_block_end))
     }
 }
 
@@ -132,6 +151,7 @@ pub fn scan_segment(
             let next_write = bytes.len() as u64;
             return Ok(SegmentScan {
                 frames,
+                end: next_write,
                 next_write,
                 torn: None,
                 max_batch: last_batch,
@@ -197,6 +217,7 @@ pub fn scan_segment(
                     Gap::End => {
                         return Ok(SegmentScan {
                             frames,
+                            end: end as u64,
                             next_write: end as u64,
                             torn: None,
                             max_batch: last_batch,
@@ -221,6 +242,7 @@ pub fn scan_segment(
                         };
                         return Ok(SegmentScan {
                             frames,
+                            end: end as u64,
                             next_write: to as u64 + ALIGN as u64,
                             torn: Some(torn),
                             max_batch: last_batch.max(max_batch),

@@ -7,6 +7,17 @@
 //! new segment is one durable write of the spare's header; creating and deleting segments
 //! are the only metadata commits the log makes.
 //!
+//! **Recycling.** A purge does not delete every segment it frees: up to
+//! `LogConfig::recycled_segments` of them are renamed `NNNNNNNN.free` in the purge's commit
+//! (a `.free` file is never part of the log, whatever it holds). The maker makes its next spare
+//! from one of them instead of a new file: one durable write of zeros over its header and
+//! first frame block (which makes it a spare by the rule above, whatever lies after), then a
+//! rename to a new segment name (one commit). No 64 MiB zero-fill competes with the appends,
+//! and the blocks are ones the carrier already holds. The bytes after the first frame block
+//! stay: the earlier use's frames, sealed with its salt, which the roll replaces with a fresh
+//! one ([`fresh_salt`]), so they never verify again (segment format 5, docs/RAFT-LOG.md). A
+//! freed segment that a reader still holds open is not reused until the reader lets go.
+//!
 //! The maker never gives up: a failure (a volume briefly full, say) is counted
 //! (`vellum_log_spare_failures_total`), logged, and retried with a growing pause, so a roll
 //! hours later finds a spare once space is back. A roll that finds none waits a bounded time
@@ -19,7 +30,7 @@ use std::time::{Duration, Instant};
 
 use vellum_engine::{File, IoPolicy, Tier, Volume};
 
-use super::frame::Seal;
+use super::frame::{SEGMENT_HEADER_LEN, Seal};
 use super::state::lock;
 use crate::error::{Error, Result, SharedError};
 use crate::metrics as m;
@@ -54,6 +65,41 @@ pub struct Spare {
     pub path: Vec<u8>,
     pub file: Arc<File>,
     pub len: u64,
+    /// A recycled file's previous salt, which its stale frames verify under: the roll must
+    /// choose another ([`fresh_salt`]). `None`: a new file, or one found at open whose
+    /// previous salt is no longer known.
+    pub stale_salt: Option<u64>,
+}
+
+/// A purged segment kept for reuse (`NNNNNNNN.free`).
+#[derive(Debug)]
+pub struct Free {
+    pub path: Vec<u8>,
+    pub file: Arc<File>,
+    pub len: u64,
+    /// The salt its frames are sealed with, when known.
+    pub salt: Option<u64>,
+}
+
+/// A random salt under which no frame sealed with `stale` verifies at the same offset. A
+/// frame's checksum starts from the salt (crc32c is affine), so two salts whose checksums
+/// differ give every identical frame a different checksum; salts with equal checksums (one
+/// pair in 2^32) are drawn again.
+pub fn fresh_salt(stale: Option<u64>) -> u64 {
+    loop {
+        let salt = super::writer::random_salt();
+        match stale {
+            Some(old)
+                if crc32c::crc32c(&old.to_le_bytes()) == crc32c::crc32c(&salt.to_le_bytes()) => {}
+            _ => return salt,
+        }
+    }
+}
+
+/// Path of the reusable file that segment file `path` (`NNNNNNNN.seg`) becomes.
+pub fn free_path(path: &[u8]) -> Vec<u8> {
+    let stem = path.strip_suffix(b".seg").unwrap_or(path);
+    [stem, b".free"].concat()
 }
 
 /// How the maker is doing.
@@ -65,6 +111,10 @@ pub struct SpareStatus {
     pub failures: u64,
     /// Failed attempts since its last success (0: healthy).
     pub failing: u64,
+    /// Spares made from a purged segment since the log opened.
+    pub recycled: u64,
+    /// Purged segments kept for reuse now.
+    pub free: usize,
 }
 
 #[derive(Debug, Default)]
@@ -75,6 +125,20 @@ struct SpareState {
     failing: u64,
     last_error: Option<SharedError>,
     next_file_no: u64,
+    /// Purged segments kept for reuse, oldest first.
+    free: Vec<Free>,
+    /// Spares made from a purged segment.
+    recycled: u64,
+}
+
+/// How the maker makes a spare.
+#[derive(Debug, Clone)]
+struct Making {
+    volume: Volume,
+    dir: Vec<u8>,
+    segment_bytes: u64,
+    /// A barrier must follow a write (a buffered carrier).
+    needs_barrier: bool,
 }
 
 /// Keeps one spare segment ready, made by a background thread (or, without one, made when
@@ -83,7 +147,90 @@ struct SpareState {
 pub struct SpareMaker {
     state: Arc<(Mutex<SpareState>, Condvar)>,
     thread: Option<JoinHandle<()>>,
-    inline: Option<(Volume, Vec<u8>, u64)>,
+    inline: Option<Making>,
+    /// Purged segments kept at most.
+    keep: usize,
+    segment_bytes: u64,
+}
+
+/// Where purged segments go: reused by the maker, or deleted (`LogCore::purge`).
+#[derive(Debug, Clone)]
+pub struct Retirer {
+    state: Arc<(Mutex<SpareState>, Condvar)>,
+    keep: usize,
+    segment_bytes: u64,
+}
+
+impl Retirer {
+    /// Retires purged segments (removed from the active set): keeps up to the configured
+    /// number for reuse as `.free` files, deletes the rest; the caller commits. The pool is
+    /// handed to the maker only after that commit (`adopt`).
+    pub fn retire(&self, volume: &Volume, doomed: Vec<(Vec<u8>, SegInfo)>) -> Result<Vec<Free>> {
+        let room = self.keep.saturating_sub(lock(&self.state.0).free.len());
+        let mut kept = Vec::new();
+        for (path, info) in doomed {
+            if kept.len() < room && info.len == self.segment_bytes {
+                let to = free_path(&path);
+                volume.rename(&path, &to)?;
+                kept.push(Free {
+                    path: to,
+                    file: info.file,
+                    len: info.len,
+                    salt: Some(info.seal.salt),
+                });
+            } else {
+                drop(info);
+                volume.remove(&path)?;
+            }
+        }
+        Ok(kept)
+    }
+
+    /// Hands committed `.free` files to the maker.
+    pub fn adopt(&self, free: Vec<Free>) {
+        if free.is_empty() {
+            return;
+        }
+        let (m, cv) = &*self.state;
+        lock(m).free.extend(free);
+        cv.notify_all();
+    }
+}
+
+/// Zeroes the header and first frame block of a `.free` file (one durable write: it is then
+/// a spare by the all-zero rule, whatever follows) and renames it to segment file `path`
+/// (one commit). A power cut before the rename leaves a `.free` file, never a segment.
+fn recycle(making: &Making, free: Free, path: &[u8]) -> Result<Spare> {
+    let zeros = vellum_engine::AlignedBuf::zeroed(2 * SEGMENT_HEADER_LEN, SEGMENT_HEADER_LEN);
+    free.file.write_at(zeros.as_slice(), 0)?;
+    if making.needs_barrier {
+        making.volume.sync()?;
+    }
+    making.volume.rename(&free.path, path)?;
+    making.volume.commit()?;
+    metrics::counter!(m::SEGMENTS_RECYCLED_TOTAL).increment(1);
+    Ok(Spare { path: path.to_vec(), file: free.file, len: free.len, stale_salt: free.salt })
+}
+
+/// Makes spare number `n`: from a purged segment nobody reads any more, or a new file.
+fn make(making: &Making, state: &(Mutex<SpareState>, Condvar), n: u64) -> Result<Spare> {
+    let path = segment_path(&making.dir, n);
+    let reusable = {
+        let mut s = lock(&state.0);
+        let at = s
+            .free
+            .iter()
+            .position(|f| f.len == making.segment_bytes && Arc::strong_count(&f.file) == 1);
+        at.map(|i| s.free.remove(i))
+    };
+    match reusable {
+        Some(free) => {
+            let spare = recycle(making, free, &path)?;
+            lock(&state.0).recycled += 1;
+            Ok(spare)
+        }
+        None => create_segment(&making.volume, &path, making.segment_bytes),
+    }
 }
 
 /// Path of segment file number `n` under `dir`.
@@ -109,36 +256,50 @@ pub fn create_segment(volume: &Volume, path: &[u8], bytes: u64) -> Result<Spare>
         let _ = volume.remove(path);
         return Err(e.into());
     }
-    Ok(Spare { path: path.to_vec(), file: Arc::new(file), len: bytes })
+    Ok(Spare { path: path.to_vec(), file: Arc::new(file), len: bytes, stale_salt: None })
 }
 
 impl SpareMaker {
-    /// Starts the maker; `spare` is a spare found at open, `next_file_no` the first unused
-    /// file number.
+    /// Starts the maker; `spare` is a spare found at open, `free` the `.free` files found
+    /// there, `next_file_no` the first unused file number, `keep` the most purged segments
+    /// kept for reuse.
+    #[allow(clippy::too_many_arguments)] // one call site, in open
     pub fn start(
         volume: Volume,
         dir: Vec<u8>,
         segment_bytes: u64,
-        spare: Option<Spare>,
+        needs_barrier: bool,
+        (spare, free): (Option<Spare>, Vec<Free>),
         next_file_no: u64,
+        keep: usize,
         background: bool,
     ) -> SpareMaker {
         let state = Arc::new((
-            Mutex::new(SpareState { ready: spare, next_file_no, ..SpareState::default() }),
+            Mutex::new(SpareState { ready: spare, next_file_no, free, ..SpareState::default() }),
             Condvar::new(),
         ));
+        let making = Making { volume, dir, segment_bytes, needs_barrier };
         if !background {
-            return SpareMaker { state, thread: None, inline: Some((volume, dir, segment_bytes)) };
+            return SpareMaker { state, thread: None, inline: Some(making), keep, segment_bytes };
         }
         let shared = Arc::clone(&state);
         let thread = std::thread::Builder::new()
             .name("vellum-spare".into())
-            .spawn(move || Self::run(&shared, &volume, &dir, segment_bytes))
+            .spawn(move || Self::run(&shared, &making))
             .ok();
-        SpareMaker { state, thread, inline: None }
+        SpareMaker { state, thread, inline: None, keep, segment_bytes }
     }
 
-    fn run(state: &(Mutex<SpareState>, Condvar), volume: &Volume, dir: &[u8], segment_bytes: u64) {
+    /// Where purged segments go.
+    pub fn retirer(&self) -> Retirer {
+        Retirer {
+            state: Arc::clone(&self.state),
+            keep: self.keep,
+            segment_bytes: self.segment_bytes,
+        }
+    }
+
+    fn run(state: &(Mutex<SpareState>, Condvar), making: &Making) {
         let (m, cv) = state;
         let mut pause = RETRY_FIRST;
         loop {
@@ -153,7 +314,7 @@ impl SpareMaker {
                 s.next_file_no += 1;
                 s.next_file_no - 1
             };
-            let made = create_segment(volume, &segment_path(dir, n), segment_bytes);
+            let made = make(making, state, n);
             let mut s = lock(m);
             match made {
                 Ok(spare) => {
@@ -201,13 +362,14 @@ impl SpareMaker {
     pub fn take(&self) -> Result<Spare> {
         let (m, cv) = &*self.state;
         let mut s = lock(m);
-        if let Some((volume, dir, bytes)) = &self.inline {
+        if let Some(making) = &self.inline {
             if let Some(spare) = s.ready.take() {
                 return Ok(spare);
             }
             s.next_file_no += 1;
-            let path = segment_path(dir, s.next_file_no - 1);
-            return create_segment(volume, &path, *bytes);
+            let n = s.next_file_no - 1;
+            drop(s);
+            return make(making, &self.state, n);
         }
         let deadline = Instant::now() + TAKE_WAIT;
         loop {
@@ -231,7 +393,13 @@ impl SpareMaker {
     /// How the maker is doing (for tests and metrics).
     pub fn status(&self) -> SpareStatus {
         let s = lock(&self.state.0);
-        SpareStatus { ready: s.ready.is_some(), failures: s.failures, failing: s.failing }
+        SpareStatus {
+            ready: s.ready.is_some(),
+            failures: s.failures,
+            failing: s.failing,
+            recycled: s.recycled,
+            free: s.free.len(),
+        }
     }
 
     /// Stops the maker thread.

@@ -56,6 +56,24 @@ pub struct LogConfig {
     /// own (a meta save, between one and two lags after it was saved). Only the `Thread` mode
     /// keeps this timer; otherwise the id waits for the next write or `close`.
     pub commit_lag: Duration,
+    /// Purged segments kept for reuse (default 2): the next spares are made from them (an
+    /// 8 KiB write and a rename) instead of new files zero-filled in full. They hold volume
+    /// space the log no longer needs; 0 deletes every purged segment.
+    pub recycled_segments: usize,
+    /// A protocol mutant the crash campaign must catch (test machinery).
+    #[cfg(feature = "test-util")]
+    #[doc(hidden)]
+    pub mutation: Option<LogMutation>,
+}
+
+/// Protocol mutants of the log, each breaking one rule its crash checker must catch (the
+/// `test-util` feature; never in production).
+#[cfg(feature = "test-util")]
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogMutation {
+    /// A recycled segment keeps its previous salt: its stale frames verify again.
+    ReuseSalt,
 }
 
 /// The smallest volume the store opens on with segments derived from its size
@@ -99,6 +117,9 @@ impl Default for LogConfig {
             background_spares: true,
             io: LogIo::Thread,
             commit_lag: Duration::from_millis(50),
+            recycled_segments: 2,
+            #[cfg(feature = "test-util")]
+            mutation: None,
         }
     }
 }
@@ -202,6 +223,8 @@ pub(crate) struct Shared {
     pub durable_committed: AtomicU64,
     /// How long the writer's durable writes take now.
     pub disk: DiskLatency,
+    /// Where purged segments go (reused by the spare maker, or deleted).
+    pub retirer: super::segments::Retirer,
 }
 
 /// How long the log's durable writes take now: a moving average (1/8) of the writer's

@@ -19,6 +19,8 @@
 //! A segment activated by `fence` (recovery's fence for a torn end with no room left in its
 //! segment) is marked so in its header, with the offset where the torn end begins: the mark
 //! is what lets a later recovery accept that torn end, and an ordinary roll never sets it.
+//! Every roll records where the sealed segment's frames end (`prev_end`), and seals the new
+//! segment with a salt its file's earlier frames do not verify under (a recycled spare).
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -31,7 +33,7 @@ use super::frame::{
 };
 use super::meta::MetaState;
 use super::recovery::CROSS_SEGMENT;
-use super::segments::{SegInfo, SpareMaker};
+use super::segments::{SegInfo, SpareMaker, fresh_salt};
 use super::state::{Item, PendingCommit, Shared, Torn, lock, read_lock, write_lock};
 use crate::error::{Error, Result, SharedError};
 use crate::metrics as m;
@@ -368,12 +370,22 @@ impl Writer {
     /// (beginning at that offset); an ordinary roll passes `None`.
     fn roll(&mut self, shared: &Shared, first_index: u64, fence_from: Option<u64>) -> Result<()> {
         let spare = self.spares.take()?;
+        // Where the segment being sealed ends: its write position, or where the torn end a
+        // fence roll is for begins.
+        let prev_end = fence_from.or(self.current.as_ref().map(|c| c.pos)).unwrap_or(0);
+        #[allow(unused_mut)] // the test-util mutant below
+        let mut salt = fresh_salt(spare.stale_salt);
+        #[cfg(feature = "test-util")]
+        if shared.config.mutation == Some(super::state::LogMutation::ReuseSalt) {
+            salt = spare.stale_salt.unwrap_or(salt);
+        }
         let header = SegmentHeader {
             version: SEGMENT_VERSION,
             seq: self.next_seq,
-            salt: random_salt(),
+            salt,
             first_index,
             fence_from,
+            prev_end,
         };
         spare.file.write_at(&header.encode(), 0)?;
         if shared.needs_barrier {
