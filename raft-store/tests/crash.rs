@@ -344,7 +344,7 @@ fn run(
         assert!(durable >= run.model.committed_durable, "the durable committed id went back");
         run.model.committed_durable = durable;
     }
-    if crash_at.is_none() {
+    if crash_at.is_none() && MUTATION.get().is_none() {
         RECYCLED.fetch_add(core.spare_status().recycled, std::sync::atomic::Ordering::Relaxed);
     }
     run.carrier.cut_power();
@@ -404,6 +404,24 @@ fn committed_ok(model: &Model, got: &Recovered, purged: Option<u64>) -> Result<(
 
 /// Opens a crash image (sometimes cutting power again during recovery, at any of its
 /// operations), checks it against the model, appends, reopens.
+/// What a recovery served that `model` does not allow: entries (index, term) and vote
+/// against the model's, and the operation that was in flight.
+fn mismatch(model: &Model, got: &Recovered) -> String {
+    let want: Vec<_> = model.log.keys().collect();
+    let have: Vec<_> = got.0.iter().map(|(k, v)| (*k, v.0)).collect();
+    let in_flight = model.in_flight.as_ref().map(|o| match o {
+        Op::Append(es) => {
+            format!("append {:?}", es.iter().map(|e| (e.index, e.term)).collect::<Vec<_>>())
+        }
+        o => format!("{o:?}").chars().take(60).collect::<String>(),
+    });
+    format!(
+        "recovered {have:?} (vote {:?}), the model holds {want:?} (vote {:?}), in flight {in_flight:?}",
+        got.1.as_deref().map(String::from_utf8_lossy),
+        model.vote.as_deref().map(String::from_utf8_lossy),
+    )
+}
+
 fn verify(image: Vec<u8>, model: &Model, rng: &mut FaultRng) -> Result<(), String> {
     let image = if rng.chance(20) {
         // Count the carrier operations of this recovery (volume open, log open, fence), then
@@ -429,22 +447,7 @@ fn verify(image: Vec<u8>, model: &Model, rng: &mut FaultRng) -> Result<(), Strin
         .map_err(|e| format!("log open refused: {e}"))?;
     let got = recovered_state(&core);
     if !matches(model, &got) {
-        let want: Vec<_> = model.log.keys().collect();
-        let have: Vec<_> = got.0.iter().map(|(k, v)| (*k, v.0)).collect();
-        return Err(
-            format!(
-                "recovered log {have:?} (vote {:?}) is not the durable {want:?} (vote {:?}) or the in-flight {:?}",
-                got.1.as_deref().map(String::from_utf8_lossy),
-                model.vote.as_deref().map(String::from_utf8_lossy),
-                model.in_flight.as_ref().map(|o| match o {
-                    Op::Append(es) => format!(
-                        "append {:?}",
-                        es.iter().map(|e| (e.index, e.term)).collect::<Vec<_>>()
-                    ),
-                    o => format!("{o:?}").chars().take(60).collect::<String>(),
-                })
-            ),
-        );
+        return Err(mismatch(model, &got));
     }
     committed_ok(model, &got, core.meta().purged_index)?;
     // The recovered log takes appends, and reopens with them.
@@ -522,11 +525,23 @@ fn a_segment_recycled_under_its_old_salt_is_caught() {
     MUTATION.set(Some(log::LogMutation::ReuseSalt));
     let range = seeds(0..300);
     let n = range.end - range.start;
-    let failed = range.filter(|&s| crash_point(s, false, Pattern::OneAtATime).is_err()).count();
+    let failed = range.clone().filter(|&s| crash_point(s, false, Pattern::OneAtATime).is_err());
+    let failed = failed.count();
+    // The same runs cut only at their end: every run that wrote into a recycled segment.
+    let at_end = range
+        .filter(|&seed| {
+            let (r, _) = run(seed, None, false, Pattern::OneAtATime, 40);
+            let mut rng = FaultRng::new(seed);
+            let image = r.carrier.crash_image(&mut rng);
+            verify(image, &r.model, &mut rng).is_err()
+        })
+        .count();
     MUTATION.set(None);
-    eprintln!("the salt-reusing mutant fails {failed} of {n} crash points");
+    eprintln!(
+        "the salt-reusing mutant fails {failed} of {n} crash points, and {at_end} of the {n} runs cut at their end"
+    );
     if n > 1 {
-        assert!(failed > 0, "no crash point caught a recycled segment under its old salt");
+        assert!(failed > 0 && at_end > 0, "no cut caught a recycled segment under its old salt");
     }
 }
 
@@ -741,22 +756,7 @@ fn check_loop_image(image: &[u8], model: &Model) -> Result<Option<log::Torn>, St
         .map_err(|e| format!("log open refused: {e}"))?;
     let got = recovered_state(&core);
     if !matches(model, &got) {
-        let want: Vec<_> = model.log.keys().collect();
-        let have: Vec<_> = got.0.iter().map(|(k, v)| (*k, v.0)).collect();
-        return Err(
-            format!(
-                "recovered {have:?} (vote {:?}), the model holds {want:?} (vote {:?}), in flight {:?}",
-                got.1.as_deref().map(String::from_utf8_lossy),
-                model.vote.as_deref().map(String::from_utf8_lossy),
-                model.in_flight.as_ref().map(|o| match o {
-                    Op::Append(es) => format!(
-                        "append {:?}",
-                        es.iter().map(|e| (e.index, e.term)).collect::<Vec<_>>()
-                    ),
-                    o => format!("{o:?}").chars().take(60).collect::<String>(),
-                })
-            ),
-        );
+        return Err(mismatch(model, &got));
     }
     committed_ok(model, &got, core.meta().purged_index)?;
     Ok(core.recovery_report().torn)
