@@ -26,7 +26,7 @@ use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex, RwLock};
 
 use vellum_engine::AlignedBuf;
-use vellum_engine::{File, Volume};
+use vellum_engine::{File, IoPolicy, Volume};
 
 use super::frame::{
     ALIGN, FrameKind, SEGMENT_HEADER_LEN, SEGMENT_VERSION_FLAGS, SEGMENT_VERSION_RECYCLED,
@@ -376,7 +376,13 @@ fn scan_all(
     let mut scans: Vec<SegmentScan> = Vec::new();
     let mut prev_batch = 0;
     let buf_len = found.iter().map(|f| f.len).max().unwrap_or(0) as usize;
-    let files: Vec<(Arc<File>, u64)> = found.iter().map(|f| (Arc::clone(&f.file), f.len)).collect();
+    // The scan reads each segment whole into its own buffer, so it takes the direct tier
+    // straight into it: through the page cache every 4 KiB page would be copied, indexed and
+    // evicted again by the next segment (a 64 MiB segment is the default cache's size).
+    let files = found
+        .iter()
+        .map(|f| Ok((f.file.volume().open_file_with(&f.path, IoPolicy::DIRECT)?, f.len)))
+        .collect::<Result<Vec<(File, u64)>>>()?;
     let count = found.len();
     // A torn sealed segment waiting for the verdict of the next (the last) one.
     let mut torn_before: Option<(usize, recovery::SegmentScan)> = None;

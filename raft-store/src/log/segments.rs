@@ -236,8 +236,8 @@ fn make(making: &Making, state: &(Mutex<SpareState>, Condvar), n: u64) -> Result
 /// Path of segment file number `n` under `dir`.
 /// The IO tiers of a segment: appends go direct (write-through in production: durable when
 /// the carrier write returns, never parked in the cache), reads of older entries (a follower
-/// catching up, recovery's scan) go through the volume's cache, with readahead along the
-/// segment's extent.
+/// catching up) go through the volume's cache, with readahead along the segment's extent.
+/// Recovery's scan, which reads whole segments into its own buffers, reads them direct.
 pub const SEGMENT_POLICY: IoPolicy = IoPolicy { read: Tier::Buffered, write: Tier::Direct };
 
 pub fn segment_path(dir: &[u8], n: u64) -> Vec<u8> {

@@ -56,6 +56,10 @@ pub(crate) struct Unit([u8; 4096]);
 pub(crate) struct PageBuf(Box<[Unit]>);
 
 impl PageBuf {
+    /// No memory yet: a frame gets its page on first use (`PageCache::frame`).
+    fn unallocated() -> PageBuf {
+        PageBuf(Box::new([]))
+    }
     pub(crate) fn zeroed(bytes: usize) -> PageBuf {
         assert!(bytes.is_multiple_of(4096), "page buffers are whole 4096-byte units");
         PageBuf(vec![Unit([0; 4096]); bytes / 4096].into_boxed_slice())
@@ -276,11 +280,12 @@ pub(crate) const MIN_FRAMES: usize = 16;
 
 impl PageCache {
     /// A cache of `budget_bytes` (rounded down to whole pages, at least [`MIN_FRAMES`]) of
-    /// `page_size`-byte pages, all allocated now.
+    /// `page_size`-byte pages, each allocated on its first use: opening a volume does not
+    /// fault in and zero the whole budget (64 MiB by default, a tenth of a second).
     pub(crate) fn new(budget_bytes: usize, page_size: usize, max_run_bytes: usize) -> PageCache {
         assert!(page_size.is_power_of_two() && page_size >= 4096, "page size {page_size}");
         let n = (budget_bytes / page_size).max(MIN_FRAMES);
-        let frames = (0..n).map(|_| Mutex::new(PageBuf::zeroed(page_size))).collect();
+        let frames = (0..n).map(|_| Mutex::new(PageBuf::unallocated())).collect();
         let state = State {
             map: HashMap::with_capacity(n),
             slots: vec![Slot::free(); n],
@@ -382,8 +387,13 @@ impl PageCache {
         }
     }
 
+    /// Frame `f`'s page, locked (allocated, zeroed, on its first use).
     fn frame(&self, f: usize) -> MutexGuard<'_, PageBuf> {
-        self.frames[f].lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        let mut page = self.frames[f].lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if page.0.is_empty() {
+            *page = PageBuf::zeroed(self.page);
+        }
+        page
     }
 
     pub(crate) fn dirty_pages(&self) -> usize {
