@@ -456,12 +456,12 @@ fn targets(r: &mut SuiteResult) {
         Some(f.summary().median / m.summary().median)
     };
     let p50 = vs(r, &one);
-    r.target("1 client: file-volume p50 <= 1.6x memory-volume p50", p50, |x| x <= 1.6, "");
+    r.target("1 client: file-volume p50 <= 1.3x memory-volume p50", p50, |x| x <= 1.3, "");
     let rate = vs(r, &many);
     r.target(
-        "64 clients: file-volume writes/s >= 0.85x memory-volume writes/s",
+        "64 clients: file-volume writes/s >= 0.9x memory-volume writes/s",
         rate,
-        |x| x >= 0.85,
+        |x| x >= 0.9,
         "",
     );
 }

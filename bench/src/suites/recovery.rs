@@ -83,12 +83,15 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
     open_m.set_extra("bytes scanned", scanned);
     r.measurements.push(open_m);
     r.measurements.push(read_m);
-    r.target(
-        &format!("{case}: <= 1.5x the sequential read"),
-        r.ratio(&case, "vellum volume + log open"),
-        |x| x <= 1.5,
-        "",
+    let ratio = r.ratio(&case, "vellum volume + log open");
+    // Recovery reads the whole last segment (a torn tail is told from damage by what lies
+    // after it), so it reads more than the log holds: the bound on this machine's disk.
+    let bytes = scanned / log_bytes as f64;
+    let bound = format!(
+        "bound: recovery must read {bytes:.3}x the log's bytes (the rest of the last segment); per byte read it takes {:.3}x the sequential read",
+        ratio.map_or(f64::NAN, |x| x / bytes)
     );
-    r.notes.push(format!("{entries} entries (4 KiB frames) in 64 MiB segments. Timed: Volume::open + LogCore::open (adoption, the log scan, the index). The baseline reads the log's bytes ({} MiB) in O_DIRECT reads of one segment (64 MiB) each, the request size recovery uses; recovery also reads the rest of the last segment, to tell a torn tail from damage ('bytes scanned'). One sample per repetition.", log_bytes >> 20));
+    r.target(&format!("{case}: <= 1.05x the sequential read"), ratio, |x| x <= 1.05, &bound);
+    r.notes.push(format!("{entries} entries (4 KiB frames) in 64 MiB segments. Timed: Volume::open + LogCore::open (adoption, the log scan, the index). The scan reads each segment whole with the direct tier (one read per segment into its own buffer, the next read in flight while one is scanned); through the page cache, as before, the open took about twice as long (every 4 KiB page copied, indexed and evicted). Volume::open no longer zero-fills the page cache's budget up front (frames get their page on first use): 3 ms instead of 75 ms. The baseline reads the log's bytes ({} MiB) in O_DIRECT reads of one segment (64 MiB) each, the request size recovery uses; recovery also reads the rest of the last segment, to tell a torn tail from damage ('bytes scanned'). One sample per repetition.", log_bytes >> 20));
     Ok(r)
 }
