@@ -165,6 +165,9 @@ pub(crate) struct Io {
     counters: Counters,
     final_stats: Mutex<StatsSnapshot>,
     pub(crate) writeback: Mutex<Option<worker::Worker>>,
+    /// The readahead thread, and the windows queued for it (`writeback.rs`).
+    pub(crate) readahead: Mutex<Vec<worker::Worker>>,
+    pub(crate) prefetches: Mutex<std::collections::VecDeque<(u64, u64)>>,
 }
 
 /// A carrier call's hold on the open carriers (close waits for every session to end).
@@ -197,6 +200,8 @@ impl Io {
             counters: Counters::default(),
             final_stats: Mutex::new(StatsSnapshot::default()),
             writeback: Mutex::new(None),
+            readahead: Mutex::new(Vec::new()),
+            prefetches: Mutex::new(std::collections::VecDeque::new()),
         }
     }
 
@@ -303,9 +308,21 @@ impl Io {
         writeback::start(self);
     }
 
-    /// Stops the writeback thread, if any, and waits for its writes in flight.
+    /// Stops the cache's threads (writeback, readahead), if any, and waits for their work
+    /// in flight.
     pub(crate) fn stop_writeback(&self) {
         writeback::stop(self);
+    }
+
+    /// Starts the readahead thread (a cache: a volume that reads through it).
+    pub(crate) fn start_readahead(self: &std::sync::Arc<Self>) {
+        writeback::start_readahead(self);
+    }
+
+    /// Has the readahead thread load the absent pages of physical blocks `first..until`
+    /// ahead of a sequential reader (nothing without the thread).
+    pub(crate) fn prefetch(&self, first: u64, until: u64) {
+        writeback::prefetch(self, first, until);
     }
 
     /// A buffer aligned for any carrier.

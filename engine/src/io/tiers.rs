@@ -4,7 +4,8 @@
 //! module owns everything that keeps the tiers coherent with each other and with the page
 //! cache, so the policy is written once:
 //! - **Buffered reads** go through the cache, a miss reading ahead along the contiguous run of
-//!   the file's extent within the file's readahead window ([`Readahead`]).
+//!   the file's extent within the file's readahead window ([`Readahead`]); a sequential
+//!   reader also has the readahead threads load the windows after that (`writeback.rs`).
 //! - **Direct reads** first write back the dirty pages they overlap (and wait for writebacks
 //!   in flight there), then read the carrier straight into the caller's buffer; a writeback
 //!   that failed meanwhile fails the read instead of returning older bytes.
@@ -42,6 +43,9 @@ pub enum Tier {
 /// next sync takes its barrier).
 pub(crate) const WRITE_AROUND_BYTES: u64 = 256 << 10;
 
+/// Windows queued for the readahead threads ahead of a sequential reader.
+pub(crate) const ASYNC_WINDOWS: u64 = 4;
+
 /// The smallest readahead window, in blocks.
 const READAHEAD_MIN_BLOCKS: u64 = 4;
 
@@ -51,6 +55,9 @@ const READAHEAD_MIN_BLOCKS: u64 = 4;
 pub(crate) struct Readahead {
     next: u64,
     window: u64,
+    sequential: bool,
+    /// Where the windows handed to the readahead threads end (a physical block).
+    frontier: u64,
 }
 
 impl Readahead {
@@ -58,13 +65,40 @@ impl Readahead {
     /// `offset`; remembers where it ends.
     pub(crate) fn next_window(&mut self, offset: u64, len: u64, page_size: usize) -> u64 {
         let max = (writeback::MAX_READ_RUN_BYTES / page_size) as u64;
-        self.window = if offset == self.next && self.window > 0 {
+        self.sequential = offset == self.next && self.window > 0;
+        self.window = if self.sequential {
             (self.window * 2).min(max)
         } else {
             READAHEAD_MIN_BLOCKS.min(max)
         };
         self.next = offset + len;
         self.window
+    }
+
+    /// The windows the readahead threads should load for a sequential reader whose last
+    /// read reads ahead (synchronously) up to physical block `ra_until` of an extent that
+    /// ends at `extent_end`: whole windows, keeping about [`ASYNC_WINDOWS`] of them queued
+    /// past `ra_until` (reads in flight on every thread, so the carrier does not wait for the
+    /// reader), and none for a reader that is not sequential.
+    pub(crate) fn next_async(&mut self, ra_until: u64, extent_end: u64) -> Vec<(u64, u64)> {
+        let mut out = Vec::new();
+        if !self.sequential || self.window == 0 {
+            return out;
+        }
+        let depth = ASYNC_WINDOWS * self.window;
+        // Behind the reader, or far ahead of it (it moved to another place): start afresh.
+        if self.frontier < ra_until || self.frontier > ra_until + depth {
+            self.frontier = ra_until;
+        }
+        // Whole windows only (the last one of the extent may be shorter): a reader of small
+        // requests moves `ra_until` a block at a time, and a window per block would be a
+        // carrier read per page.
+        while self.frontier < extent_end && self.frontier + self.window <= ra_until + depth {
+            let end = extent_end.min(self.frontier + self.window);
+            out.push((self.frontier, end));
+            self.frontier = end;
+        }
+        out
     }
 }
 

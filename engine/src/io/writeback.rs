@@ -1,5 +1,6 @@
-//! The page cache's writeback thread and its thresholds (design: "Own page cache"; modelled
-//! on the kernel's dirty thresholds, with our own parameters).
+//! The page cache's threads: the writeback thread and its thresholds (design: "Own page
+//! cache"; modelled on the kernel's dirty thresholds, with our own parameters), and the
+//! readahead threads.
 //!
 //! - Every [`PERIOD`] the thread wakes and writes back pages dirty for longer than
 //!   [`EXPIRE`]; when more than [`BACKGROUND_PERCENT`] of the frames are dirty it also writes
@@ -13,6 +14,14 @@
 //!
 //! The thread holds the IO layer, never the volume's metadata: a commit (under the metadata
 //! mutex) drains the cache itself and waits for the thread's writes in flight.
+//!
+//! Asynchronous readahead: a sequential reader queues the windows past its own readahead
+//! (`Readahead::next_async`, four windows ahead) and [`READAHEAD_THREADS`] threads load them
+//! (`PageCache::prefetch`) while it consumes the pages before them, so the carrier reads of
+//! a buffered scan overlap its copies. A loading page is pinned, so a reader waits for it
+//! and a direct write's discard waits and drops it, as for the reader's own loads. A failed
+//! readahead read is dropped without poisoning anything: the reader that wants those pages
+//! loads them itself and meets the error. The threads stop with the writeback thread.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -91,8 +100,69 @@ pub(crate) fn after_write(io: &Io, session: &super::Session<'_>) -> crate::error
 
 /// Stops the thread and waits for it (its writes in flight end first).
 pub(crate) fn stop(io: &Io) {
-    let worker = lock(&io.writeback).take();
-    if let Some(worker) = worker {
+    let writeback = lock(&io.writeback).take();
+    let readahead = std::mem::take(&mut *lock(&io.readahead));
+    for worker in writeback.into_iter().chain(readahead) {
         worker.stop();
+    }
+}
+
+/// Windows queued for the readahead thread beyond this many drop the oldest: a reader that
+/// outruns the thread reads its pages itself.
+const PREFETCH_QUEUE: usize = 8;
+
+/// Readahead threads: two keep a read in flight while the other sets its window up (four
+/// did no better on a two-core machine).
+const READAHEAD_THREADS: usize = 2;
+
+/// Starts the readahead thread for `io` (which has a cache): it loads the windows that
+/// sequential readers queue ([`prefetch`]) while they consume the pages before them, so a
+/// buffered scan's carrier reads overlap its copies instead of alternating with them.
+pub(crate) fn start_readahead(io: &Arc<Io>) {
+    for _ in 0..READAHEAD_THREADS {
+        let theirs = Arc::clone(io);
+        match Worker::spawn("vellum-readahead", PERIOD * 10, move || read_ahead(&theirs)) {
+            Ok(worker) => lock(&io.readahead).push(worker),
+            // Without the thread, readers load every window themselves: slower, never wrong.
+            Err(error) => tracing::warn!(%error, "no readahead thread: readers load every window"),
+        }
+    }
+}
+
+/// Queues the absent pages of physical blocks `first..until` for the readahead thread.
+pub(crate) fn prefetch(io: &Io, first: u64, until: u64) {
+    if first >= until {
+        return;
+    }
+    let workers = lock(&io.readahead);
+    if workers.is_empty() {
+        return;
+    }
+    {
+        let mut queue = lock(&io.prefetches);
+        if queue.back() == Some(&(first, until)) {
+            return;
+        }
+        if queue.len() >= PREFETCH_QUEUE {
+            queue.pop_front();
+        }
+        queue.push_back((first, until));
+    }
+    for worker in workers.iter() {
+        worker.kick();
+    }
+}
+
+/// One wake-up of the readahead thread: loads the queued windows. A failed read is left to
+/// the reader that wants the pages (it loads them itself and gets the error). False when the
+/// volume closed.
+fn read_ahead(io: &Io) -> bool {
+    let Some(cache) = io.cache() else { return false };
+    loop {
+        let Some((first, until)) = lock(&io.prefetches).pop_front() else { return true };
+        let Ok(session) = io.session() else { return false };
+        if let Err(error) = cache.prefetch(&session, first, until) {
+            tracing::debug!(%error, first, until, "a readahead read failed; the reader retries");
+        }
     }
 }

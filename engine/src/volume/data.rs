@@ -162,6 +162,9 @@ pub(crate) fn read_at(
         }
         _ => 0,
     };
+    // The window after the last run's readahead, within its extent: loaded by the readahead
+    // thread while this reader consumes what this read brought in.
+    let mut ahead = None;
     let end = offset + n as u64;
     let session = inner.io.session()?;
     let mut filled = offset;
@@ -173,7 +176,15 @@ pub(crate) fn read_at(
         let dst = &mut buf[(lo - offset) as usize..(hi - offset) as usize];
         let ra_until = extent_end.min((at + dst.len() as u64).div_ceil(bs) + window);
         session.read_data(policy.read, at, dst, ra_until)?;
+        ahead = Some((ra_until, extent_end));
         filled = hi;
+    }
+    drop(session);
+    if let Some((ra_until, extent_end)) = ahead.filter(|_| window > 0) {
+        let windows = lock(&io.readahead).next_async(ra_until, extent_end);
+        for (first, until) in windows {
+            inner.io.prefetch(first, until);
+        }
     }
     buf[(filled - offset) as usize..n].fill(0);
     Ok(n)

@@ -304,6 +304,9 @@ fn build(
     if io.cache().is_some() && !read_only && !io.options.write_through {
         io.start_writeback();
     }
+    if io.cache().is_some() {
+        io.start_readahead();
+    }
     let inner = Inner {
         io,
         layout: at_cap,

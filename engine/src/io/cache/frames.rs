@@ -96,6 +96,56 @@ impl PageCache {
         }
     }
 
+    /// Asynchronous readahead (the readahead thread, `writeback.rs`): loads the absent pages
+    /// of blocks `first..until`, from the first absent one up to the next resident one (at
+    /// most one run), inserted loading (a reader of them waits, as for any load) and entering
+    /// cold, with one carrier read. Returns the pages loaded: 0 when all are resident or no
+    /// frame is free. A failed read removes the run and is only returned: the reader that
+    /// wants those pages loads them itself and meets the error there.
+    pub(crate) fn prefetch<B: Backing + Sync>(
+        &self,
+        backing: &B,
+        first: u64,
+        until: u64,
+    ) -> Result<usize, B::Error> {
+        let mut st = self.state();
+        let mut start = first;
+        while start < until && st.map.contains_key(&start) {
+            start += 1;
+        }
+        let until = until.min(start + self.max_run);
+        let mut run: Vec<usize> = Vec::new();
+        let mut b = start;
+        while b < until && !st.map.contains_key(&b) {
+            let Some(f) = self.alloc_frame(&mut st) else { break };
+            Self::insert(&mut st, f, b, true);
+            run.push(f);
+            b += 1;
+        }
+        drop(st);
+        if run.is_empty() {
+            return Ok(0);
+        }
+        let result = self.load(backing, start, &run);
+        let mut st = self.state();
+        for &f in &run {
+            let slot = &mut st.slots[f];
+            assert!(slot.phase == Phase::Loading, "a prefetched page changed while loading");
+            slot.pins -= 1;
+            if result.is_ok() {
+                slot.phase = Phase::Ready;
+            } else {
+                Self::remove(&mut st, f);
+            }
+        }
+        drop(st);
+        self.notify();
+        result.map(|()| {
+            self.counters.readahead_pages.fetch_add(run.len() as u64, Ordering::Relaxed);
+            run.len()
+        })
+    }
+
     /// Reads the pages of `run` (frames of consecutive blocks from `first`) from the carrier
     /// straight into their frames, with one (vectored) read. Nobody else locks these frames:
     /// they are pinned and loading.
