@@ -34,10 +34,14 @@ struct Taken {
     units: u128,
 }
 
-/// A writeback of at least this many runs is spread over [`WRITEBACK_LANES`] threads.
+/// A writeback of at least this many runs goes out from this many threads or more: one
+/// per this many runs, up to [`WRITEBACK_LANES`].
 const PARALLEL_RUNS: usize = 4;
-/// Threads one large writeback uses (its writes reach the device queued together).
-const WRITEBACK_LANES: usize = 4;
+/// Threads one large writeback uses at most: its writes reach the device queued together,
+/// as the host's writeback queues them. Random 4 KiB writes then a sync, against the host's
+/// buffered writes + fdatasync (the cache suite): 4 threads 0.55x, 16 0.88x, 32 1.00x, 64
+/// 0.88x (on a direct-IO carrier, one run each, this machine's noise about 10 %).
+const WRITEBACK_LANES: usize = 32;
 
 impl PageCache {
     /// Takes dirty pages for writeback: clears `dirty`, sets `writeback`, pins them.
@@ -98,7 +102,11 @@ impl PageCache {
         debug_assert!(runs.iter().all(|r| r.0 % unit == 0));
         // Many runs (random pages) go out from a few threads at once: the device sees them
         // queued together, as the host's own writeback would issue them.
-        let lanes = if runs.len() >= PARALLEL_RUNS { WRITEBACK_LANES } else { 1 };
+        let lanes = if runs.len() >= PARALLEL_RUNS {
+            (runs.len() / PARALLEL_RUNS).clamp(PARALLEL_RUNS, WRITEBACK_LANES)
+        } else {
+            1
+        };
         let result = if lanes == 1 {
             self.write_runs(backing, taken, &runs)
         } else {
