@@ -112,11 +112,23 @@ impl PageCache {
         } else {
             let per = runs.len().div_ceil(lanes);
             std::thread::scope(|s| {
+                let mut result = Ok(());
                 let handles: Vec<_> = runs
                     .chunks(per)
-                    .map(|chunk| s.spawn(move || self.write_runs(backing, taken, chunk)))
+                    .filter_map(|chunk| {
+                        let lane = move || self.write_runs(backing, taken, chunk);
+                        let spawned = std::thread::Builder::new().spawn_scoped(s, lane).ok();
+                        if spawned.is_none() {
+                            // The system refused a thread (a limit on threads): this lane's
+                            // runs go out from this one, never a panic in a sync.
+                            let r = self.write_runs(backing, taken, chunk);
+                            if result.is_ok() {
+                                result = r;
+                            }
+                        }
+                        spawned
+                    })
                     .collect();
-                let mut result = Ok(());
                 for h in handles {
                     let r = h.join().unwrap_or_else(|p| std::panic::resume_unwind(p));
                     if result.is_ok() {
