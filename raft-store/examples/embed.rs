@@ -15,11 +15,8 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 use openraft::{Config, Raft};
-use vellum_raft_store::types::KvNode;
-use vellum_raft_store::{
-    BatchLimits, KvBatcher, KvBatching, KvOp, KvRequest, LogConfig, TypeConfig, open_store,
-    open_volume,
-};
+use vellum_raft_store::v09::{KvBatcher, KvNode, TypeConfig, open_store};
+use vellum_raft_store::{BatchLimits, KvBatching, KvOp, KvRequest, LogConfig, open_volume};
 
 /// A one-node cluster has no peers to talk to; a real application sends these RPCs over its
 /// network (the KV node in `node/` does, over HTTP with bincode bodies).

@@ -1,4 +1,5 @@
-//! The raft store's one error type, and its mapping to openraft's `StorageError`.
+//! The raft store's one error type (the adapters map it to their openraft version's storage
+//! errors: `v09::storage_error`, `io::Error` for 0.10).
 
 use std::sync::Arc;
 
@@ -165,16 +166,6 @@ impl Error {
             _ => Error::Poisoned(Arc::clone(e)),
         }
     }
-}
-
-/// Maps to openraft 0.9's `StorageError` with the subject and verb of the failed operation.
-#[cfg(feature = "openraft-v09")]
-pub fn storage_error<NID: openraft::NodeId>(
-    subject: openraft::ErrorSubject<NID>,
-    verb: openraft::ErrorVerb,
-    e: &Error,
-) -> openraft::StorageError<NID> {
-    openraft::StorageIOError::new(subject, verb, openraft::AnyError::new(e)).into()
 }
 
 /// The error a `LogFlushed` callback carries (openraft wants an `io::Error`).

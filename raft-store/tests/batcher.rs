@@ -13,10 +13,8 @@ use std::time::Duration;
 use common::router::Router;
 use openraft::{Config, Raft};
 use vellum_raft_store::types::KvNode;
-use vellum_raft_store::{
-    BatchLimits, KvBatcher, KvBatching, KvOp, KvReader, LogConfig, ProposeError, TypeConfig,
-    open_store,
-};
+use vellum_raft_store::v09::{KvBatcher, KvReader, TypeConfig, open_store};
+use vellum_raft_store::{BatchLimits, KvBatching, KvOp, LogConfig, ProposeError};
 
 /// A node on a memory volume; initialized as a one-member cluster when `lead`.
 async fn node(lead: bool) -> (Raft<TypeConfig>, KvReader) {

@@ -14,7 +14,8 @@ use std::time::Duration;
 use common::router::Router;
 use openraft::{Config, Raft};
 use vellum_engine::carrier::{Carrier, FaultyCarrier};
-use vellum_raft_store::{KvNode, KvOp, KvRequest, LogConfig, LogCore, TypeConfig, open_store};
+use vellum_raft_store::v09::{TypeConfig, open_store};
+use vellum_raft_store::{KvNode, KvOp, KvRequest, LogConfig, LogCore};
 
 struct Node {
     raft: Raft<TypeConfig>,

@@ -9,7 +9,8 @@ use openraft::storage::RaftLogStorage;
 use openraft::{ErrorSubject, ErrorVerb, Vote};
 use vellum_engine::carrier::{FaultyCarrier, InjectedError};
 use vellum_engine::{FormatOptions, Volume, VolumeOptions};
-use vellum_raft_store::{LogConfig, open_store};
+use vellum_raft_store::LogConfig;
+use vellum_raft_store::v09::open_store;
 
 /// The subject and verb of an IO storage error (read through its serde form: openraft 0.9
 /// exposes no accessors).

@@ -26,8 +26,8 @@ use vellum_engine::carrier::MemoryCarrier;
 use vellum_engine::{FormatOptions, Volume, VolumeOptions};
 use vellum_raft_store::log::{self, LogConfig, LogEntry};
 use vellum_raft_store::member::{Identity, Incarnation, PeerBook};
-use vellum_raft_store::types::Vote;
-use vellum_raft_store::{KvOp, KvRequest, TypeConfig, open_store};
+use vellum_raft_store::v09::{TypeConfig, Vote, open_store};
+use vellum_raft_store::{KvOp, KvRequest};
 
 /// Bytes of every golden raft volume.
 const VOLUME_BYTES: usize = 1 << 20;

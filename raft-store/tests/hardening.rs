@@ -346,7 +346,7 @@ fn a_volume_whose_journal_ring_was_destroyed_is_refused_while_the_loss_is_flagge
     assert!(matches!(e, Error::VolumeRolledBack { lost_from } if lost_from == lost), "{e:?}");
     let line = e.to_string();
     assert!(!line.contains('\n') && line.contains("new member") && line.contains("remove"));
-    let e = vellum_raft_store::open_store(&v, config(64 << 10)).unwrap_err();
+    let e = vellum_raft_store::v09::open_store(&v, config(64 << 10)).unwrap_err();
     assert!(matches!(e, Error::VolumeRolledBack { .. }), "the openraft adapter: {e:?}");
     // A clean close and a reopen: the ring is usable again, the loss is still flagged, and
     // the log still refuses.

@@ -3,19 +3,17 @@
 use openraft::testing::{StoreBuilder, Suite};
 use vellum_engine::carrier::{CarrierOptions, MemoryCarrier};
 use vellum_engine::{FormatOptions, Volume, VolumeOptions};
-use vellum_raft_store::types::StorageError;
-use vellum_raft_store::{KvStateMachine, LogConfig, LogStore, TypeConfig, open_store};
+use vellum_raft_store::LogConfig;
+use vellum_raft_store::v09::{
+    KvStateMachine, LogStore, StorageError, TypeConfig, open_store, storage_error,
+};
 
 fn small_log() -> LogConfig {
     LogConfig { segment_bytes: 1 << 20, ..LogConfig::default() }
 }
 
 fn to_storage(e: &vellum_raft_store::Error) -> StorageError {
-    vellum_raft_store::error::storage_error(
-        openraft::ErrorSubject::Store,
-        openraft::ErrorVerb::Write,
-        e,
-    )
+    storage_error(openraft::ErrorSubject::Store, openraft::ErrorVerb::Write, e)
 }
 
 struct MemoryBuilder;

@@ -1,6 +1,6 @@
 //! The raft log core: entries as (index, term, payload bytes), vote / committed / purged
 //! records, appends with group commit, truncation, purge, range reads. It knows nothing of
-//! openraft; `crate::log_store` is the thin openraft 0.9 layer on top.
+//! openraft; the adapters (`v010/`, `v09/`) are thin layers on top.
 //!
 //! Files, under the configured directory of the volume (docs/RAFT-LOG.md):
 //! `meta` (two alternating 4096-byte slots) and `log/NNNNNNNN.seg` (preallocated segments).

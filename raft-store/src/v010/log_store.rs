@@ -20,9 +20,9 @@ use openraft010::{OptionalSend, RaftTypeConfig};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::adapter::{completed, range_bounds};
-use crate::codec::{decode, encode};
 use crate::error::{Error, LogIoError, Result};
+use crate::kv::adapter::{completed, range_bounds};
+use crate::kv::codec::{decode, encode};
 use crate::log::{Callback, LogCore, LogEntry};
 
 /// The term a committed leader id carries: the log writes it into every frame header and

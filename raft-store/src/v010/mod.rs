@@ -31,8 +31,8 @@ pub use self::restore::{
 };
 pub use self::state_machine::V010;
 use crate::error::Result;
+pub use crate::kv::types::{KvNode, KvOp, KvRequest, KvResponse, NodeId};
 use crate::log::{LogConfig, LogCore};
-pub use crate::types::{KvNode, KvOp, KvRequest, KvResponse, NodeId};
 
 openraft010::declare_raft_types!(
     /// The KV store's openraft 0.10 types.
@@ -53,12 +53,12 @@ pub type Vote = openraft010::type_config::alias::VoteOf<TypeConfig>;
 /// A log entry of [`TypeConfig`].
 pub type Entry = openraft010::type_config::alias::EntryOf<TypeConfig>;
 /// The state machine of the 0.10 adapter.
-pub type KvStateMachine = crate::state_machine::KvMachine<V010>;
+pub type KvStateMachine = crate::kv::machine::KvMachine<V010>;
 /// Read access to its applied map.
-pub type KvReader = crate::state_machine::KvReaderOf<V010>;
+pub type KvReader = crate::kv::machine::KvReaderOf<V010>;
 
 /// The KV store's batcher on openraft 0.10 is [`KvBatcher`]; an open store is a [`Store`].
-pub type Store = crate::store::Store<LogStore<TypeConfig>, V010>;
+pub type Store = crate::kv::store::Store<LogStore<TypeConfig>, V010>;
 
 /// The log storage and state machine of one node, on `volume`, for openraft 0.10: the
 /// second step of [`open_store_at`], for a volume opened with
@@ -118,7 +118,7 @@ pub fn open_store(
 /// ```
 pub fn open_store_at(
     location: impl AsRef<std::ffi::OsStr>,
-    config: crate::StoreConfig,
+    config: crate::kv::store::StoreConfig,
 ) -> Result<Store> {
     let volume = config.open_volume(location)?;
     let (log_store, state_machine) = open_store(&volume, config.log)?;

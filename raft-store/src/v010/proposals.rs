@@ -14,7 +14,9 @@ use openraft010::storage::RaftStateMachine;
 use openraft010::{Raft, RaftTypeConfig};
 
 use super::TypeConfig;
-use crate::batcher::{Batcher, KvBatching, Proposals, ProposeError, Submit, SubmitResult, Written};
+use crate::kv::batcher::{
+    Batcher, KvBatching, Proposals, ProposeError, Submit, SubmitResult, Written,
+};
 
 /// An openraft 0.10 type configuration, as the batcher sees it: `Batching<Proposals010<C>>`.
 pub struct Proposals010<C>(PhantomData<fn() -> C>);

@@ -26,11 +26,11 @@ use openraft010::{Membership, SnapshotMeta, StoredMembership};
 use vellum_engine::Volume;
 
 use super::{KvNode, LogId, TypeConfig, V010};
-use crate::codec::{decode, encode};
 use crate::error::{Error, Result};
+use crate::kv::codec::{decode, encode};
+use crate::kv::machine::SnapshotData as Machine;
+use crate::kv::snapshot;
 use crate::log::{LogConfig, LogCore};
-use crate::snapshot;
-use crate::state_machine::SnapshotData as Machine;
 
 /// The openraft 0.10 meta of a snapshot.
 pub type Meta = SnapshotMetaOf<TypeConfig>;

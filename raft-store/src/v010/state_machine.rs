@@ -15,9 +15,9 @@ use openraft010::{
 
 use super::{SnapshotData, TypeConfig};
 use crate::error::Error;
+use crate::kv::machine::{Flavor, KvMachine};
+use crate::kv::types::KvResponse;
 use crate::metrics as m;
-use crate::state_machine::{Flavor, KvMachine};
-use crate::types::KvResponse;
 
 /// openraft 0.10's types.
 #[derive(Debug)]

@@ -13,9 +13,10 @@ use openraft::{
     RaftTypeConfig, StorageError, Vote,
 };
 
-use crate::adapter::{completed, range_bounds};
-use crate::codec::{decode, encode};
-use crate::error::{Error, LogIoError, Result, storage_error};
+use super::storage_error;
+use crate::error::{Error, LogIoError, Result};
+use crate::kv::adapter::{completed, range_bounds};
+use crate::kv::codec::{decode, encode};
 use crate::log::{Callback, LogCore, LogEntry};
 
 /// The raft log storage of one node. Cheap to clone (clones are the log readers).
@@ -45,7 +46,7 @@ impl<C: RaftTypeConfig> LogStore<C> {
     /// The largest encoded entry (bincode of openraft's `Entry<C>`: log id and payload) this
     /// log accepts; see [`LogCore::max_entry_bytes`]. An `append` with a larger entry is
     /// refused with a storage error, which stops openraft's core: check before
-    /// `client_write`, or propose through a [`Batcher`](crate::batcher::Batcher).
+    /// `client_write`, or propose through a [`Batcher`](crate::kv::batcher::Batcher).
     pub fn max_entry_bytes(&self) -> usize {
         self.core.max_entry_bytes()
     }

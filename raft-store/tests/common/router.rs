@@ -11,7 +11,8 @@ use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
     VoteRequest, VoteResponse,
 };
-use vellum_raft_store::{KvNode, TypeConfig};
+use vellum_raft_store::KvNode;
+use vellum_raft_store::v09::TypeConfig;
 
 type Rpc<T, E = openraft::error::Infallible> = Result<T, RPCError<u64, KvNode, RaftError<u64, E>>>;
 

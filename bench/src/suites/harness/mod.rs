@@ -36,10 +36,9 @@ use vellum_engine::carrier::{CarrierOptions, MemoryCarrier};
 use vellum_engine::{FormatOptions, Volume, VolumeOptions};
 use vellum_raft_store::log::LogIo;
 use vellum_raft_store::types::KvNode;
+use vellum_raft_store::v09::{KvBatcher, TypeConfig, open_store};
 use vellum_raft_store::v010;
-use vellum_raft_store::{
-    BatchLimits, KvBatcher, KvBatching, KvOp, KvRequest, LogConfig, TypeConfig, open_store,
-};
+use vellum_raft_store::{BatchLimits, KvBatching, KvOp, KvRequest, LogConfig};
 use workload::{Load, Outcome, drive};
 
 use super::{e, fresh_volume};
@@ -275,7 +274,10 @@ fn harness_node(id: u64) -> KvNode {
 /// The store's runs on openraft 0.9.
 async fn run_09(
     store: Store,
-    stores: Vec<(vellum_raft_store::LogStore<TypeConfig>, vellum_raft_store::KvStateMachine)>,
+    stores: Vec<(
+        vellum_raft_store::v09::LogStore<TypeConfig>,
+        vellum_raft_store::v09::KvStateMachine,
+    )>,
     counted: &Counted,
     timing: Timing,
 ) -> Result<Vec<Run>, String> {

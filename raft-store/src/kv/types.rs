@@ -1,5 +1,6 @@
-//! The KV store's requests and members, and its openraft 0.9 type configuration (feature
-//! `openraft-v09`; the 0.10 one is [`v010::TypeConfig`](crate::v010::TypeConfig)).
+//! The KV store's requests, responses and members: the application data both adapters'
+//! type configurations name (`v010::TypeConfig`, and `v09::TypeConfig` with feature
+//! `openraft-v09`).
 
 use serde::{Deserialize, Serialize};
 
@@ -115,27 +116,5 @@ pub struct KvResponse {
     pub applied: usize,
 }
 
-#[cfg(feature = "openraft-v09")]
-openraft::declare_raft_types!(
-    /// The KV store's openraft 0.9 types (feature `openraft-v09`).
-    pub TypeConfig:
-        D = KvRequest,
-        R = KvResponse,
-        NodeId = u64,
-        Node = KvNode,
-        Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = std::io::Cursor<Vec<u8>>,
-        AsyncRuntime = openraft::TokioRuntime,
-);
-
 /// A member's id.
 pub type NodeId = u64;
-/// A log id of the 0.9 [`TypeConfig`].
-#[cfg(feature = "openraft-v09")]
-pub type LogId = openraft::LogId<NodeId>;
-/// A vote of the 0.9 [`TypeConfig`].
-#[cfg(feature = "openraft-v09")]
-pub type Vote = openraft::Vote<NodeId>;
-/// openraft 0.9's storage error for [`TypeConfig`].
-#[cfg(feature = "openraft-v09")]
-pub type StorageError = openraft::StorageError<NodeId>;

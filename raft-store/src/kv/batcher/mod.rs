@@ -15,8 +15,8 @@
 //!
 //! The application says, through [`Batching`], how N requests become one `C::D`, how one
 //! `C::R` splits back into N per-caller responses, and what one request weighs in bytes. `C`
-//! is what [`Proposals`] describes: an openraft 0.9 `RaftTypeConfig` itself, or
-//! `v010::Proposals010<C>` for an openraft 0.10 one.
+//! is what [`Proposals`] describes: `v010::Proposals010<C>` for an openraft 0.10
+//! `RaftTypeConfig`, or an openraft 0.9 `RaftTypeConfig` itself (`v09/proposals.rs`).
 //!
 //! Invariants:
 //! - At most `max_in_flight` `client_write`s of a batcher are outstanding (one while a
@@ -36,12 +36,6 @@ use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
 
-#[cfg(feature = "openraft-v09")]
-use openraft::error::{ClientWriteError, RaftError};
-#[cfg(feature = "openraft-v09")]
-use openraft::raft::responder::Responder;
-#[cfg(feature = "openraft-v09")]
-use openraft::{Raft, RaftTypeConfig};
 use tokio::sync::{mpsc, oneshot};
 // tokio's clock: real time, or a test's paused time (the pace judges commit times by it).
 use tokio::time::Instant;
@@ -49,11 +43,11 @@ use tokio::time::Instant;
 use self::pace::Pace;
 use crate::log::DiskLatency;
 
+use super::types::{KvOp, KvRequest, KvResponse};
 use crate::metrics as m;
-use crate::types::{KvOp, KvRequest, KvResponse};
 
-/// The types of an openraft version's write path a batcher deals in. Every openraft 0.9
-/// `RaftTypeConfig` is one; `v010::Proposals010<C>` wraps an openraft 0.10 one.
+/// The types of an openraft version's write path a batcher deals in. `v010::Proposals010<C>`
+/// wraps an openraft 0.10 `RaftTypeConfig`; every openraft 0.9 one is one (`v09/proposals.rs`).
 pub trait Proposals: Send + Sync + 'static {
     /// The entry's application data (`RaftTypeConfig::D`).
     type D: Send + 'static;
@@ -70,15 +64,6 @@ pub trait Proposals: Send + Sync + 'static {
     fn error_label(_e: &Self::Error) -> &'static str {
         "failed"
     }
-}
-
-#[cfg(feature = "openraft-v09")]
-impl<C: RaftTypeConfig> Proposals for C {
-    type D = C::D;
-    type R = C::R;
-    type NodeId = C::NodeId;
-    type Node = C::Node;
-    type Error = RaftError<C::NodeId, ClientWriteError<C::NodeId, C::Node>>;
 }
 
 /// How an application's requests are batched into entries. Implement it once per
@@ -127,25 +112,6 @@ pub type SubmitResult<C> = Result<Written<<C as Proposals>::R>, ProposeError<C>>
 pub trait Submit<C: Proposals>: Send + Sync + 'static {
     /// Proposes `data` as one entry; resolves once it is committed and applied (or failed).
     fn submit(&self, data: C::D) -> impl Future<Output = SubmitResult<C>> + Send;
-}
-
-#[cfg(feature = "openraft-v09")]
-impl<C, E> Submit<C> for Raft<C>
-where
-    C: RaftTypeConfig,
-    <C::Responder as Responder<C>>::Receiver:
-        Future<Output = Result<openraft::raft::ClientWriteResult<C>, E>> + Send,
-    E: std::error::Error + Send,
-{
-    async fn submit(&self, data: C::D) -> SubmitResult<C> {
-        match self.client_write(data).await {
-            Ok(w) => Ok(Written { log_index: w.log_id.index, response: w.data }),
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
-                Err(ProposeError::NotLeader { leader_id: f.leader_id, leader_node: f.leader_node })
-            }
-            Err(e) => Err(ProposeError::Raft(e)),
-        }
-    }
 }
 
 /// How large a batch may grow.
@@ -532,7 +498,7 @@ where
     }
 
     fn entry_overhead(&self) -> usize {
-        crate::types::ENTRY_ENVELOPE_BYTES
+        super::types::ENTRY_ENVELOPE_BYTES
     }
 
     fn merge(&self, ops: Vec<KvOp>) -> KvRequest {

@@ -19,11 +19,11 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use vellum_engine::Volume;
 
-use crate::codec::{decode, encode};
+use super::codec::{decode, encode};
+use super::snapshot;
+use super::types::KvOp;
 use crate::error::{Error, Result};
 use crate::metrics as m;
-use crate::snapshot;
-use crate::types::KvOp;
 
 /// The openraft types the state machine stores: its log position, its membership and the
 /// meta of its snapshots. One implementation per supported openraft version.
@@ -165,7 +165,7 @@ pub struct KvMachine<F: Flavor> {
     dir: String,
     publisher: Arc<snapshot::Publisher>,
     #[cfg(test)]
-    hook: Option<Hook>,
+    pub(crate) hook: Option<Hook>,
 }
 
 impl<F: Flavor> Clone for KvMachine<F> {
@@ -317,100 +317,4 @@ impl<F: Flavor> KvMachine<F> {
     #[cfg(not(test))]
     #[allow(clippy::unused_self)] // the test build's hook reads `self`
     fn stage(&self, _stage: &'static str) {}
-}
-
-#[cfg(all(test, feature = "openraft-v09"))]
-mod tests {
-    #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
-
-    use std::sync::Mutex;
-
-    use openraft::{CommittedLeaderId, Entry, Membership};
-    use vellum_engine::testing::{FaultRng, FaultyCarrier, MemoryCarrier};
-    use vellum_engine::{FormatOptions, VolumeOptions};
-
-    use super::*;
-    use crate::types::{KvRequest, NodeId, TypeConfig};
-    use crate::v09::{KvStateMachine, V09};
-    use openraft::storage::RaftStateMachine;
-    use openraft::{EntryPayload, LogId, RaftSnapshotBuilder, SnapshotMeta, StoredMembership};
-    use std::io::Cursor;
-
-    fn log_id(index: u64) -> LogId<NodeId> {
-        LogId::new(CommittedLeaderId::new(1, 1), index)
-    }
-
-    fn put(index: u64) -> Entry<TypeConfig> {
-        let op = KvOp::Put { key: format!("k{index}"), value: vec![index as u8; 100] };
-        Entry { log_id: log_id(index), payload: EntryPayload::Normal(KvRequest { ops: vec![op] }) }
-    }
-
-    /// openraft builds snapshots on a task of their own while the leader's snapshot is being
-    /// installed. A build that cloned its state before an install and publishes after it
-    /// must not replace the installed (newer) snapshot; then a power cut and a reopen find
-    /// the newest one, whole.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn raced_build_and_install_publish_the_newest_and_survive_a_crash() {
-        let carrier = Arc::new(FaultyCarrier::new(16 << 20, true));
-        let volume = Volume::format(
-            Box::new(Arc::clone(&carrier)),
-            &FormatOptions::default(),
-            VolumeOptions::default(),
-        )
-        .unwrap();
-        let mut sm = KvStateMachine::open(volume, "/raft").unwrap();
-        let membership = StoredMembership::new(Some(log_id(0)), Membership::new(vec![], ()));
-        let mut index = 0;
-        let mut last_installed = String::new();
-        for round in 0..12 {
-            sm.apply((index + 1..=index + 5).map(put)).await.unwrap();
-            index += 5;
-            let (reached_tx, reached_rx) = std::sync::mpsc::channel();
-            let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
-            let go_rx = Mutex::new(go_rx);
-            let mut builder = sm.get_snapshot_builder().await;
-            builder.hook = Some(Arc::new(move |stage| {
-                let _ = reached_tx.send(stage);
-                let _ = go_rx.lock().unwrap().recv();
-            }));
-            let build = tokio::spawn(async move { builder.build_snapshot().await });
-            let stage = tokio::task::spawn_blocking(move || reached_rx.recv().unwrap());
-            assert_eq!(stage.await.unwrap(), "built");
-            // Meanwhile the leader's newer snapshot arrives and is installed.
-            index += 100;
-            let data = SnapshotData::<V09> {
-                last_applied: Some(log_id(index)),
-                membership: membership.clone(),
-                data: BTreeMap::from([(format!("installed{round}"), vec![round as u8])]),
-            };
-            let meta = SnapshotMeta {
-                last_log_id: Some(log_id(index)),
-                last_membership: membership.clone(),
-                snapshot_id: format!("installed-{round}"),
-            };
-            let bytes = encode(&data).unwrap();
-            sm.install_snapshot(&meta, Box::new(Cursor::new(bytes))).await.unwrap();
-            go_tx.send(()).unwrap();
-            let built = build.await.unwrap().unwrap();
-            assert!(built.meta.last_log_id < meta.last_log_id);
-            let current = sm.get_current_snapshot().await.unwrap().unwrap();
-            assert_eq!(current.meta.snapshot_id, meta.snapshot_id, "round {round}: newest wins");
-            last_installed = meta.snapshot_id;
-        }
-        carrier.cut_power();
-        for seed in 0..4 {
-            let image = carrier.crash_image(&mut FaultRng::new(seed));
-            let volume =
-                Volume::open(Box::new(MemoryCarrier::from_bytes(&image)), VolumeOptions::default())
-                    .unwrap();
-            let mut sm = KvStateMachine::open(volume.clone(), "/raft").unwrap();
-            let current = sm.get_current_snapshot().await.unwrap().unwrap();
-            assert_eq!(current.meta.snapshot_id, last_installed);
-            let data: SnapshotData<V09> = decode(&current.snapshot.into_inner()).unwrap();
-            assert_eq!(data.last_applied, Some(log_id(index)));
-            assert_eq!(sm.applied_state().await.unwrap().0, Some(log_id(index)));
-            let names: Vec<_> = volume.list("/raft/snapshot").unwrap();
-            assert_eq!(names.len(), 1, "only `current` is left: {names:?}");
-        }
-    }
 }

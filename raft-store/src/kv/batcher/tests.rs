@@ -3,12 +3,12 @@
 
 use std::sync::Mutex;
 
-use openraft::error::Fatal;
+use openraft::error::{Fatal, RaftError};
 use tokio::sync::Semaphore;
 
 use super::*;
-use crate::types::{KvNode, TypeConfig};
-use crate::v09::KvBatcher;
+use crate::kv::types::KvNode;
+use crate::v09::{KvBatcher, TypeConfig};
 
 /// How the stand-in answers.
 #[derive(Clone, Copy)]

@@ -8,8 +8,8 @@ use vellum_engine::media::{CarrierOptions, Location, open_or_create_volume};
 use vellum_engine::{FormatOptions, Volume, VolumeOptions};
 
 use crate::error::Result;
+use crate::kv::machine::{Flavor, KvMachine, KvReaderOf};
 use crate::log::LogConfig;
-use crate::state_machine::{Flavor, KvMachine, KvReaderOf};
 
 /// How to open the store in one call: the volume to create when none exists, how to open
 /// it, and the log's tuning. The default creates a journaled 1 GiB volume with segments
