@@ -27,6 +27,12 @@ pub enum Error {
     /// The store was closed.
     #[error("the raft store is closed")]
     Closed,
+    /// The log hosts no group of this id (never created, or dropped): create it first.
+    #[error("the raft log hosts no group {0}")]
+    UnknownGroup(u64),
+    /// A group of this id exists already: open it with `LogCore::group` instead.
+    #[error("the raft log hosts group {0} already")]
+    GroupExists(u64),
     /// One entry does not fit into a segment: that append alone is refused (nothing was
     /// queued or written, the log keeps working). Propose smaller entries.
     #[error("an entry of {len} bytes is larger than the {max} bytes one log segment holds")]

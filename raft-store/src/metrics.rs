@@ -31,6 +31,8 @@ pub const SPARE_FAILURES_TOTAL: &str = "vellum_log_spare_failures_total";
 pub const SPARE_READY: &str = "vellum_log_spare_ready";
 /// Entry reads served from the volume rather than the hot window (counter).
 pub const COLD_READS_TOTAL: &str = "vellum_log_cold_reads_total";
+/// Gauge: raft groups the log hosts (group 0 included).
+pub const GROUPS: &str = "vellum_log_groups";
 /// Duration of the log's recovery at open (histogram).
 pub const RECOVERY_DURATION: &str = "vellum_log_recovery_duration_seconds";
 /// Bytes the recovery scanned (gauge).

@@ -618,7 +618,7 @@ struct LoopStats {
 }
 
 /// Payload bytes that make an entry's frame exactly one 4096-byte block.
-const ONE_BLOCK: usize = 4096 - 40 - 8;
+const ONE_BLOCK: usize = 4096 - 48;
 
 /// A vote for the new term (a restarted member votes or is voted for), then appends of one
 /// to three entries, a third of them of 3 to 15 KB and two thirds exactly one block each (so that a

@@ -164,7 +164,7 @@ fn an_existing_log_below_the_minimum_reopens_with_defaults() {
     assert!(segments(&store) >= 1, "the log has a segment");
     drop(store);
     let store = open_store_at(&path, StoreConfig::default()).unwrap();
-    assert_eq!(store.max_entry_bytes(), (1 << 20) - 4096 - 40);
+    assert_eq!(store.max_entry_bytes(), (1 << 20) - 4096 - 48);
     assert_eq!(store.log_store.core().bounds().1, Some(1));
 }
 

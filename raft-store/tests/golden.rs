@@ -10,7 +10,11 @@
 //! (the meta file never held it). v4: segment format 4 (header flags; the `Commit` frame
 //! carries the committed id's term, 2, which recovery checks against entry 66). v5: segment
 //! format 5 (files may be recycled; each header records where the previous segment's frames
-//! end, which recovery checks).
+//! end, which recovery checks). v6: segment format 6 (every frame carries its group id); a
+//! second group, 3, with entries 1 to 14 interleaved with group 0's and a vote of its own.
+//!
+//! Every golden volume also takes a new group after it is opened: a log of a format without
+//! group ids rolls to a segment of format 6 for the new group's first frame.
 //!
 //! Regenerate only for a new format version, into a new directory:
 //! `VELLUM_BLESS_GOLDEN=<version> cargo test -p vellum-raft-store --test golden`.
@@ -74,7 +78,12 @@ fn config() -> LogConfig {
 /// The incarnation of the golden store's peer 2.
 const PEER_2: Incarnation = Incarnation([0x22; 16]);
 
-async fn build(volume: &Volume) {
+/// Group 3's entries in the v6 golden volume: 1 to 14, term 5, 200 bytes each.
+fn group_3_entry(index: u64) -> LogEntry {
+    LogEntry { index, term: 5, payload: Arc::from(vec![index as u8 ^ 0x33; 200]) }
+}
+
+async fn build(volume: &Volume, version: u32) {
     let (mut store, mut sm) = open_store(volume, config()).unwrap();
     Identity::create(volume, "/raft", 1).unwrap();
     PeerBook::open(volume, "/raft").unwrap().admit(2, PEER_2).unwrap();
@@ -88,8 +97,18 @@ async fn build(volume: &Volume) {
         log::wait(|done| core.append(batch, done)).unwrap();
     };
     store.save_vote(&Vote::new(1, 1)).await.unwrap();
+    let group_3 = (version >= 6).then(|| core.create_group(3).unwrap());
+    let mut next_3 = 1;
     for first in (1..=60).step_by(5) {
         append((first..first + 5).map(|i| entry(i, 1)).collect());
+        if let Some(g) = group_3.as_ref().filter(|_| next_3 < 14) {
+            let two = vec![group_3_entry(next_3), group_3_entry(next_3 + 1)];
+            log::wait(|done| g.append(two, done)).unwrap();
+            next_3 += 2;
+        }
+    }
+    if let Some(g) = &group_3 {
+        log::wait(|done| g.save_vote(b"group 3 vote".to_vec(), done)).unwrap();
     }
     store.truncate(log_id(1, 55)).await.unwrap();
     store.save_vote(&Vote::new_committed(2, 1)).await.unwrap();
@@ -110,8 +129,8 @@ async fn build(volume: &Volume) {
 /// Opens `bytes` as a node's store and checks everything the golden volume of `version`
 /// holds.
 async fn verify(version: u32, bytes: &[u8], log: LogConfig) {
-    let volume =
-        Volume::open(Box::new(MemoryCarrier::from_bytes(bytes)), VolumeOptions::default()).unwrap();
+    let carrier = Arc::new(MemoryCarrier::from_bytes(bytes));
+    let volume = Volume::open(Box::new(Arc::clone(&carrier)), VolumeOptions::default()).unwrap();
     let (mut store, mut sm) = open_store(&volume, log).unwrap();
     if version >= 2 {
         assert_eq!(Identity::load(&volume, "/raft").unwrap().map(|i| i.node_id), Some(1));
@@ -142,9 +161,26 @@ async fn verify(version: u32, bytes: &[u8], log: LogConfig) {
     let le = LogEntry { index: 71, term: 2, payload: Arc::from(bytes) };
     log::wait(|done| store.core().append(vec![le], done)).unwrap();
     assert_eq!(store.get_log_state().await.unwrap().last_log_id, Some(log_id(2, 71)));
+    if version >= 6 {
+        let g = store.core().group(3).unwrap();
+        let want: Vec<LogEntry> = (1..=14).map(group_3_entry).collect();
+        assert_eq!(g.read(0, 100).unwrap(), want, "group 3 of the golden volume");
+        assert_eq!(g.meta().vote.as_deref(), Some(b"group 3 vote".as_slice()));
+    }
+    // A new group on the golden log: its frames go into a segment with group ids.
+    let g9 = store.core().create_group(9).unwrap();
+    log::wait(|done| g9.append(vec![group_3_entry(1), group_3_entry(2)], done)).unwrap();
     store.core().close();
-    drop((store, sm));
+    drop((store, sm, g9));
     volume.close().unwrap();
+    let bytes = carrier.to_bytes();
+    let volume =
+        Volume::open(Box::new(MemoryCarrier::from_bytes(&bytes)), VolumeOptions::default())
+            .unwrap();
+    let core = log::LogCore::open(volume, config()).unwrap();
+    assert_eq!(core.bounds(), (26, Some(71)), "group 0 after a new group joined the log");
+    let g9 = core.group(9).unwrap();
+    assert_eq!(g9.read(0, 10).unwrap(), vec![group_3_entry(1), group_3_entry(2)]);
 }
 
 fn bless(version: u32) {
@@ -154,7 +190,7 @@ fn bless(version: u32) {
     let fmt = FormatOptions::default();
     let volume =
         Volume::format(Box::new(Arc::clone(&carrier)), &fmt, VolumeOptions::default()).unwrap();
-    tokio::runtime::Runtime::new().unwrap().block_on(build(&volume));
+    tokio::runtime::Runtime::new().unwrap().block_on(build(&volume, version));
     volume.close().unwrap();
     std::fs::write(&path, carrier.to_bytes()).unwrap();
 }
@@ -174,5 +210,5 @@ async fn golden_raft_volumes_open_and_read_identically() {
         verify(version, &bytes, other).await;
         versions += 1;
     }
-    assert!(versions >= 5, "the golden raft volumes of formats 1 to 5 are under tests/golden/");
+    assert!(versions >= 6, "the golden raft volumes of formats 1 to 6 are under tests/golden/");
 }

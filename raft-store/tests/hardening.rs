@@ -141,7 +141,7 @@ fn a_carrier_with_sectors_larger_than_the_log_alignment_is_refused() {
 /// and its last write (the 15th batch) torn at the power cut: recovery has no room for the
 /// fence there and rolls to a new segment for it.
 fn torn_at_a_segment_end() -> (Vec<u8>, Vec<LogEntry>) {
-    let payload = 4096 - 40 - 8; // one frame per 4096-byte block
+    let payload = 4096 - 48; // one frame per 4096-byte block
     let entries: Vec<LogEntry> = (1..=15).map(|i| entry(i, 1, payload)).collect();
     for seed in 0..64 {
         let (carrier, v) = faulty_volume(8 << 20);
@@ -250,7 +250,7 @@ fn unreadable_blocks_at_recovery_are_a_torn_tail_only_in_the_last_write() {
 fn an_unreadable_end_of_segment_is_fenced_across_and_reopens() {
     let (carrier, v) = faulty_volume(8 << 20);
     let core = LogCore::open(v.clone(), config(64 << 10)).unwrap();
-    let payload = 4096 - 40 - 8;
+    let payload = 4096 - 48;
     for i in 1..=15 {
         append(&core, vec![entry(i, 1, payload)]); // fills the first segment exactly
     }
@@ -363,7 +363,7 @@ fn a_volume_whose_journal_ring_was_destroyed_is_refused_while_the_loss_is_flagge
 fn sealed_then_rolled() -> (Vec<u8>, usize, usize) {
     let (carrier, v) = faulty_volume(8 << 20);
     let core = LogCore::open(v.clone(), config(64 << 10)).unwrap();
-    let payload = 4096 - 40 - 8; // one frame per 4096-byte block
+    let payload = 4096 - 48; // one frame per 4096-byte block
     for i in 1..=16 {
         append(&core, vec![entry(i, 1, payload)]); // the 16th rolls into segment 2
     }
@@ -584,7 +584,7 @@ fn a_log_purged_behind_its_appends_writes_its_segments_once() {
         carrier.set_write_hook(Some(Arc::new(move |_, len, _| {
             seen.fetch_add(len as u64, std::sync::atomic::Ordering::Relaxed);
         })));
-        let payload = 4096 - 40 - 8; // one block per append
+        let payload = 4096 - 48; // one block per append
         let appends = 1000u64;
         for i in 1..=appends {
             append(&core, vec![entry(i, 1, payload)]);

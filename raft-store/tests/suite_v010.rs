@@ -1,5 +1,6 @@
 //! openraft 0.10's own storage conformance suite (`=0.10.0-alpha.37`) on the 0.10 adapter,
-//! on a memory carrier and on a file carrier. Run with
+//! on a memory carrier and on a file carrier, and on one group's handle of a log whose other
+//! groups append all the while. Run with
 //! `cargo test -p vellum-raft-store --features openraft-v010 --test suite_v010`.
 
 #![cfg(feature = "openraft-v010")]
@@ -35,6 +36,72 @@ impl StoreBuilder<TypeConfig, LogStore<TypeConfig>, KvStateMachine, ()> for Memo
     }
 }
 
+/// Group 7 of a log whose groups 1 to 3 append without pause while the suite runs (their
+/// frames share its segments and, often, its durable writes); its state machine under a
+/// directory of its own.
+struct GroupBuilder;
+
+/// Rounds of appends the busy groups made over the suite.
+static BUSY_APPENDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Stops the busy groups when the suite's case drops its store.
+struct Busy {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<u64>>,
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let appended = t.join().expect("the busy groups' thread");
+            BUSY_APPENDS.fetch_add(appended, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+}
+
+impl StoreBuilder<TypeConfig, LogStore<TypeConfig>, KvStateMachine, Busy> for GroupBuilder {
+    async fn build(
+        &self,
+    ) -> Result<(Busy, LogStore<TypeConfig>, KvStateMachine), StorageError<TypeConfig>> {
+        use vellum_raft_store::log::{LogCore, LogEntry, wait};
+        let fmt = FormatOptions::default();
+        let volume =
+            Volume::format(Box::new(MemoryCarrier::new(64 << 20)), &fmt, VolumeOptions::default())
+                .map_err(|e| to_storage(&e.into()))?;
+        let log = LogCore::open(volume.clone(), small_log()).map_err(|e| to_storage(&e))?;
+        let busy: Vec<LogCore> = (1..=3)
+            .map(|g| log.create_group(g))
+            .collect::<Result<_, _>>()
+            .map_err(|e| to_storage(&e))?;
+        let mine = log.create_group(7).map_err(|e| to_storage(&e))?;
+        let sm = KvStateMachine::open(volume, "/raft/group-7").map_err(|e| to_storage(&e))?;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let stopped = std::sync::Arc::clone(&stop);
+        let thread = std::thread::spawn(move || {
+            let mut next = 0;
+            // At most 2,000 rounds (about 24 MiB of 4 KiB batches, purged behind as a node
+            // does): group 7's own entries may keep every segment since its first.
+            while !stopped.load(std::sync::atomic::Ordering::SeqCst) && next < 2000 {
+                for g in &busy {
+                    let e = LogEntry {
+                        index: next,
+                        term: 1,
+                        payload: vec![g.group_id() as u8; 300].into(),
+                    };
+                    wait(|done| g.append(vec![e], done)).expect("a busy group's append");
+                    if next % 100 == 99 {
+                        g.purge(next - 50, vec![]).expect("a busy group's purge");
+                    }
+                }
+                next += 1;
+            }
+            next
+        });
+        Ok((Busy { stop, thread: Some(thread) }, LogStore::new(mine), sm))
+    }
+}
+
 struct FileBuilder;
 
 impl StoreBuilder<TypeConfig, LogStore<TypeConfig>, KvStateMachine, tempfile::TempDir>
@@ -61,6 +128,15 @@ impl StoreBuilder<TypeConfig, LogStore<TypeConfig>, KvStateMachine, tempfile::Te
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openraft_010_suite_on_the_memory_carrier() {
     Suite::test_all(MemoryBuilder).await.expect("openraft 0.10 storage suite (memory carrier)");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openraft_010_suite_on_a_group_of_a_busy_log() {
+    Suite::test_all(GroupBuilder)
+        .await
+        .expect("openraft 0.10 storage suite (a group of a busy log)");
+    let rounds = BUSY_APPENDS.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(rounds > 0, "the other groups appended nothing while the suite ran");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

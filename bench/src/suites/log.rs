@@ -47,7 +47,7 @@ impl Vellum {
         if self.purge_behind == 0 {
             return;
         }
-        self.written += (count * (len + 40).next_multiple_of(8)).next_multiple_of(4096) as u64;
+        self.written += (count * (len + 48).next_multiple_of(8)).next_multiple_of(4096) as u64;
         self.marks.push_back((self.written, self.next - 1));
         let segment = self.core.recovery_report().segment_bytes;
         if self
@@ -93,7 +93,7 @@ struct Floor {
     file: std::fs::File,
     at: u64,
     len: u64,
-    /// Write what vellum writes for the entries (frames: +40 bytes of header each) instead of
+    /// Write what vellum writes for the entries (frames: +48 bytes of header each) instead of
     /// the payload alone: the bound of the framing.
     framed: bool,
 }
@@ -107,7 +107,7 @@ impl Appender for Floor {
         }
     }
     fn append(&mut self, count: usize, len: usize) {
-        let per = if self.framed { (len + 40).next_multiple_of(8) } else { len };
+        let per = if self.framed { (len + 48).next_multiple_of(8) } else { len };
         let n = (count * per).next_multiple_of(4096);
         let mut buf = AlignedBuf::zeroed(n, 4096);
         buf.as_mut_slice()[..count * per].copy_from_slice(&crate::payload(count * per, self.at));
@@ -309,7 +309,7 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
             r.ratio(case, INLINE),
         ) {
             (Some(framed), Some(cpu), Some(floor), Some(inline)) => format!(
-                "bound: the bytes vellum writes (entry + 40-byte frame header, padded to 4 KiB) written raw cost {framed:.3}x the floor; vellum's CPU per append (memory carrier) is {cpu:.1} us = {:.3}x the floor; written by the caller itself (no IO thread) {inline:.3}x",
+                "bound: the bytes vellum writes (entry + 48-byte frame header, padded to 4 KiB) written raw cost {framed:.3}x the floor; vellum's CPU per append (memory carrier) is {cpu:.1} us = {:.3}x the floor; written by the caller itself (no IO thread) {inline:.3}x",
                 cpu / floor
             ),
             _ => String::new(),
@@ -357,6 +357,6 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
             _ => String::new(),
         },
     );
-    r.notes.push("Each engine makes every append durable before the next (one client, no pipelining). The floor writes the entry bytes rounded up to 4 KiB with one O_DIRECT|O_DSYNC pwrite into a zero-filled file; vellum queues the append and its IO thread writes it (combining group commit) into a preallocated segment (one pwritev2(RWF_DSYNC)); the caller waits for the callback. The 'vellum log' rows purge behind the appends as a node does after its snapshots (about two segments kept, one purge per segment of appends, timed with the appends), so that once the log holds about three segments its rolls reuse purged segments (an 8 KiB write and a rename) instead of zero-filling new ones; a default run writes about 230 MiB, so with 64 MiB segments only its last rolls reuse (raft-store's hardening test a_log_purged_behind_its_appends_writes_its_segments_once counts the bytes saved); the one-big-segment row never rolls; the inline-IO row is the same log written by its caller (`LogIo::Inline`), so its gap to 'vellum log' is the two thread wake-ups of the default IO thread. 'raw O_DSYNC of the framed bytes' writes what vellum writes (each entry plus its 40-byte frame header, padded to 4 KiB: a 4 KiB entry is an 8 KiB write), so vellum / framed floor is vellum's own overhead; the memory-carrier row is the CPU part of it.".into());
+    r.notes.push("Each engine makes every append durable before the next (one client, no pipelining). The floor writes the entry bytes rounded up to 4 KiB with one O_DIRECT|O_DSYNC pwrite into a zero-filled file; vellum queues the append and its IO thread writes it (combining group commit) into a preallocated segment (one pwritev2(RWF_DSYNC)); the caller waits for the callback. The 'vellum log' rows purge behind the appends as a node does after its snapshots (about two segments kept, one purge per segment of appends, timed with the appends), so that once the log holds about three segments its rolls reuse purged segments (an 8 KiB write and a rename) instead of zero-filling new ones; a default run writes about 230 MiB, so with 64 MiB segments only its last rolls reuse (raft-store's hardening test a_log_purged_behind_its_appends_writes_its_segments_once counts the bytes saved); the one-big-segment row never rolls; the inline-IO row is the same log written by its caller (`LogIo::Inline`), so its gap to 'vellum log' is the two thread wake-ups of the default IO thread. 'raw O_DSYNC of the framed bytes' writes what vellum writes (each entry plus its 48-byte frame header, padded to 4 KiB: a 4 KiB entry is an 8 KiB write), so vellum / framed floor is vellum's own overhead; the memory-carrier row is the CPU part of it.".into());
     Ok(r)
 }

@@ -31,7 +31,7 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
             .map(|i| LogEntry {
                 index: i,
                 term: 1,
-                payload: Arc::from(vec![(i % 251) as u8; 4096 - 40]),
+                payload: Arc::from(vec![(i % 251) as u8; 4096 - 48]),
             })
             .collect();
         next += batch.len() as u64;

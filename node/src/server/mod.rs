@@ -1050,7 +1050,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn no_batch_outgrows_a_member_with_smaller_segments() {
         let limits = http::Limits { max_key_bytes: 1 << 10, max_value_bytes: 1 << 20 };
-        let segment = (largest_entry(&limits) + 4096 + 40).next_multiple_of(4096) as u64;
+        let segment = (largest_entry(&limits) + 4096 + 48).next_multiple_of(4096) as u64;
         let volume = memory_volume(64 << 20);
         let core = LogCore::open(
             volume,

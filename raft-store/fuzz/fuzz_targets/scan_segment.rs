@@ -13,14 +13,17 @@ const SEGMENT: usize = 64 << 10;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&n, rest)) = data.split_first() else { return };
-    let seal = Seal { salt: 0x5EA1, version: 1 + n % 5 };
+    let seal = Seal { salt: 0x5EA1, version: 1 + n % 6 };
     let mut seg = vec![0u8; SEGMENT_HEADER_LEN];
     let mut index = 1;
     for batch in 1..=u64::from(n % 12) {
         for _ in 0..(1 + batch % 3) {
             let kind = if index % 7 == 0 { FrameKind::Truncate } else { FrameKind::Entry };
             let payload = vec![index as u8; (index as usize * 37) % 900];
-            let h = FrameHeader { kind, payload_len: payload.len() as u32, index, term: 1, batch };
+            // Format 6 on: frames of three groups interleaved.
+            let group = if seal.version >= 6 { index % 3 } else { 0 };
+            let payload_len = payload.len() as u32;
+            let h = FrameHeader { kind, payload_len, index, term: 1, batch, group };
             let at = seg.len() as u64;
             encode(&mut seg, seal, at, &h, &payload);
             index += 1;

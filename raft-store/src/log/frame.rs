@@ -23,22 +23,32 @@
 //! space never written. The header records where the previous segment's frames end
 //! (`prev_end`), so that a sealed segment's end is known exactly rather than inferred from
 //! the zeros after it.
+//!
+//! From segment format 6 on every frame names the raft *group* it belongs to (a `u64` after
+//! the batch id, inside the checksum: a 48-byte header), so one log hosts many groups, each
+//! with its own indexes. Frames of formats 1 to 5 belong to group 0. A `Skip` frame belongs
+//! to the log, not to a group, and carries group 0.
 
 use crate::error::{Error, Result};
 
 pub const SEGMENT_HEADER_LEN: usize = 4096;
 pub const ALIGN: usize = 4096;
+/// Bytes of a frame header in segment formats 1 to 5.
 pub const FRAME_HEADER_LEN: usize = 40;
+/// Bytes of a frame header from segment format 6 on (the group id added).
+pub const FRAME_HEADER_LEN_GROUPS: usize = 48;
 pub const FRAME_MAGIC: [u8; 4] = *b"VLFR";
 /// Magic of a segment header without its two version digits.
 pub const SEGMENT_MAGIC_PREFIX: [u8; 6] = *b"VLMSEG";
 /// The segment format new segments are written in.
-pub const SEGMENT_VERSION: u8 = 5;
+pub const SEGMENT_VERSION: u8 = 6;
 /// The first segment format whose header has flags and whose `Commit` frames carry a term.
 pub const SEGMENT_VERSION_FLAGS: u8 = 4;
 /// The first segment format whose file may be recycled (bytes past its last write may be an
 /// earlier use's) and whose header records where the previous segment's frames end.
 pub const SEGMENT_VERSION_RECYCLED: u8 = 5;
+/// The first segment format whose frames carry a group id.
+pub const SEGMENT_VERSION_GROUPS: u8 = 6;
 /// The oldest segment format this build reads.
 pub const SEGMENT_VERSION_MIN: u8 = 1;
 
@@ -49,8 +59,25 @@ pub struct Seal {
     /// The segment format: 1 (salt only), 2 (salt and the frame's offset), 3 (as 2, and
     /// `Commit` frames may appear), 4 (as 3; header flags, and `Commit` frames carry the
     /// committed id's term), 5 (as 4; the file may be recycled, the header records the
-    /// previous segment's end).
+    /// previous segment's end), 6 (as 5; every frame carries a group id).
     pub version: u8,
+}
+
+impl Seal {
+    /// Bytes of a frame header in this segment's format.
+    pub fn header_len(self) -> usize {
+        if self.version >= SEGMENT_VERSION_GROUPS {
+            FRAME_HEADER_LEN_GROUPS
+        } else {
+            FRAME_HEADER_LEN
+        }
+    }
+
+    /// Bytes a frame with `payload_len` bytes of payload takes in this segment: header,
+    /// payload, zero padding to 8.
+    pub fn frame_len(self, payload_len: usize) -> usize {
+        self.header_len() + payload_len.next_multiple_of(8)
+    }
 }
 
 // Frame header fields, each derived from the one before.
@@ -61,7 +88,9 @@ const CRC_AT: usize = PAYLOAD_LEN_AT + 4;
 const INDEX_AT: usize = CRC_AT + 4;
 const TERM_AT: usize = INDEX_AT + 8;
 const BATCH_AT: usize = TERM_AT + 8;
-const _: () = assert!(BATCH_AT + 8 == FRAME_HEADER_LEN);
+/// Format 6 on.
+const GROUP_AT: usize = BATCH_AT + 8;
+const _: () = assert!(GROUP_AT == FRAME_HEADER_LEN && GROUP_AT + 8 == FRAME_HEADER_LEN_GROUPS);
 
 /// What a frame records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,11 +117,8 @@ pub struct FrameHeader {
     pub term: u64,
     /// The flush that wrote the frame (strictly increasing over the log).
     pub batch: u64,
-}
-
-/// Bytes a frame takes: header, payload, zero padding to 8.
-pub fn frame_len(payload_len: usize) -> usize {
-    FRAME_HEADER_LEN + payload_len.next_multiple_of(8)
+    /// The raft group the frame belongs to (format 6 on; 0 before, and for `Skip`).
+    pub group: u64,
 }
 
 fn u64_at(b: &[u8], at: usize) -> u64 {
@@ -113,7 +139,7 @@ fn frame_crc(seal: Seal, offset: u64, header: &[u8], payload: &[u8]) -> u32 {
         c = crc32c::crc32c_append(c, &offset.to_le_bytes());
     }
     c = crc32c::crc32c_append(c, &header[..CRC_AT]);
-    c = crc32c::crc32c_append(c, &header[INDEX_AT..FRAME_HEADER_LEN]);
+    c = crc32c::crc32c_append(c, &header[INDEX_AT..seal.header_len()]);
     crc32c::crc32c_append(c, payload)
 }
 
@@ -121,16 +147,23 @@ fn frame_crc(seal: Seal, offset: u64, header: &[u8], payload: &[u8]) -> u32 {
 #[cfg(any(test, feature = "internals"))]
 pub fn encode(out: &mut Vec<u8>, seal: Seal, offset: u64, h: &FrameHeader, payload: &[u8]) {
     let start = out.len();
-    out.resize(start + frame_len(payload.len()), 0);
+    out.resize(start + seal.frame_len(payload.len()), 0);
     encode_into(&mut out[start..], seal, offset, h, payload);
 }
 
 /// Encodes one frame that will sit at segment offset `offset` into `out`, exactly
-/// `frame_len(payload.len())` bytes (padding included).
+/// `seal.frame_len(payload.len())` bytes (padding included).
 pub fn encode_into(out: &mut [u8], seal: Seal, offset: u64, h: &FrameHeader, payload: &[u8]) {
     assert_eq!(h.payload_len as usize, payload.len());
-    assert_eq!(out.len(), frame_len(payload.len()), "a frame fills its slot exactly");
+    assert_eq!(out.len(), seal.frame_len(payload.len()), "a frame fills its slot exactly");
     assert!(offset.is_multiple_of(8), "frames start on 8-byte boundaries");
+    // A frame of another group in a segment without group ids would be read as group 0's.
+    assert!(
+        h.group == 0 || seal.version >= SEGMENT_VERSION_GROUPS,
+        "segment format {} has no group ids",
+        seal.version
+    );
+    let header_len = seal.header_len();
     out[..KIND_AT].copy_from_slice(&FRAME_MAGIC);
     out[KIND_AT] = h.kind as u8;
     out[FLAGS_AT..PAYLOAD_LEN_AT].fill(0);
@@ -138,8 +171,11 @@ pub fn encode_into(out: &mut [u8], seal: Seal, offset: u64, h: &FrameHeader, pay
     out[CRC_AT..INDEX_AT].fill(0); // checksum, below
     out[INDEX_AT..TERM_AT].copy_from_slice(&h.index.to_le_bytes());
     out[TERM_AT..BATCH_AT].copy_from_slice(&h.term.to_le_bytes());
-    out[BATCH_AT..FRAME_HEADER_LEN].copy_from_slice(&h.batch.to_le_bytes());
-    let (header, rest) = out.split_at_mut(FRAME_HEADER_LEN);
+    out[BATCH_AT..GROUP_AT].copy_from_slice(&h.batch.to_le_bytes());
+    if header_len == FRAME_HEADER_LEN_GROUPS {
+        out[GROUP_AT..header_len].copy_from_slice(&h.group.to_le_bytes());
+    }
+    let (header, rest) = out.split_at_mut(header_len);
     rest[..payload.len()].copy_from_slice(payload);
     rest[payload.len()..].fill(0);
     let crc = frame_crc(seal, offset, header, payload);
@@ -160,10 +196,11 @@ pub enum Parsed {
 /// Parses the frame at the start of `buf` (the rest of the segment from there), which lies
 /// at segment offset `offset`.
 pub fn parse(buf: &[u8], seal: Seal, offset: u64) -> Parsed {
-    if buf.len() < FRAME_HEADER_LEN {
+    let header_len = seal.header_len();
+    if buf.len() < header_len {
         return if buf.iter().all(|&b| b == 0) { Parsed::Zero } else { Parsed::Invalid };
     }
-    let h = &buf[..FRAME_HEADER_LEN];
+    let h = &buf[..header_len];
     if h.iter().all(|&b| b == 0) {
         return Parsed::Zero;
     }
@@ -178,15 +215,20 @@ pub fn parse(buf: &[u8], seal: Seal, offset: u64) -> Parsed {
         _ => return Parsed::Invalid,
     };
     let payload_len = u32_at(h, PAYLOAD_LEN_AT);
-    let len = frame_len(payload_len as usize);
+    let len = seal.frame_len(payload_len as usize);
     if len > buf.len() {
         return Parsed::Invalid;
     }
-    let payload = &buf[FRAME_HEADER_LEN..FRAME_HEADER_LEN + payload_len as usize];
+    let payload = &buf[header_len..header_len + payload_len as usize];
     if frame_crc(seal, offset, h, payload) != u32_at(h, CRC_AT) {
         return Parsed::Invalid;
     }
-    if buf[FRAME_HEADER_LEN + payload_len as usize..len].iter().any(|&b| b != 0) {
+    if buf[header_len + payload_len as usize..len].iter().any(|&b| b != 0) {
+        return Parsed::Invalid;
+    }
+    let group = if header_len == FRAME_HEADER_LEN_GROUPS { u64_at(h, GROUP_AT) } else { 0 };
+    if kind == FrameKind::Skip && group != 0 {
+        // A fence belongs to the log; the checksum held, so this is no torn write.
         return Parsed::Invalid;
     }
     let header = FrameHeader {
@@ -195,6 +237,7 @@ pub fn parse(buf: &[u8], seal: Seal, offset: u64) -> Parsed {
         index: u64_at(h, INDEX_AT),
         term: u64_at(h, TERM_AT),
         batch: u64_at(h, BATCH_AT),
+        group,
     };
     Parsed::Valid { header, len }
 }
@@ -359,7 +402,7 @@ mod tests {
     const V2: Seal = Seal { salt: 77, version: 2 };
 
     fn frame(kind: FrameKind, index: u64, payload: &[u8]) -> FrameHeader {
-        FrameHeader { kind, payload_len: payload.len() as u32, index, term: 3, batch: 9 }
+        FrameHeader { kind, payload_len: payload.len() as u32, index, term: 3, batch: 9, group: 0 }
     }
 
     #[test]
@@ -367,7 +410,7 @@ mod tests {
         let mut buf = Vec::new();
         let h = frame(FrameKind::Entry, 42, b"payload!!");
         encode(&mut buf, V2, 4096, &h, b"payload!!");
-        assert_eq!(buf.len(), frame_len(9));
+        assert_eq!(buf.len(), V2.frame_len(9));
         assert_eq!(parse(&buf, V2, 4096), Parsed::Valid { header: h, len: buf.len() });
         assert_eq!(parse(&buf, Seal { salt: 78, ..V2 }, 4096), Parsed::Invalid, "another salt");
         assert_eq!(parse(&buf, V2, 8192), Parsed::Invalid, "a frame written to the wrong place");
@@ -401,6 +444,36 @@ mod tests {
         }
     }
 
+    #[test]
+    fn format_6_frames_carry_their_group_inside_the_checksum() {
+        let v6 = Seal { salt: 77, version: 6 };
+        let mut buf = Vec::new();
+        let h = FrameHeader { group: 0xFEED_0001, ..frame(FrameKind::Entry, 42, b"payload!!") };
+        encode(&mut buf, v6, 4096, &h, b"payload!!");
+        assert_eq!(buf.len(), 48 + 16);
+        assert_eq!(u64_at(&buf, 40), 0xFEED_0001);
+        assert_eq!(parse(&buf, v6, 4096), Parsed::Valid { header: h, len: buf.len() });
+        // Another group's id in the same bytes does not verify.
+        let mut other = buf.clone();
+        other[40] ^= 1;
+        assert_eq!(parse(&other, v6, 4096), Parsed::Invalid);
+        // Format 5 reads a 40-byte header: the formats do not mix.
+        assert_eq!(parse(&buf, Seal { version: 5, ..v6 }, 4096), Parsed::Invalid);
+        // A fence belongs to the log: a `Skip` frame of a group refuses even when it verifies.
+        let mut skip = Vec::new();
+        let s = FrameHeader { group: 3, ..frame(FrameKind::Skip, 4096, &[]) };
+        encode(&mut skip, v6, 4096, &s, &[]);
+        assert_eq!(parse(&skip, v6, 4096), Parsed::Invalid);
+    }
+
+    #[test]
+    #[should_panic(expected = "has no group ids")]
+    fn a_group_frame_is_never_encoded_into_an_older_format() {
+        let mut buf = Vec::new();
+        let h = FrameHeader { group: 1, ..frame(FrameKind::Entry, 1, b"x") };
+        encode(&mut buf, Seal { salt: 77, version: 5 }, 4096, &h, b"x");
+    }
+
     fn resealed(mut b: [u8; SEGMENT_HEADER_LEN]) -> [u8; SEGMENT_HEADER_LEN] {
         let crc = crc32c::crc32c(&b[..HEADER_CRC_AT]);
         b[HEADER_CRC_AT..].copy_from_slice(&crc.to_le_bytes());
@@ -409,7 +482,7 @@ mod tests {
 
     #[test]
     fn segment_headers_round_trip_and_refuse_unknown_formats() {
-        for version in [1, 2, 3, 4, 5] {
+        for version in [1, 2, 3, 4, 5, 6] {
             let h = SegmentHeader {
                 version,
                 seq: 5,
@@ -476,7 +549,7 @@ mod tests {
         bad[9] ^= 1;
         assert!(matches!(SegmentHeader::decode(&bad, "s"), Err(Error::Corrupt { .. })));
         let mut newer = h.encode();
-        newer[7] = b'6';
+        newer[7] = b'7';
         assert!(matches!(
             SegmentHeader::decode(&resealed(newer), "s"),
             Err(Error::Unsupported { .. })

@@ -20,13 +20,23 @@
 //! last `Commit` frame, so the committed id it reports may lag the last one saved (openraft
 //! re-applies from there), but never names an entry the log does not hold.
 //!
+//! **Groups.** One log hosts many raft groups (segment format 6 on: a group id in every
+//! frame). Each group has its own entries and indexes, its own meta file (vote, committed id,
+//! purge point: `DIR/meta` for group 0, `DIR/groups/ID` for the others) and its own handle,
+//! a `LogCore` (`LogCore::open` gives group 0's; `create_group`, `group` and `drop_group`
+//! manage the others at run time). Appends, truncations and committed ids of every group
+//! share the one queue and IO thread, so concurrent appends of different groups become one
+//! durable write. A segment is freed only when no group still needs an entry in it.
+//!
 //! This module holds the operations; opening and recovery live in `open.rs`, the write path
 //! in `writer.rs`, the state they share in `state.rs`.
 //!
-//! Invariants: the queue order is the log order (entries are queued under the index lock);
-//! an append continues the log or overwrites its suffix, never leaves a hole; an entry that
-//! cannot fit a segment is refused before it is queued, so no request can poison the log;
-//! after a failed write every later write fails until the log is reopened.
+//! Invariants: a group's queue order is its log order (its entries are queued under its
+//! index lock); an append continues the group's log or overwrites its suffix, never leaves a
+//! hole; an entry that cannot fit a segment is refused before it is queued, so no request can
+//! poison the log; after a failed write every later write fails until the log is reopened;
+//! nothing of a dropped group is queued after its tombstone (the drop marks it under its
+//! index and meta locks, which every queuing call holds).
 
 mod frame;
 mod index;
@@ -38,7 +48,8 @@ mod segments;
 mod state;
 mod writer;
 
-use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock, Weak};
 use std::time::{Duration, Instant};
 
 use vellum_engine::Volume;
@@ -53,11 +64,11 @@ pub use state::{
 
 use crate::error::{Error, Result};
 use crate::metrics as m;
-use frame::{FRAME_HEADER_LEN, Parsed, SEGMENT_HEADER_LEN};
-use index::Loc;
+use frame::{FRAME_HEADER_LEN_GROUPS, Parsed, SEGMENT_HEADER_LEN};
+use index::{Index, Loc};
 use meta::RECORD_MAX;
 use queue::Combiner;
-use state::{Item, Shared, lock, read_lock, write_lock};
+use state::{Group, Item, MetaCell, Shared, join, lock, read_lock, write_lock};
 
 /// The log's decoders, for the fuzz targets in `raft-store/fuzz` (feature `internals`): not
 /// an API to build on.
@@ -65,7 +76,7 @@ use state::{Item, Shared, lock, read_lock, write_lock};
 pub mod internals {
     pub use super::frame::{
         ALIGN, FrameHeader, FrameKind, Parsed, SEGMENT_HEADER_LEN, Seal, SegmentHeader, encode,
-        frame_len, parse,
+        parse,
     };
     pub use super::meta::MetaState;
     pub use super::recovery::{ScannedCommit, SegmentScan, scan_segment};
@@ -76,6 +87,8 @@ struct Log {
     shared: Shared,
     combiner: Combiner<Item, writer::Writer>,
     bell: Arc<Bell>,
+    /// Held while a group is created or dropped (their files and commits).
+    admin: Mutex<()>,
 }
 
 impl Log {
@@ -99,29 +112,46 @@ impl Log {
         }
     }
 
-    /// Queues a meta save of the newest meta state changed by `change`; written by whoever
-    /// drains next.
-    fn queue_meta(&self, change: impl FnOnce(&mut MetaState), done: Callback) -> Result<()> {
-        let mut meta = lock(&self.shared.meta);
+    /// Queues a meta save of `group`'s newest meta state changed by `change`; written by
+    /// whoever drains next.
+    fn queue_meta(
+        &self,
+        group: &Arc<Group>,
+        change: impl FnOnce(&mut MetaState),
+        done: Callback,
+    ) -> Result<()> {
+        let mut meta = lock(&group.meta);
+        if group.is_dropped() {
+            return Err(Error::UnknownGroup(group.id));
+        }
         let mut next = meta.state.clone();
         change(&mut next);
         next.seq += 1;
         let purge = next.purged_index != meta.state.purged_index;
         meta.state = next.clone();
         // Pushed under the meta lock: queued saves are in seq order.
-        let r = self.combiner.push(Item::Meta { state: next, purge, done });
+        let r =
+            self.combiner.push(Item::Meta { group: Arc::clone(group), state: next, purge, done });
         drop(meta);
         r.map_err(|_| Error::Closed)
     }
 
-    /// Queues a meta save of the committed id when one is waiting to become durable.
-    fn save_pending_committed(&self, done: Callback) -> Result<()> {
-        if self.shared.committed_pending().is_none() {
+    /// Queues a meta save of `group`'s committed id when one is waiting to become durable.
+    fn save_pending_committed(&self, group: &Arc<Group>, done: Callback) -> Result<()> {
+        if group.committed_pending().is_none() || group.is_dropped() {
             done(Ok(()));
             return Ok(());
         }
         metrics::counter!(m::COMMITTED_SAVES_TOTAL).increment(1);
-        self.queue_meta(|_| {}, done)
+        self.queue_meta(group, |_| {}, done)
+    }
+
+    /// Queues a meta save of every group whose committed id is waiting to become durable.
+    fn save_all_pending_committed(&self) -> Result<()> {
+        for (group, _) in self.shared.committed_pending() {
+            self.save_pending_committed(&group, Box::new(|_| {}))?;
+        }
+        Ok(())
     }
 
     fn stop_io(&self) {
@@ -183,13 +213,13 @@ fn io_thread(log: &Weak<Log>, bell: &Bell, lag: Duration) {
         }
         let Some(log) = log.upgrade() else { return };
         log.drain();
-        let pending = log.shared.committed_pending().is_some();
+        let pending = !log.shared.committed_pending().is_empty();
         pending_since = match (pending, pending_since) {
             (false, _) => None,
             (true, None) => Some(Instant::now()),
             (true, Some(since)) if since.elapsed() < lag => Some(since),
             (true, Some(_)) => {
-                if log.save_pending_committed(Box::new(|_| {})).is_ok() {
+                if log.save_all_pending_committed().is_ok() {
                     log.drain();
                 }
                 None
@@ -198,16 +228,22 @@ fn io_thread(log: &Weak<Log>, bell: &Bell, lag: Duration) {
     }
 }
 
-/// The raft log on a volume. Cheap to clone; clones share one log.
+/// One raft group's log on a volume: group 0's from [`LogCore::open`], another's from
+/// [`LogCore::create_group`] or [`LogCore::group`]. Cheap to clone; every handle of one log
+/// shares its queue, IO thread and segments.
 #[derive(Clone)]
 pub struct LogCore {
     log: Arc<Log>,
     report: Arc<RecoveryReport>,
+    group: Arc<Group>,
 }
 
 impl std::fmt::Debug for LogCore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LogCore").field("dir", &self.log.shared.config.dir).finish_non_exhaustive()
+        f.debug_struct("LogCore")
+            .field("dir", &self.log.shared.config.dir)
+            .field("group", &self.group.id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -229,10 +265,12 @@ impl LogCore {
         }
         let lag = opened.shared.config.commit_lag;
         let thread = opened.shared.config.io == LogIo::Thread;
+        let group = opened.shared.group(0).expect("open makes group 0");
         let log = Arc::new(Log {
             shared: opened.shared,
             combiner: Combiner::new(opened.writer),
             bell: Arc::new(Bell::default()),
+            admin: Mutex::new(()),
         });
         if thread {
             let weak = Arc::downgrade(&log);
@@ -242,11 +280,101 @@ impl LogCore {
                 .spawn(move || io_thread(&weak, &bell, lag))
                 .map_err(|_| Error::Config("the system refused to start the log's IO thread"))?;
         }
-        Ok(LogCore { log, report: Arc::new(report) })
+        Ok(LogCore { log, report: Arc::new(report), group })
     }
 
     fn shared(&self) -> &Shared {
         &self.log.shared
+    }
+
+    /// The id of the group this handle writes (0 for [`LogCore::open`]'s).
+    pub fn group_id(&self) -> u64 {
+        self.group.id
+    }
+
+    /// The ids of the groups the log hosts, in order (0 always among them).
+    pub fn groups(&self) -> Vec<u64> {
+        read_lock(&self.shared().groups).keys().copied().collect()
+    }
+
+    /// A handle of group `id` of this log.
+    pub fn group(&self, id: u64) -> Result<LogCore> {
+        let group = self.shared().group(id).ok_or(Error::UnknownGroup(id))?;
+        Ok(LogCore { log: Arc::clone(&self.log), report: Arc::clone(&self.report), group })
+    }
+
+    /// Creates group `id` in this log, empty (no entries, vote or committed id), and returns
+    /// its handle: one metadata commit (its meta file), durable when this returns.
+    pub fn create_group(&self, id: u64) -> Result<LogCore> {
+        self.check_failed()?;
+        let _admin = lock(&self.log.admin);
+        if self.shared().group(id).is_some() {
+            return Err(Error::GroupExists(id));
+        }
+        let shared = self.shared();
+        let dir = join(&shared.config.dir, open::GROUPS_DIR);
+        shared.volume.create_dir_all(&dir)?;
+        let path = open::group_meta_path(&shared.config.dir, id);
+        // A file left by a drop that a power cut interrupted after its tombstone: the group's
+        // entries are gone, and so goes its old vote.
+        if shared.volume.exists(&path)? {
+            shared.volume.remove(&path)?;
+        }
+        let file = shared.volume.create_file(&path)?;
+        file.preallocate(0, meta::FILE_LEN)?;
+        shared.volume.commit()?;
+        let group = Arc::new(Group {
+            id,
+            index: RwLock::new(Index::new(0, shared.config.hot_window_bytes)),
+            meta: Mutex::new(MetaCell::default()),
+            meta_file: file,
+            durable_committed: AtomicU64::new(0),
+            durable_purged: AtomicU64::new(0),
+            dropped: AtomicBool::new(false),
+        });
+        write_lock(&shared.groups).insert(id, Arc::clone(&group));
+        metrics::gauge!(m::GROUPS).set(read_lock(&shared.groups).len() as f64);
+        Ok(LogCore { log: Arc::clone(&self.log), report: Arc::clone(&self.report), group })
+    }
+
+    /// Drops group `id`: a durable tombstone truncates all its entries, then its meta file
+    /// goes (one metadata commit). Its handles refuse every call from then on
+    /// (`UnknownGroup`); its segments are freed as other groups purge. Group 0 stays.
+    pub fn drop_group(&self, id: u64) -> Result<()> {
+        if id == 0 {
+            return Err(Error::Config("group 0 is the log's own and cannot be dropped"));
+        }
+        self.check_failed()?;
+        let _admin = lock(&self.log.admin);
+        let group = self.shared().group(id).ok_or(Error::UnknownGroup(id))?;
+        wait(|done| {
+            // Under the group's index and meta locks, which every call that queues for it
+            // holds: nothing of it is queued after the tombstone.
+            let mut ix = write_lock(&group.index);
+            let meta = lock(&group.meta);
+            group.dropped.store(true, Ordering::Release);
+            ix.truncate(0);
+            let r = self.push(Item::Truncate { group: Arc::clone(&group), since: 0, done });
+            drop(meta);
+            drop(ix);
+            r?;
+            self.log.kick();
+            Ok(())
+        })?;
+        let shared = self.shared();
+        write_lock(&shared.groups).remove(&id);
+        shared.volume.remove(open::group_meta_path(&shared.config.dir, id))?;
+        shared.volume.commit()?;
+        metrics::gauge!(m::GROUPS).set(read_lock(&shared.groups).len() as f64);
+        Ok(())
+    }
+
+    /// Fails with `UnknownGroup` once this handle's group was dropped.
+    fn check_group(&self) -> Result<()> {
+        if self.group.is_dropped() {
+            return Err(Error::UnknownGroup(self.group.id));
+        }
+        Ok(())
     }
 
     /// How long this log's durable writes take now (for `Batcher::start_paced`).
@@ -273,7 +401,8 @@ impl LogCore {
 
     /// The largest payload one entry may carry: its frame must fit an empty segment.
     pub fn max_entry_bytes(&self) -> usize {
-        let room = self.shared().segment_bytes as usize - SEGMENT_HEADER_LEN - FRAME_HEADER_LEN;
+        let room =
+            self.shared().segment_bytes as usize - SEGMENT_HEADER_LEN - FRAME_HEADER_LEN_GROUPS;
         room / 8 * 8
     }
 
@@ -296,7 +425,8 @@ impl LogCore {
         if let Some(e) = entries.iter().find(|e| e.payload.len() > max) {
             return Err(Error::EntryTooLarge { len: e.payload.len(), max: max as u64 });
         }
-        let mut ix = write_lock(&self.shared().index);
+        let mut ix = write_lock(&self.group.index);
+        self.check_group()?;
         for pair in entries.windows(2) {
             if pair[1].index != pair[0].index + 1 {
                 return Err(Error::OutOfRange {
@@ -324,7 +454,8 @@ impl LogCore {
             // agree on what the log holds).
             tracing::warn!(first, next = ix.next_index(), "an append overwrites the log's suffix");
             ix.truncate(first);
-            self.push(Item::Truncate { since: first, done: Box::new(|_| {}) })?;
+            let group = Arc::clone(&self.group);
+            self.push(Item::Truncate { group, since: first, done: Box::new(|_| {}) })?;
         }
         for e in &entries {
             ix.push(
@@ -345,7 +476,7 @@ impl LogCore {
         });
         // Pushed under the index lock: the queue order is the log order. Written after it is
         // released (the writer updates the index).
-        let r = self.push(Item::Entries { entries, done });
+        let r = self.push(Item::Entries { group: Arc::clone(&self.group), entries, done });
         drop(ix);
         r?;
         self.log.kick();
@@ -355,9 +486,10 @@ impl LogCore {
     /// Truncates every entry at or after `since`; `done` runs once the tombstone is durable.
     pub fn truncate(&self, since: u64, done: Callback) -> Result<()> {
         self.check_failed()?;
-        let mut ix = write_lock(&self.shared().index);
+        let mut ix = write_lock(&self.group.index);
+        self.check_group()?;
         ix.truncate(since);
-        let r = self.push(Item::Truncate { since, done });
+        let r = self.push(Item::Truncate { group: Arc::clone(&self.group), since, done });
         drop(ix);
         r?;
         self.log.kick();
@@ -367,7 +499,7 @@ impl LogCore {
     /// Saves a new meta state built from the newest one; `done` runs once it is durable.
     fn save_meta(&self, change: impl FnOnce(&mut MetaState), done: Callback) -> Result<()> {
         self.check_failed()?;
-        self.log.queue_meta(change, done)?;
+        self.log.queue_meta(&self.group, change, done)?;
         self.log.kick();
         Ok(())
     }
@@ -388,7 +520,8 @@ impl LogCore {
         if committed.len() > RECORD_MAX {
             return Err(Error::Config("a vote or log id encodes to more than 1000 bytes"));
         }
-        let mut meta = lock(&self.shared().meta);
+        let mut meta = lock(&self.group.meta);
+        self.check_group()?;
         if meta.state.committed.is_some() && meta.state.committed_index.is_some_and(|c| c >= index)
         {
             return Ok(());
@@ -403,7 +536,8 @@ impl LogCore {
     /// `done` runs once it is.
     pub fn flush_committed(&self, done: Callback) -> Result<()> {
         self.check_failed()?;
-        self.log.save_pending_committed(done)?;
+        self.check_group()?;
+        self.log.save_pending_committed(&self.group, done)?;
         self.log.kick();
         Ok(())
     }
@@ -411,18 +545,19 @@ impl LogCore {
     /// Whether entry `index` is durable: its write returned. An entry before the log's first
     /// one counts as durable (only durable entries are purged); one past the last does not.
     pub fn is_durable(&self, index: u64) -> bool {
-        let ix = read_lock(&self.shared().index);
+        let ix = read_lock(&self.group.index);
         index < ix.first_index() || ix.get(index).is_some_and(|l| l.durable)
     }
 
     /// The committed index known durable (what recovery would report at least).
     pub fn durable_committed_index(&self) -> Option<u64> {
-        self.shared().durable_committed()
+        self.group.durable_committed()
     }
 
-    /// Purges every entry at or before `upto` (`purged` is the caller's encoding of the
-    /// purged id). Blocks until the purge record is durable, then frees whole segments that
-    /// hold nothing newer (one metadata commit): up to `LogConfig::recycled_segments` of them
+    /// Purges every entry of this group at or before `upto` (`purged` is the caller's
+    /// encoding of the purged id). Blocks until the purge record is durable, then frees the
+    /// oldest whole segments that no group needs any more (every group with entries in them
+    /// purged past them; one metadata commit): up to `LogConfig::recycled_segments` of them
     /// are kept for reuse as later segments, the others deleted.
     pub fn purge(&self, upto: u64, purged: Vec<u8>) -> Result<()> {
         wait(|done| {
@@ -434,14 +569,32 @@ impl LogCore {
                 done,
             )
         })?;
-        write_lock(&self.shared().index).purge(upto);
+        write_lock(&self.group.index).purge(upto);
+        // Every group's durable purge point (a queued purge does not count: a power cut
+        // before its save would leave that group's entries needed).
+        let purged: std::collections::BTreeMap<u64, Option<u64>> = read_lock(&self.shared().groups)
+            .iter()
+            .map(|(&id, g)| (id, g.durable_purged()))
+            .collect();
+        #[cfg(feature = "test-util")]
+        let purged = if self.shared().config.mutation == Some(state::LogMutation::FreeNeeded) {
+            // The mutant: every other group counts as purged past everything.
+            purged
+                .into_keys()
+                .map(|g| (g, if g == self.group.id { Some(upto) } else { Some(u64::MAX) }))
+                .collect()
+        } else {
+            purged
+        };
         let doomed: Vec<(u64, Vec<u8>)> = {
             let segs = lock(&self.shared().segments);
             let newest = segs.by_seq.keys().next_back().copied();
             // Only the oldest segments go, so the ones left stay consecutive.
             segs.by_seq
                 .iter()
-                .take_while(|(s, info)| Some(**s) != newest && info.max_index <= upto)
+                .take_while(|(s, info)| {
+                    Some(**s) != newest && info.unneeded(|g| purged.get(&g).copied().flatten())
+                })
                 .map(|(s, i)| (*s, i.path.clone()))
                 .collect()
         };
@@ -467,20 +620,21 @@ impl LogCore {
 
     /// The newest saved (or queued) meta state.
     pub fn meta(&self) -> MetaState {
-        lock(&self.shared().meta).state.clone()
+        lock(&self.group.meta).state.clone()
     }
 
     /// `(first index, last index)` of the entries present; `last < first` when empty.
     pub fn bounds(&self) -> (u64, Option<u64>) {
-        let ix = read_lock(&self.shared().index);
+        let ix = read_lock(&self.group.index);
         (ix.first_index(), ix.last_index())
     }
 
     /// Entries with `lo <= index < hi` that are present.
     pub fn read(&self, lo: u64, hi: u64) -> Result<Vec<LogEntry>> {
         self.check_failed()?;
+        self.check_group()?;
         let wanted: Vec<(u64, Loc)> = {
-            let ix = read_lock(&self.shared().index);
+            let ix = read_lock(&self.group.index);
             if ix.is_empty() {
                 return Ok(Vec::new());
             }
@@ -509,10 +663,15 @@ impl LogCore {
         let mut buf = vec![0u8; loc.len as usize];
         file.read_exact_at(&mut buf, loc.offset)?;
         metrics::counter!(m::COLD_READS_TOTAL).increment(1);
+        let header_len = seal.header_len();
         match frame::parse(&buf, seal, loc.offset) {
-            Parsed::Valid { header, .. } if header.index == index && header.term == loc.term => Ok(
-                Arc::from(&buf[FRAME_HEADER_LEN..FRAME_HEADER_LEN + header.payload_len as usize]),
-            ),
+            Parsed::Valid { header, .. }
+                if header.index == index
+                    && header.term == loc.term
+                    && header.group == self.group.id =>
+            {
+                Ok(Arc::from(&buf[header_len..header_len + header.payload_len as usize]))
+            }
             _ => Err(Error::Corrupt {
                 file: name,
                 offset: loc.offset,
@@ -526,9 +685,9 @@ impl LogCore {
         &self.shared().volume
     }
 
-    /// Bytes of payload in the hot window.
+    /// Bytes of payload in this group's hot window.
     pub fn hot_bytes(&self) -> usize {
-        read_lock(&self.shared().index).hot_bytes()
+        read_lock(&self.group.index).hot_bytes()
     }
 
     /// Active segments.
@@ -545,7 +704,7 @@ impl LogCore {
     /// saved last, are written first. Stops the IO thread.
     pub fn close(&self) {
         if self.check_failed().is_ok() {
-            let _ = self.log.save_pending_committed(Box::new(|_| {}));
+            let _ = self.log.save_all_pending_committed();
         }
         self.log.combiner.close();
         // The IO thread may hold the writer: wait for its write, then take what is left.

@@ -18,11 +18,18 @@
 //! The segment size of an existing log is the size of its segments; the configured size
 //! applies to a log that has none.
 //!
+//! Groups: group 0's meta file is `DIR/meta`, every other group's `DIR/groups/ID` (decimal).
+//! Each group's entries are rebuilt from its frames in one scan of the segments, with its own
+//! purge point, truncations and committed id. Live entries of a group without a meta file
+//! refuse (a drop writes its tombstone before it removes the file, so a dropped group has
+//! none).
+//!
 //! A volume whose metadata journal the engine found destroyed is refused before anything is
 //! read (`Error::VolumeRolledBack`, for as long as the volume's loss flag is set): the engine
 //! opened it at its last checkpoint, so the log's files may be those of an earlier moment.
 
-use std::sync::atomic::AtomicU64;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, RwLock};
 
 use vellum_engine::AlignedBuf;
@@ -37,9 +44,17 @@ use super::meta::{self, MetaState};
 use super::recovery::{self, ScannedCommit, SegmentScan};
 use super::segments::{Free, SegInfo, Segments, Spare, SpareMaker};
 use super::state::MIN_VOLUME_BYTES;
-use super::state::{LogConfig, MetaCell, RecoveryReport, Shared, Torn, join};
+use super::state::{Group, LogConfig, MetaCell, RecoveryReport, Shared, Torn, join};
 use super::writer::{Current, Writer};
 use crate::error::{Error, Result};
+
+/// The directory of the meta files of groups other than 0, under the log's directory.
+pub(super) const GROUPS_DIR: &str = "groups";
+
+/// The meta file of group `id` (not 0) of the log under `dir`.
+pub(super) fn group_meta_path(dir: &str, id: u64) -> Vec<u8> {
+    join(dir, &format!("{GROUPS_DIR}/{id}"))
+}
 
 /// Everything open produced: the shared state and the writer, ready to write.
 pub(super) struct Opened {
@@ -109,6 +124,8 @@ pub(super) fn open(volume: Volume, mut config: LogConfig) -> Result<Opened> {
         f
     };
     let meta_state = MetaState::recover(&meta_file.read_to_end()?, &config.dir)?;
+    let mut metas = BTreeMap::from([(0, (meta_state, meta_file))]);
+    read_group_metas(&volume, &config.dir, &mut metas)?;
     let classified = classify(&volume, &log_dir, config.segment_bytes, config.recycled_segments)?;
     let segment_bytes = log_segment_bytes(&classified, &config, derived);
     // The current segment and its spare must fit, or the log stops at its first roll.
@@ -124,22 +141,40 @@ pub(super) fn open(volume: Volume, mut config: LogConfig) -> Result<Opened> {
     if classified.removed > 0 {
         volume.commit()?; // leftovers and extra spares removed by `classify`
     }
-    let mut ix = Index::new(meta_state.purged_index.map_or(0, |p| p + 1), config.hot_window_bytes);
     let mut segments = segments;
-    let (mut current, max_batch, commit) =
-        rebuild(&mut segments, scans, &meta_state, &mut ix, &config)?;
-    let mut meta_state = meta_state;
-    let durable_committed = adopt_commit(&mut meta_state, commit, &ix);
+    let (mut current, max_batch, mut rebuilt) =
+        rebuild(&mut segments, scans, &metas, config.hot_window_bytes)?;
     if let (Some(cur), Some(torn)) = (current.as_mut(), report.torn)
         && torn.in_previous_segment
     {
         // The fence goes again where the one in flight was meant to land.
         cur.pos = SEGMENT_HEADER_LEN as u64;
     }
-    report.entries = ix.len();
+    let mut groups = BTreeMap::new();
+    let mut purged_batch = BTreeMap::new();
+    let mut last_entry = BTreeMap::new();
+    for (id, (mut meta_state, meta_file)) in metas {
+        let Rebuilt { index: ix, commit } = rebuilt.remove(&id).expect("rebuilt per group");
+        let durable_committed = adopt_commit(&mut meta_state, commit, &ix);
+        report.entries += ix.len();
+        purged_batch.insert(id, meta_state.purged_batch);
+        if let Some(last) = ix.last_index() {
+            last_entry.insert(id, last);
+        }
+        let durable_purged = meta_state.purged_index.map_or(0, |p| p + 1);
+        let group = Group {
+            id,
+            index: RwLock::new(ix),
+            meta: Mutex::new(MetaCell { state: meta_state, committed_term: 0 }),
+            meta_file,
+            durable_committed: AtomicU64::new(durable_committed.map_or(0, |c| c + 1)),
+            durable_purged: AtomicU64::new(durable_purged),
+            dropped: AtomicBool::new(false),
+        };
+        groups.insert(id, Arc::new(group));
+    }
+    metrics::gauge!(crate::metrics::GROUPS).set(groups.len() as f64);
     let next_seq = segments.by_seq.keys().next_back().map_or(1, |s| s + 1);
-    let purged_batch = meta_state.purged_batch;
-    let last_entry = ix.last_index();
     let spares = SpareMaker::start(
         volume.clone(),
         log_dir,
@@ -155,12 +190,9 @@ pub(super) fn open(volume: Volume, mut config: LogConfig) -> Result<Opened> {
         volume,
         config,
         segment_bytes,
-        index: RwLock::new(ix),
-        meta: Mutex::new(MetaCell { state: meta_state, committed_term: 0 }),
-        meta_file,
+        groups: RwLock::new(groups),
         segments: Mutex::new(segments),
         needs_barrier,
-        durable_committed: AtomicU64::new(durable_committed.map_or(0, |c| c + 1)),
         disk: super::state::DiskLatency::new(),
     };
     let mut writer =
@@ -169,6 +201,36 @@ pub(super) fn open(volume: Volume, mut config: LogConfig) -> Result<Opened> {
         writer.fence(&shared, torn)?;
     }
     Ok(Opened { shared, writer, report })
+}
+
+/// Reads the meta file of every group but 0 (`DIR/groups/ID`) into `metas`.
+fn read_group_metas(
+    volume: &Volume,
+    dir: &str,
+    metas: &mut BTreeMap<u64, (MetaState, File)>,
+) -> Result<()> {
+    let groups_dir = join(dir, GROUPS_DIR);
+    if !volume.exists(&groups_dir)? {
+        return Ok(());
+    }
+    for entry in volume.list(&groups_dir)? {
+        let id = std::str::from_utf8(&entry.name)
+            .ok()
+            .filter(|n| !n.starts_with('0') && n.bytes().all(|b| b.is_ascii_digit()))
+            .and_then(|n| n.parse::<u64>().ok());
+        let Some(id) = id else {
+            return Err(Error::Corrupt {
+                file: format!("{}/{}", lossy(&groups_dir), lossy(&entry.name)),
+                offset: 0,
+                reason: "a file among the groups' meta files that names no group",
+            });
+        };
+        let path = group_meta_path(dir, id);
+        let file = volume.open_file(&path)?;
+        let state = MetaState::recover(&file.read_to_end()?, &lossy(&path))?;
+        metas.insert(id, (state, file));
+    }
+    Ok(())
 }
 
 /// Refuses a volume whose metadata journal the engine found destroyed, for as long as its
@@ -475,8 +537,13 @@ fn scan_all(
     })?;
     let mut segments = Segments::default();
     for f in found {
-        let info =
-            SegInfo { seal: f.header.seal(), len: f.len, file: f.file, path: f.path, max_index: 0 };
+        let info = SegInfo {
+            seal: f.header.seal(),
+            len: f.len,
+            file: f.file,
+            path: f.path,
+            max_index: BTreeMap::new(),
+        };
         segments.by_seq.insert(f.header.seq, info);
     }
     report.segments = segments.by_seq.len();
@@ -544,34 +611,46 @@ fn adopt_commit(meta: &mut MetaState, commit: Option<ScannedCommit>, ix: &Index)
     meta.committed_index
 }
 
-/// Applies the scanned frames in order: entries must be consecutive, truncations drop
-/// their suffix, everything at or below the purged index is gone.
+/// One group's state as the scan rebuilt it.
+struct Rebuilt {
+    index: Index,
+    /// Its last `Commit` frame that no later truncation of it undid.
+    commit: Option<ScannedCommit>,
+}
+
+/// One group's entries as the frames are applied: `(index, term, seq, offset, len)`.
+type Kept = Vec<(u64, u64, u64, u64, u32)>;
+
+/// Applies the scanned frames in order, per group: entries must be consecutive, truncations
+/// drop their suffix (and a `Commit` frame at or past it), everything at or below a group's
+/// purged index written before its purge is gone. A group without a meta file must have no
+/// live entry left (a dropped group's tombstone truncated them all).
 fn rebuild(
     segments: &mut Segments,
     scans: Vec<SegmentScan>,
-    meta: &MetaState,
-    ix: &mut Index,
-    config: &LogConfig,
-) -> Result<(Option<Current>, u64, Option<ScannedCommit>)> {
+    metas: &BTreeMap<u64, (MetaState, File)>,
+    hot_window_bytes: usize,
+) -> Result<(Option<Current>, u64, BTreeMap<u64, Rebuilt>)> {
     let mut max_batch = 0;
-    let mut commit = None;
+    let mut commits: BTreeMap<u64, ScannedCommit> = BTreeMap::new();
     let mut current = None;
-    let mut kept: Vec<(u64, u64, u64, u64, u32)> = Vec::new(); // index, term, seq, offset, len
+    let mut kept: BTreeMap<u64, Kept> = BTreeMap::new();
     let last_seq = segments.by_seq.keys().next_back().copied();
     for ((&seq, seg), scan) in segments.by_seq.iter().zip(scans) {
         max_batch = max_batch.max(scan.max_batch);
-        if scan.commit.is_some() {
-            commit.clone_from(&scan.commit);
-        }
+        let mut seg_commits = scan.commits.into_iter();
         for f in &scan.frames {
+            let group = f.header.group;
             match f.header.kind {
                 FrameKind::Entry => {
                     let idx = f.header.index;
-                    if meta.purged_index.is_some_and(|p| idx <= p)
-                        && f.header.batch < meta.purged_batch
-                    {
+                    let meta = metas.get(&group).map(|(m, _)| m);
+                    if meta.is_some_and(|m| {
+                        m.purged_index.is_some_and(|p| idx <= p) && f.header.batch < m.purged_batch
+                    }) {
                         continue; // purged
                     }
+                    let kept = kept.entry(group).or_default();
                     if let Some(&(last, ..)) = kept.last()
                         && idx != last + 1
                     {
@@ -583,8 +662,19 @@ fn rebuild(
                     }
                     kept.push((idx, f.header.term, seq, f.offset, f.len));
                 }
-                FrameKind::Truncate => kept.retain(|k| k.0 < f.header.index),
-                FrameKind::Skip | FrameKind::Commit => {}
+                FrameKind::Truncate => {
+                    let since = f.header.index;
+                    kept.entry(group).or_default().retain(|k| k.0 < since);
+                    if commits.get(&group).is_some_and(|c| c.index >= since) {
+                        commits.remove(&group);
+                    }
+                }
+                FrameKind::Commit => {
+                    let c = seg_commits.next().expect("a scanned commit per commit frame");
+                    debug_assert_eq!((c.group, c.index), (group, f.header.index));
+                    commits.insert(group, c);
+                }
+                FrameKind::Skip => {}
             }
         }
         if Some(seq) == last_seq {
@@ -597,14 +687,32 @@ fn rebuild(
             });
         }
     }
-    if let Some(&(first, ..)) = kept.first() {
-        *ix = Index::new(first, config.hot_window_bytes);
+    if let Some((group, k)) = kept.iter().find(|(g, k)| !metas.contains_key(g) && !k.is_empty()) {
+        let (_, _, seq, offset, _) = k[0];
+        return Err(Error::Corrupt {
+            file: segments.by_seq.get(&seq).map_or_else(String::new, |s| lossy(&s.path)),
+            offset,
+            reason: if *group > 0 {
+                "live entries of a group that has no meta file"
+            } else {
+                "live entries of group 0 without its meta file"
+            },
+        });
     }
-    for (idx, term, seq, offset, len) in kept {
-        if let Some(seg) = segments.by_seq.get_mut(&seq) {
-            seg.max_index = seg.max_index.max(idx);
+    let mut rebuilt = BTreeMap::new();
+    for (&id, (meta, _)) in metas {
+        let mut ix = Index::new(meta.purged_index.map_or(0, |p| p + 1), hot_window_bytes);
+        let group_kept = kept.remove(&id).unwrap_or_default();
+        if let Some(&(first, ..)) = group_kept.first() {
+            ix = Index::new(first, hot_window_bytes);
         }
-        ix.push(idx, Loc { term, seg: seq, offset, len, durable: true, hot: None });
+        for (idx, term, seq, offset, len) in group_kept {
+            if let Some(seg) = segments.by_seq.get_mut(&seq) {
+                seg.holds(id, idx);
+            }
+            ix.push(idx, Loc { term, seg: seq, offset, len, durable: true, hot: None });
+        }
+        rebuilt.insert(id, Rebuilt { index: ix, commit: commits.remove(&id) });
     }
-    Ok((current, max_batch, commit))
+    Ok((current, max_batch, rebuilt))
 }

@@ -56,6 +56,8 @@ pub struct ScannedFrame {
 /// A `Commit` frame found by the scan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ScannedCommit {
+    /// The group whose committed id it is (0 before format 6).
+    pub group: u64,
     /// The committed index.
     pub index: u64,
     /// The committed id's term (segment format 4 on); `None` in a format 3 segment, whose
@@ -78,8 +80,9 @@ pub struct SegmentScan {
     pub max_batch: u64,
     /// The `from` of the cross-segment fence this segment opens with, if it has one.
     pub fences_from: Option<u64>,
-    /// The segment's last valid `Commit` frame.
-    pub commit: Option<ScannedCommit>,
+    /// The segment's valid `Commit` frames, in frame order (the same order as theirs in
+    /// `frames`).
+    pub commits: Vec<ScannedCommit>,
 }
 
 impl SegmentScan {
@@ -110,7 +113,7 @@ fn corrupt(file: &str, offset: usize, reason: &'static str) -> Error {
 /// all-zero blocks quickly.
 fn next_valid(bytes: &[u8], from: usize, seal: Seal) -> Option<(usize, FrameHeader, usize)> {
     let mut pos = from.next_multiple_of(8);
-    while pos + frame::FRAME_HEADER_LEN <= bytes.len() {
+    while pos + seal.header_len() <= bytes.len() {
         if pos.is_multiple_of(ALIGN)
             && bytes[pos..(pos + ALIGN).min(bytes.len())].iter().all(|&b| b == 0)
         {
@@ -144,7 +147,7 @@ pub fn scan_segment(
     let mut frames = Vec::new();
     let mut last_batch = prev_batch;
     let mut fences_from = None;
-    let mut commit = None;
+    let mut commits = Vec::new();
     let mut pos = SEGMENT_HEADER_LEN;
     loop {
         if pos >= bytes.len() {
@@ -156,7 +159,7 @@ pub fn scan_segment(
                 torn: None,
                 max_batch: last_batch,
                 fences_from,
-                commit,
+                commits,
             });
         }
         // Zeros up to the next block boundary are a batch's padding (a frame starts with its
@@ -183,10 +186,10 @@ pub fn scan_segment(
                 }
                 last_batch = header.batch;
                 if header.kind == FrameKind::Commit {
-                    let payload =
-                        &bytes[pos + frame::FRAME_HEADER_LEN..][..header.payload_len as usize];
+                    let payload = &bytes[pos + seal.header_len()..][..header.payload_len as usize];
                     let term = (seal.version >= SEGMENT_VERSION_FLAGS).then_some(header.term);
-                    commit = Some(ScannedCommit {
+                    commits.push(ScannedCommit {
+                        group: header.group,
                         index: header.index,
                         term,
                         payload: payload.to_vec(),
@@ -222,7 +225,7 @@ pub fn scan_segment(
                             torn: None,
                             max_batch: last_batch,
                             fences_from,
-                            commit,
+                            commits,
                         });
                     }
                     Gap::Torn { dropped, max_batch } => {
@@ -247,7 +250,7 @@ pub fn scan_segment(
                             torn: Some(torn),
                             max_batch: last_batch.max(max_batch),
                             fences_from,
-                            commit,
+                            commits,
                         });
                     }
                 }
@@ -302,8 +305,14 @@ mod tests {
     fn batch(out: &mut Vec<u8>, batch: u64, first: u64, n: u64) {
         for i in first..first + n {
             let payload = vec![i as u8; 100];
-            let h =
-                FrameHeader { kind: FrameKind::Entry, payload_len: 100, index: i, term: 1, batch };
+            let h = FrameHeader {
+                kind: FrameKind::Entry,
+                payload_len: 100,
+                index: i,
+                term: 1,
+                batch,
+                group: 0,
+            };
             let at = out.len() as u64;
             frame::encode(out, SALT, at, &h, &payload);
         }
@@ -370,6 +379,7 @@ mod tests {
             index: 1,
             term: 1,
             batch: 1,
+            group: 0,
         };
         frame::encode(&mut s, SALT, 4096, &h, &payload);
         assert_eq!(s.len(), 8192 - 8);
@@ -394,6 +404,7 @@ mod tests {
             index: torn.from,
             term: CROSS_SEGMENT,
             batch: 5,
+            group: 0,
         };
         let mut f = Vec::new();
         frame::encode(&mut f, SALT, 4096, &h, &[]);
@@ -414,6 +425,7 @@ mod tests {
             index: 8192,
             term: 12288,
             batch: 3,
+            group: 0,
         };
         frame::encode(&mut skip, SALT, at, &h, &[]);
         s[12288..12288 + skip.len()].copy_from_slice(&skip);

@@ -49,8 +49,38 @@ pub struct SegInfo {
     pub len: u64,
     pub file: Arc<File>,
     pub path: Vec<u8>,
-    /// Highest entry index written into it (0: none yet).
-    pub max_index: u64,
+    /// Per group: the highest live entry index written into it (absent: none, or every one
+    /// truncated since).
+    pub max_index: BTreeMap<u64, u64>,
+}
+
+impl SegInfo {
+    /// Records entry `index` of `group` written into this segment.
+    pub fn holds(&mut self, group: u64, index: u64) {
+        let max = self.max_index.entry(group).or_insert(index);
+        *max = (*max).max(index);
+    }
+
+    /// Records that `group` truncated every entry at or after `since`.
+    pub fn truncated(&mut self, group: u64, since: u64) {
+        if let Some(max) = self.max_index.get_mut(&group)
+            && *max >= since
+        {
+            match since.checked_sub(1) {
+                Some(last) => *max = last,
+                None => {
+                    self.max_index.remove(&group);
+                }
+            }
+        }
+    }
+
+    /// Whether no group needs an entry of this segment any more: every group with live
+    /// entries in it has purged past them (`purged(group)`: the group's durable purge point,
+    /// `None` for a group that purged nothing).
+    pub fn unneeded(&self, purged: impl Fn(u64) -> Option<u64>) -> bool {
+        self.max_index.iter().all(|(&group, &max)| purged(group).is_some_and(|p| max <= p))
+    }
 }
 
 /// The active segments by sequence number.

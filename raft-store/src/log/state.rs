@@ -3,10 +3,12 @@
 //! `index` and `meta` (plain data), so opening (`open.rs`), writing (`writer.rs`) and the API
 //! (`mod.rs`) all build on it without importing each other in a circle.
 //!
-//! Lock order, outermost first: the combiner's writer state, then `index`, then `segments`;
-//! `meta` is never held across another lock. No lock is held across a callback.
+//! Lock order, outermost first: the combiner's writer state, then `groups`, then a group's
+//! `index`, then `segments`; a group's `meta` is never held across another lock. No lock is
+//! held across a callback.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
 
@@ -43,7 +45,7 @@ pub struct LogConfig {
     /// the log, never from here). One entry must fit one segment
     /// ([`LogCore::max_entry_bytes`](super::LogCore::max_entry_bytes)).
     pub segment_bytes: u64,
-    /// Bytes of payload the hot tail window keeps in memory.
+    /// Bytes of payload the hot tail window keeps in memory, per group of the log.
     pub hot_window_bytes: usize,
     /// Largest single write the writer issues.
     pub max_batch_bytes: usize,
@@ -74,11 +76,14 @@ pub struct LogConfig {
 pub enum LogMutation {
     /// A recycled segment keeps its previous salt: its stale frames verify again.
     ReuseSalt,
+    /// A purge frees segments by its own group's purge point alone, ignoring the entries
+    /// other groups still need in them.
+    FreeNeeded,
 }
 
 /// The smallest volume the store opens on with segments derived from its size
 /// ([`LogConfig::segment_bytes_for`], `segment_bytes: 0`, the default): 16 MiB, which gives
-/// 1 MiB segments (entries of up to 1 MiB less 4136 bytes). Below it, a new log is refused
+/// 1 MiB segments (entries of up to 1 MiB less 4144 bytes). Below it, a new log is refused
 /// (an existing one keeps its own segments).
 pub const MIN_VOLUME_BYTES: u64 = 16 << 20;
 
@@ -138,18 +143,22 @@ pub struct LogEntry {
 /// Completion of a queued write.
 pub type Callback = Box<dyn FnOnce(Result<(), SharedError>) + Send>;
 
-/// A write waiting in the queue, with the callback that learns its outcome.
+/// A write waiting in the queue, with the callback that learns its outcome; each of one
+/// group.
 pub(crate) enum Item {
     Entries {
+        group: Arc<Group>,
         entries: Vec<LogEntry>,
         done: Callback,
     },
     Truncate {
+        group: Arc<Group>,
         since: u64,
         done: Callback,
     },
     /// A meta save; `purge` marks one that moves the purged index.
     Meta {
+        group: Arc<Group>,
         state: MetaState,
         purge: bool,
         done: Callback,
@@ -211,16 +220,11 @@ pub(crate) struct Shared {
     /// Bytes of every segment the log makes from now on: the size its existing segments
     /// have, or the configured size for a log that has none.
     pub segment_bytes: u64,
-    pub index: RwLock<Index>,
-    /// The newest queued meta state; saves build on it.
-    pub meta: Mutex<MetaCell>,
-    pub meta_file: File,
+    /// The groups the log hosts, by id; group 0 always.
+    pub groups: RwLock<BTreeMap<u64, Arc<Group>>>,
     pub segments: Mutex<Segments>,
     /// A barrier must follow each write (a buffered carrier that is not memory).
     pub needs_barrier: bool,
-    /// The committed index known durable (in a meta slot or a `Commit` frame), plus one;
-    /// 0 for none. Written by the writer only.
-    pub durable_committed: AtomicU64,
     /// How long the writer's durable writes take now.
     pub disk: DiskLatency,
     /// Where purged segments go (reused by the spare maker, or deleted).
@@ -256,10 +260,59 @@ impl DiskLatency {
     }
 }
 
+/// One raft group of the log: the index of its entries, its small records (vote, committed
+/// id, purge point) in a meta file of its own (`DIR/meta` for group 0, `DIR/groups/ID`
+/// for the others), and its committed index known durable.
+pub(crate) struct Group {
+    pub id: u64,
+    pub index: RwLock<Index>,
+    /// The newest queued meta state; saves build on it.
+    pub meta: Mutex<MetaCell>,
+    pub meta_file: File,
+    /// The committed index known durable (in a meta slot or a `Commit` frame), plus one;
+    /// 0 for none. Written by the writer only.
+    pub durable_committed: AtomicU64,
+    /// The purged index known durable (in a meta slot), plus one; 0 for none. Written by
+    /// the writer only: a purge frees a segment only past every group's durable purge point.
+    pub durable_purged: AtomicU64,
+    /// Set once the group is dropped: its handles refuse every call.
+    pub dropped: AtomicBool,
+}
+
 impl Shared {
+    /// The group `id`, while the log hosts it.
+    pub fn group(&self, id: u64) -> Option<Arc<Group>> {
+        read_lock(&self.groups).get(&id).cloned()
+    }
+
+    /// The groups whose committed id is saved but not yet durable, with that id.
+    pub fn committed_pending(&self) -> Vec<(Arc<Group>, PendingCommit)> {
+        let groups: Vec<Arc<Group>> = read_lock(&self.groups).values().cloned().collect();
+        groups.into_iter().filter_map(|g| g.committed_pending().map(|c| (g, c))).collect()
+    }
+}
+
+impl Group {
     /// The committed index known durable.
     pub fn durable_committed(&self) -> Option<u64> {
         self.durable_committed.load(Ordering::Acquire).checked_sub(1)
+    }
+
+    /// The purged index known durable.
+    pub fn durable_purged(&self) -> Option<u64> {
+        self.durable_purged.load(Ordering::Acquire).checked_sub(1)
+    }
+
+    /// Records that the purge point `index` is durable (never moves back).
+    pub fn purged_durable(&self, index: Option<u64>) {
+        if let Some(i) = index {
+            self.durable_purged.fetch_max(i + 1, Ordering::AcqRel);
+        }
+    }
+
+    /// Whether the group was dropped.
+    pub fn is_dropped(&self) -> bool {
+        self.dropped.load(Ordering::Acquire)
     }
 
     /// Records that the committed id of `index` is durable (never moves back).

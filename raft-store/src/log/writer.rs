@@ -21,20 +21,25 @@
 //! is what lets a later recovery accept that torn end, and an ordinary roll never sets it.
 //! Every roll records where the sealed segment's frames end (`prev_end`), and seals the new
 //! segment with a salt its file's earlier frames do not verify under (a recycled spare).
+//!
+//! One batch carries the frames of every group queued (one durable write for all of them).
+//! A frame of a group other than 0 never goes into a segment of a format before 6 (whose
+//! frames have no group id): the writer rolls to a new segment first.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use vellum_engine::AlignedBuf;
 
 use super::frame::{
-    self, ALIGN, FrameHeader, FrameKind, SEGMENT_HEADER_LEN, SEGMENT_VERSION,
-    SEGMENT_VERSION_FLAGS, Seal, SegmentHeader,
+    ALIGN, FRAME_HEADER_LEN_GROUPS, FrameHeader, FrameKind, SEGMENT_HEADER_LEN, SEGMENT_VERSION,
+    SEGMENT_VERSION_FLAGS, SEGMENT_VERSION_GROUPS, Seal, SegmentHeader, encode_into,
 };
 use super::meta::MetaState;
 use super::recovery::CROSS_SEGMENT;
 use super::segments::{SegInfo, SpareMaker, fresh_salt};
-use super::state::{Item, PendingCommit, Shared, Torn, lock, read_lock, write_lock};
+use super::state::{Group, Item, PendingCommit, Shared, Torn, lock, write_lock};
 use crate::error::{Error, Result, SharedError};
 use crate::metrics as m;
 
@@ -51,6 +56,7 @@ pub(super) struct Current {
 
 /// A frame placed into the batch buffer, for the index update after the write.
 struct Placed {
+    group: Arc<Group>,
     index: u64,
     term: u64,
     offset: u64,
@@ -112,11 +118,12 @@ pub(super) struct Writer {
     pub next_seq: u64,
     /// Batch id of the next flush.
     pub batch: u64,
-    /// The first batch after the newest purge (stamped into every meta save).
-    pub purged_batch: u64,
-    /// Index of the last entry the log holds that is durable or placed into the write being
-    /// built (after truncations): a committed id past it is not carried yet.
-    pub last_entry: Option<u64>,
+    /// Per group: the first batch after its newest purge (stamped into its meta saves).
+    pub purged_batch: BTreeMap<u64, u64>,
+    /// Per group: index of the last entry it holds that is durable or placed into the write
+    /// being built (after truncations): a committed id past it is not carried yet. Absent:
+    /// none.
+    pub last_entry: BTreeMap<u64, u64>,
     pub spares: SpareMaker,
     /// The write being built, kept from flush to flush.
     scratch: Pending,
@@ -132,8 +139,8 @@ impl Writer {
         current: Option<Current>,
         next_seq: u64,
         batch: u64,
-        purged_batch: u64,
-        last_entry: Option<u64>,
+        purged_batch: BTreeMap<u64, u64>,
+        last_entry: BTreeMap<u64, u64>,
         spares: SpareMaker,
     ) -> Writer {
         Writer {
@@ -179,40 +186,40 @@ impl Writer {
         items: &mut [Item],
         pending: &mut Pending,
     ) -> Result<()> {
-        // The committed id this batch may carry: the one pending now, as the batch is
+        // The committed ids this batch may carry: those pending now, as the batch is
         // dequeued. One saved while the batch is being encoded waits for the next write.
         let committed = shared.committed_pending();
         for item in items.iter_mut() {
             match item {
-                Item::Entries { entries, .. } => {
+                Item::Entries { group, entries, .. } => {
                     for e in entries {
-                        self.add_frame(
-                            shared,
-                            pending,
-                            FrameKind::Entry,
-                            e.index,
-                            e.term,
-                            &e.payload,
-                        )?;
+                        let (kind, index, term) = (FrameKind::Entry, e.index, e.term);
+                        self.add_frame(shared, pending, group, kind, index, term, &e.payload)?;
                     }
                 }
-                Item::Truncate { since, .. } => {
-                    self.add_frame(shared, pending, FrameKind::Truncate, *since, 0, &[])?;
+                Item::Truncate { group, since, .. } => {
+                    self.add_frame(shared, pending, group, FrameKind::Truncate, *since, 0, &[])?;
                 }
-                Item::Meta { state, purge, .. } => {
+                Item::Meta { group, state, purge, .. } => {
                     self.flush(shared, pending)?;
                     if *purge {
-                        self.purged_batch = self.batch;
+                        self.purged_batch.insert(group.id, self.batch);
                     }
-                    state.purged_batch = self.purged_batch;
-                    Self::write_meta(shared, state)?;
-                    shared.committed_durable(state.committed_index);
+                    state.purged_batch = self.purged_batch.get(&group.id).copied().unwrap_or(0);
+                    Self::write_meta(shared, group, state)?;
+                    group.committed_durable(state.committed_index);
+                    group.purged_durable(state.purged_index);
                 }
             }
         }
-        let carried = committed.and_then(|c| self.add_commit(shared, pending, &c));
+        let carried: Vec<(Arc<Group>, u64)> = committed
+            .into_iter()
+            .filter_map(|(g, c)| self.add_commit(shared, pending, &g, &c).map(|i| (g, i)))
+            .collect();
         self.flush(shared, pending)?;
-        shared.committed_durable(carried);
+        for (g, index) in carried {
+            g.committed_durable(Some(index));
+        }
         Ok(())
     }
 
@@ -225,21 +232,25 @@ impl Writer {
         &mut self,
         shared: &Shared,
         pending: &mut Pending,
+        group: &Arc<Group>,
         committed: &PendingCommit,
     ) -> Option<u64> {
         let PendingCommit { index, term, ref payload } = *committed;
-        if pending.is_empty() || shared.durable_committed().is_some_and(|d| d >= index) {
+        if pending.is_empty() || group.durable_committed().is_some_and(|d| d >= index) {
             return None; // nothing goes out, or a meta save of this batch made it durable
         }
-        if self.last_entry.is_none_or(|last| index > last) {
+        if self.last_entry.get(&group.id).is_none_or(|&last| index > last) {
             return None; // its entry is queued after this batch: the next write carries it
         }
         let cur = self.current.as_ref()?;
-        let flen = frame::frame_len(payload.len());
+        let flen = cur.seal.frame_len(payload.len());
         let fits = cur.pos + (pending.len + flen).next_multiple_of(ALIGN) as u64 <= cur.len
             && pending.len + flen <= shared.config.max_batch_bytes.max(ALIGN);
-        // Format 3 segments have `Commit` frames without a term: this build writes none.
-        if cur.seal.version < SEGMENT_VERSION_FLAGS || !fits {
+        // Format 3 segments have `Commit` frames without a term: this build writes none; and
+        // a segment before format 6 has no group ids.
+        let format_ok = cur.seal.version >= SEGMENT_VERSION_FLAGS
+            && (group.id == 0 || cur.seal.version >= SEGMENT_VERSION_GROUPS);
+        if !format_ok || !fits {
             return None;
         }
         let h = FrameHeader {
@@ -248,11 +259,13 @@ impl Writer {
             index,
             term,
             batch: self.batch,
+            group: group.id,
         };
         let at = cur.pos + pending.len as u64;
         let seal = cur.seal;
-        frame::encode_into(pending.slot(flen), seal, at, &h, payload);
+        encode_into(pending.slot(flen), seal, at, &h, payload);
         pending.placed.push(Placed {
+            group: Arc::clone(group),
             index,
             term,
             offset: at - cur.pos,
@@ -264,40 +277,55 @@ impl Writer {
         Some(index)
     }
 
+    #[allow(clippy::too_many_arguments)] // one frame's fields, each used once
     fn add_frame(
         &mut self,
         shared: &Shared,
         pending: &mut Pending,
+        group: &Arc<Group>,
         kind: FrameKind,
         index: u64,
         term: u64,
         payload: &[u8],
     ) -> Result<()> {
-        let flen = frame::frame_len(payload.len());
+        // The largest frame this payload makes in any segment this build writes into.
+        let flen_max = FRAME_HEADER_LEN_GROUPS + payload.len().next_multiple_of(8);
         // `LogCore::append` refuses entries that cannot fit before they are queued; this is
         // the last line, and it must never be reached with a segment half written.
         let max = shared.segment_bytes - SEGMENT_HEADER_LEN as u64;
-        if flen as u64 > max {
+        if flen_max as u64 > max {
             return Err(Error::EntryTooLarge { len: payload.len(), max });
         }
         let fits = |cur: &Current, buffered: usize| {
+            let flen = cur.seal.frame_len(payload.len());
             cur.pos + (buffered + flen).next_multiple_of(ALIGN) as u64 <= cur.len
         };
-        if pending.len + flen > shared.config.max_batch_bytes && !pending.is_empty() {
+        // A segment of a format without group ids takes group 0's frames only.
+        let holds_group =
+            |cur: &Current| group.id == 0 || cur.seal.version >= SEGMENT_VERSION_GROUPS;
+        if pending.len + flen_max > shared.config.max_batch_bytes && !pending.is_empty() {
             self.flush(shared, pending)?;
         }
-        if !self.current.as_ref().is_some_and(|c| fits(c, pending.len)) {
+        if !self.current.as_ref().is_some_and(|c| holds_group(c) && fits(c, pending.len)) {
             self.flush(shared, pending)?;
-            if !self.current.as_ref().is_some_and(|c| fits(c, 0)) {
+            if !self.current.as_ref().is_some_and(|c| holds_group(c) && fits(c, 0)) {
                 self.roll(shared, index, None)?;
             }
         }
         let cur = self.current.as_ref().expect("a current segment after the roll");
+        let flen = cur.seal.frame_len(payload.len());
         let offset = pending.len as u64;
-        let h =
-            FrameHeader { kind, payload_len: payload.len() as u32, index, term, batch: self.batch };
-        frame::encode_into(pending.slot(flen), cur.seal, cur.pos + offset, &h, payload);
+        let h = FrameHeader {
+            kind,
+            payload_len: payload.len() as u32,
+            index,
+            term,
+            batch: self.batch,
+            group: group.id,
+        };
+        encode_into(pending.slot(flen), cur.seal, cur.pos + offset, &h, payload);
         pending.placed.push(Placed {
+            group: Arc::clone(group),
             index,
             term,
             offset,
@@ -306,10 +334,15 @@ impl Writer {
             truncates: kind == FrameKind::Truncate,
         });
         match kind {
-            FrameKind::Entry => self.last_entry = Some(index),
+            FrameKind::Entry => {
+                self.last_entry.insert(group.id, index);
+            }
             FrameKind::Truncate => {
-                if self.last_entry.is_some_and(|l| l >= index) {
-                    self.last_entry = index.checked_sub(1);
+                if self.last_entry.get(&group.id).is_some_and(|&l| l >= index) {
+                    match index.checked_sub(1) {
+                        Some(last) => self.last_entry.insert(group.id, last),
+                        None => self.last_entry.remove(&group.id),
+                    };
                 }
             }
             FrameKind::Skip | FrameKind::Commit => {}
@@ -335,25 +368,33 @@ impl Writer {
         cur.pos += len as u64;
         let placed = &pending.placed;
         let entries = placed.iter().filter(|p| p.is_entry).count();
-        {
-            let mut ix = write_lock(&shared.index);
-            for p in placed.iter().filter(|p| p.is_entry) {
-                ix.written(p.index, p.term, seq, base + p.offset, p.len);
+        // Each group's index, locked once per run of its frames.
+        let mut at = 0;
+        while at < placed.len() {
+            let group = &placed[at].group;
+            let mut ix = write_lock(&group.index);
+            while at < placed.len() && Arc::ptr_eq(&placed[at].group, group) {
+                let p = &placed[at];
+                if p.is_entry {
+                    ix.written(p.index, p.term, seq, base + p.offset, p.len);
+                }
+                at += 1;
             }
             ix.evict();
         }
         {
-            // Track the newest live entry of each segment, in frame order: a truncation
-            // lowers it everywhere (purge deletes a segment only when nothing in it is newer).
+            // Track each group's newest live entry in each segment, in frame order: a
+            // truncation lowers it everywhere (purge frees a segment only when no group has
+            // anything newer than its purge point in it).
             let mut segs = lock(&shared.segments);
             for p in placed {
                 if p.is_entry {
                     if let Some(seg) = segs.by_seq.get_mut(&seq) {
-                        seg.max_index = seg.max_index.max(p.index);
+                        seg.holds(p.group.id, p.index);
                     }
                 } else if p.truncates {
                     for seg in segs.by_seq.values_mut() {
-                        seg.max_index = seg.max_index.min(p.index.saturating_sub(1));
+                        seg.truncated(p.group.id, p.index);
                     }
                 }
             }
@@ -396,7 +437,7 @@ impl Writer {
             len: spare.len,
             file: Arc::clone(&spare.file),
             path: spare.path,
-            max_index: 0,
+            max_index: BTreeMap::new(),
         };
         lock(&shared.segments).by_seq.insert(header.seq, info);
         self.current = Some(Current {
@@ -424,8 +465,8 @@ impl Writer {
         } else if self.current.as_ref().is_some_and(|c| torn.to + ALIGN as u64 <= c.len) {
             (torn.to, torn.to)
         } else {
-            let next = read_lock(&shared.index).next_index();
-            self.roll(shared, next, Some(torn.from))?;
+            // `first_index` is informational: the fence's segment opens with no entry.
+            self.roll(shared, 0, Some(torn.from))?;
             (SEGMENT_HEADER_LEN as u64, CROSS_SEGMENT)
         };
         let cur = self.current.as_mut().expect("a torn tail lies in the current segment");
@@ -435,15 +476,10 @@ impl Writer {
             index: torn.from,
             term: to,
             batch: self.batch,
+            group: 0,
         };
         let mut aligned = AlignedBuf::zeroed(ALIGN, ALIGN);
-        frame::encode_into(
-            &mut aligned.as_mut_slice()[..frame::frame_len(0)],
-            cur.seal,
-            at,
-            &h,
-            &[],
-        );
+        encode_into(&mut aligned.as_mut_slice()[..cur.seal.frame_len(0)], cur.seal, at, &h, &[]);
         assert!(at.is_multiple_of(ALIGN as u64) && at + ALIGN as u64 <= cur.len);
         cur.file.write_at(aligned.as_slice(), at)?;
         if shared.needs_barrier {
@@ -454,8 +490,8 @@ impl Writer {
         Ok(())
     }
 
-    fn write_meta(shared: &Shared, state: &MetaState) -> Result<()> {
-        shared.meta_file.write_at(&state.encode()?, state.slot_offset())?;
+    fn write_meta(shared: &Shared, group: &Group, state: &MetaState) -> Result<()> {
+        group.meta_file.write_at(&state.encode()?, state.slot_offset())?;
         if shared.needs_barrier {
             shared.volume.sync()?;
         }

@@ -72,8 +72,8 @@ pub type Store = crate::kv::store::Store<LogStore<TypeConfig>, V010>;
 /// let dir = tempfile::tempdir()?;
 /// let volume = open_volume(dir.path().join("node.vlm"), MIN_VOLUME_BYTES, VolumeOptions::default())?;
 /// let (log_store, state_machine) = open_store(&volume, LogConfig::default())?;
-/// // Segments of 1 MiB on a 16 MiB volume: an entry of up to 1 MiB less 4136 bytes.
-/// assert_eq!(log_store.max_entry_bytes(), (1 << 20) - 4096 - 40);
+/// // Segments of 1 MiB on a 16 MiB volume: an entry of up to 1 MiB less 4144 bytes.
+/// assert_eq!(log_store.max_entry_bytes(), (1 << 20) - 4096 - 48);
 /// # drop(state_machine);
 /// # Ok(())
 /// # }
@@ -104,7 +104,7 @@ pub fn open_store(
 ///     StoreConfig::with_volume_bytes(MIN_VOLUME_BYTES),
 /// )?;
 /// assert!(store.reader.is_empty());
-/// assert_eq!(store.max_entry_bytes(), (1 << 20) - 4096 - 40);
+/// assert_eq!(store.max_entry_bytes(), (1 << 20) - 4096 - 48);
 ///
 /// // Too small for the default settings: refused at open, naming the minimum.
 /// let err = vellum_raft_store::v010::open_store_at(

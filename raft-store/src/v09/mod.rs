@@ -65,7 +65,7 @@ pub type Store = crate::kv::store::Store<LogStore<TypeConfig>, V09>;
 /// let dir = tempfile::tempdir()?;
 /// let volume = open_volume(dir.path().join("node.vlm"), MIN_VOLUME_BYTES, VolumeOptions::default())?;
 /// let (log_store, state_machine) = open_store(&volume, LogConfig::default())?;
-/// assert_eq!(log_store.max_entry_bytes(), (1 << 20) - 4096 - 40);
+/// assert_eq!(log_store.max_entry_bytes(), (1 << 20) - 4096 - 48);
 /// # drop(state_machine);
 /// # Ok(())
 /// # }

@@ -1,0 +1,223 @@
+//! Many raft groups in one log: what a group handle promises besides the crash campaign's
+//! invariants (`crash_groups.rs`). Concurrent appends of different groups become one durable
+//! write; a segment stays while any group needs an entry in it; a dropped group is gone and
+//! its id can be used again; the refusals name what is wrong.
+
+#![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use vellum_engine::carrier::{FaultyCarrier, MemoryCarrier};
+use vellum_engine::{FormatOptions, Volume, VolumeOptions};
+use vellum_raft_store::Error;
+use vellum_raft_store::log::{self, LogConfig, LogCore, LogEntry, LogIo};
+
+fn entries(group: u64, from: u64, n: u64, len: usize) -> Vec<LogEntry> {
+    (from..from + n)
+        .map(|index| LogEntry {
+            index,
+            term: 1,
+            payload: Arc::from(vec![(index as u8) ^ (group as u8); len]),
+        })
+        .collect()
+}
+
+fn config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 64 << 10,
+        background_spares: false,
+        recycled_segments: 0,
+        ..LogConfig::default()
+    }
+}
+
+/// The IO thread is held inside its first write while sixteen groups queue one append each:
+/// they all go out in the next write, one durable write for sixteen groups.
+#[test]
+fn appends_of_sixteen_groups_become_one_durable_write() {
+    let carrier = Arc::new(FaultyCarrier::new(16 << 20, true));
+    let volume = Volume::format(
+        Box::new(Arc::clone(&carrier)),
+        &FormatOptions::default(),
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    let core = LogCore::open(volume, LogConfig { io: LogIo::Thread, ..config() }).unwrap();
+    let groups: Vec<LogCore> = (1..=16).map(|g| core.create_group(g).unwrap()).collect();
+    // Warm up: the first roll, so that the counted writes are batches only.
+    log::wait(|done| core.append(entries(0, 1, 1, 100), done)).unwrap();
+    let writes = Arc::new(AtomicUsize::new(0));
+    let hold = Arc::new(AtomicBool::new(true));
+    let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
+    let entered_tx = Mutex::new(Some(entered_tx));
+    {
+        let (writes, hold) = (Arc::clone(&writes), Arc::clone(&hold));
+        carrier.set_write_hook(Some(Arc::new(move |_, _, _| {
+            writes.fetch_add(1, Ordering::SeqCst);
+            if let Some(tx) = entered_tx.lock().unwrap().take() {
+                let _ = tx.send(());
+                while hold.load(Ordering::SeqCst) {
+                    std::thread::yield_now();
+                }
+            }
+        })));
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let tx0 = tx.clone();
+    core.append(entries(0, 2, 1, 100), Box::new(move |r| tx0.send(r.is_ok()).unwrap())).unwrap();
+    entered_rx.recv().unwrap(); // the IO thread is inside group 0's write
+    for g in &groups {
+        let tx = tx.clone();
+        let id = g.group_id();
+        g.append(entries(id, 1, 2, 300), Box::new(move |r| tx.send(r.is_ok()).unwrap())).unwrap();
+    }
+    hold.store(false, Ordering::SeqCst);
+    for _ in 0..17 {
+        assert!(rx.recv().unwrap());
+    }
+    carrier.set_write_hook(None);
+    assert_eq!(
+        writes.load(Ordering::SeqCst),
+        2,
+        "group 0's write, then one write for the appends of all sixteen groups"
+    );
+    for g in &groups {
+        assert_eq!(g.read(0, 10).unwrap(), entries(g.group_id(), 1, 2, 300));
+        assert!(g.is_durable(2));
+    }
+}
+
+/// An idle group's entries keep their segment however far the busy group purges; once the
+/// idle group purges too, the old segments go.
+#[test]
+fn a_laggard_group_keeps_its_segment_until_it_purges() {
+    let volume = Volume::format(
+        Box::new(MemoryCarrier::new(32 << 20)),
+        &FormatOptions::default(),
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    let core = LogCore::open(volume.clone(), LogConfig { io: LogIo::Inline, ..config() }).unwrap();
+    let laggard = core.create_group(7).unwrap();
+    log::wait(|done| laggard.append(entries(7, 1, 3, 500), done)).unwrap();
+    // The busy group writes about ten segments and purges behind itself.
+    let mut next = 1;
+    for _ in 0..40 {
+        log::wait(|done| core.append(entries(0, next, 4, 3000), done)).unwrap();
+        next += 4;
+        core.purge(next - 2, vec![]).unwrap();
+    }
+    let with_laggard = core.segment_count();
+    assert!(with_laggard >= 8, "the laggard's segment and every one after it stay: {with_laggard}");
+    assert_eq!(laggard.read(0, 10).unwrap(), entries(7, 1, 3, 500));
+    // The laggard purges its entries: the old segments go at that purge.
+    laggard.purge(3, vec![]).unwrap();
+    assert!(core.segment_count() <= 2, "{} segments left", core.segment_count());
+    // And a reopened log has both groups as they were.
+    drop((core, laggard));
+    let core = LogCore::open(volume, config()).unwrap();
+    assert_eq!(core.bounds().1, Some(next - 1));
+    let laggard = core.group(7).unwrap();
+    assert_eq!(laggard.bounds(), (4, None));
+}
+
+#[test]
+fn a_dropped_group_is_gone_and_its_id_can_be_used_again() {
+    let volume = Volume::format(
+        Box::new(MemoryCarrier::new(16 << 20)),
+        &FormatOptions::default(),
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    let core = LogCore::open(volume.clone(), config()).unwrap();
+    let g = core.create_group(5).unwrap();
+    assert!(matches!(core.create_group(5), Err(Error::GroupExists(5))));
+    log::wait(|done| g.append(entries(5, 0, 6, 100), done)).unwrap();
+    log::wait(|done| g.save_vote(b"old vote".to_vec(), done)).unwrap();
+    g.save_committed(3, 1, b"old committed".to_vec()).unwrap();
+    log::wait(|done| core.append(entries(0, 0, 2, 100), done)).unwrap();
+    core.drop_group(5).unwrap();
+    assert!(matches!(core.group(5), Err(Error::UnknownGroup(5))));
+    assert!(matches!(g.read(0, 10), Err(Error::UnknownGroup(5))));
+    assert!(matches!(
+        log::wait(|done| g.append(entries(5, 6, 1, 100), done)),
+        Err(Error::UnknownGroup(5))
+    ));
+    assert!(matches!(core.drop_group(5), Err(Error::UnknownGroup(5))));
+    assert!(matches!(core.drop_group(0), Err(Error::Config(_))));
+    assert_eq!(core.groups(), vec![0]);
+    // The same id again: a new, empty group, whose own entries are all a reopen finds.
+    let g = core.create_group(5).unwrap();
+    assert_eq!((g.bounds(), g.meta().vote), ((0, None), None));
+    log::wait(|done| g.append(entries(5, 0, 2, 900), done)).unwrap();
+    drop((core, g));
+    let core = LogCore::open(volume, config()).unwrap();
+    assert_eq!(core.groups(), vec![0, 5]);
+    let g = core.group(5).unwrap();
+    assert_eq!(g.read(0, 100).unwrap(), entries(5, 0, 2, 900));
+    assert_eq!(g.meta().vote, None);
+    assert_eq!(g.meta().committed, None, "the old group's committed id is gone with it");
+    assert_eq!(core.read(0, 10).unwrap(), entries(0, 0, 2, 100));
+}
+
+/// Each group's vote and committed id are its own, across a reopen.
+#[test]
+fn votes_and_committed_ids_are_per_group() {
+    let volume = Volume::format(
+        Box::new(MemoryCarrier::new(16 << 20)),
+        &FormatOptions::default(),
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    let core = LogCore::open(volume.clone(), config()).unwrap();
+    let groups: Vec<LogCore> = (1..=4).map(|g| core.create_group(g * 10).unwrap()).collect();
+    for g in &groups {
+        let id = g.group_id();
+        log::wait(|done| g.append(entries(id, 1, 5, 64), done)).unwrap();
+        log::wait(|done| g.save_vote(format!("vote of {id}").into_bytes(), done)).unwrap();
+        g.save_committed(id / 10, 1, format!("committed {id}").into_bytes()).unwrap();
+    }
+    // The committed ids ride on the next write of the log, whichever group makes it.
+    log::wait(|done| core.append(entries(0, 1, 1, 64), done)).unwrap();
+    for g in &groups {
+        assert_eq!(g.durable_committed_index(), Some(g.group_id() / 10));
+    }
+    drop((core, groups));
+    let core = LogCore::open(volume, config()).unwrap();
+    for id in [10, 20, 30, 40] {
+        let g = core.group(id).unwrap();
+        assert_eq!(g.meta().vote, Some(format!("vote of {id}").into_bytes()));
+        assert_eq!(g.meta().committed, Some(format!("committed {id}").into_bytes()));
+        assert_eq!(g.read(0, 100).unwrap(), entries(id, 1, 5, 64));
+    }
+    assert_eq!(core.meta().vote, None);
+}
+
+/// What only damage or another program leaves refuses by name: a group's entries whose meta
+/// file is gone, and a file among the groups' meta files that names no group.
+#[test]
+fn a_group_without_its_meta_file_refuses_to_open() {
+    let volume = Volume::format(
+        Box::new(MemoryCarrier::new(16 << 20)),
+        &FormatOptions::default(),
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    let core = LogCore::open(volume.clone(), config()).unwrap();
+    let g = core.create_group(12).unwrap();
+    log::wait(|done| g.append(entries(12, 1, 3, 100), done)).unwrap();
+    drop((core, g));
+    volume.create_file("/raft/groups/x1").unwrap();
+    volume.commit().unwrap();
+    let e = LogCore::open(volume.clone(), config()).unwrap_err();
+    assert!(matches!(e, Error::Corrupt { reason, .. } if reason.contains("names no group")), "{e}");
+    volume.remove("/raft/groups/x1").unwrap();
+    volume.remove("/raft/groups/12").unwrap();
+    volume.commit().unwrap();
+    let e = LogCore::open(volume, config()).unwrap_err();
+    assert!(
+        matches!(e, Error::Corrupt { reason, .. } if reason.contains("group that has no meta file")),
+        "{e}"
+    );
+}
