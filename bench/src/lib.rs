@@ -152,6 +152,7 @@ pub const SUITES: &[&str] = &[
     "tls",
     "media",
     "harness",
+    "multiraft",
     "hdd-model",
 ];
 
@@ -190,6 +191,7 @@ pub fn run(names: &[String], opts: &Options) -> Result<Vec<SuiteResult>, String>
             "tls" => suites::tls::run(opts),
             "media" => suites::media::run(opts),
             "harness" => suites::harness::run(opts),
+            "multiraft" => suites::multiraft::run(opts),
             "hdd-model" => Ok(suites::hdd::run(
                 out.iter().find(|r| r.name == "devops"),
                 out.iter().find(|r| r.name == "harness"),

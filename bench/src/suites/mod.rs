@@ -13,6 +13,7 @@ pub mod log;
 pub mod media;
 pub mod memory;
 pub mod metadata;
+pub mod multiraft;
 #[cfg(feature = "peers")]
 pub mod peers;
 pub mod prealloc;

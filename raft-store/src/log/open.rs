@@ -213,6 +213,7 @@ fn read_group_metas(
     if !volume.exists(&groups_dir)? {
         return Ok(());
     }
+    let mut ids = Vec::new();
     for entry in volume.list(&groups_dir)? {
         let id = std::str::from_utf8(&entry.name)
             .ok()
@@ -225,10 +226,32 @@ fn read_group_metas(
                 reason: "a file among the groups' meta files that names no group",
             });
         };
+        ids.push(id);
+    }
+    // One small read each: a log of a thousand groups would wait for a thousand reads in
+    // turn, so a few threads share them.
+    let read = |id: u64| -> Result<(u64, MetaState, File)> {
         let path = group_meta_path(dir, id);
         let file = volume.open_file(&path)?;
         let state = MetaState::recover(&file.read_to_end()?, &lossy(&path))?;
-        metas.insert(id, (state, file));
+        Ok((id, state, file))
+    };
+    let threads = ids.len().div_ceil(64).clamp(1, 8);
+    let chunk = ids.len().div_ceil(threads).max(1);
+    let results: Vec<Result<Vec<(u64, MetaState, File)>>> = std::thread::scope(|scope| {
+        let workers: Vec<_> = ids
+            .chunks(chunk)
+            .map(|part| scope.spawn(move || part.iter().map(|&id| read(id)).collect()))
+            .collect();
+        workers
+            .into_iter()
+            .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+            .collect()
+    });
+    for part in results {
+        for (id, state, file) in part? {
+            metas.insert(id, (state, file));
+        }
     }
     Ok(())
 }
