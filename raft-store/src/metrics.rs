@@ -163,6 +163,10 @@ pub fn describe() {
         "Log entries read back from segments because they left the hot window."
     );
     describe_gauge!(
+        GROUPS,
+        "Raft groups the log hosts (group 0 included; created and dropped at run time)."
+    );
+    describe_gauge!(
         RECOVERY_DURATION,
         Unit::Seconds,
         "How long the last log recovery (open) took."

@@ -5,9 +5,14 @@
 
 #![cfg(feature = "openraft-v010")]
 
+mod common;
+
+use common::busy::Busy;
+
 use vellum_engine::carrier::{CarrierOptions, MemoryCarrier};
 use vellum_engine::{FormatOptions, Volume, VolumeOptions};
 use vellum_raft_store::LogConfig;
+use vellum_raft_store::log::LogCore;
 use vellum_raft_store::v010::openraft::StorageError;
 use vellum_raft_store::v010::openraft::testing::log::{StoreBuilder, Suite};
 use vellum_raft_store::v010::openraft::type_config::TypeConfigExt;
@@ -41,30 +46,10 @@ impl StoreBuilder<TypeConfig, LogStore<TypeConfig>, KvStateMachine, ()> for Memo
 /// directory of its own.
 struct GroupBuilder;
 
-/// Rounds of appends the busy groups made over the suite.
-static BUSY_APPENDS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-
-/// Stops the busy groups when the suite's case drops its store.
-struct Busy {
-    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<u64>>,
-}
-
-impl Drop for Busy {
-    fn drop(&mut self) {
-        self.stop.store(true, std::sync::atomic::Ordering::SeqCst);
-        if let Some(t) = self.thread.take() {
-            let appended = t.join().expect("the busy groups' thread");
-            BUSY_APPENDS.fetch_add(appended, std::sync::atomic::Ordering::SeqCst);
-        }
-    }
-}
-
 impl StoreBuilder<TypeConfig, LogStore<TypeConfig>, KvStateMachine, Busy> for GroupBuilder {
     async fn build(
         &self,
     ) -> Result<(Busy, LogStore<TypeConfig>, KvStateMachine), StorageError<TypeConfig>> {
-        use vellum_raft_store::log::{LogCore, LogEntry, wait};
         let fmt = FormatOptions::default();
         let volume =
             Volume::format(Box::new(MemoryCarrier::new(64 << 20)), &fmt, VolumeOptions::default())
@@ -76,29 +61,7 @@ impl StoreBuilder<TypeConfig, LogStore<TypeConfig>, KvStateMachine, Busy> for Gr
             .map_err(|e| to_storage(&e))?;
         let mine = log.create_group(7).map_err(|e| to_storage(&e))?;
         let sm = KvStateMachine::open(volume, "/raft/group-7").map_err(|e| to_storage(&e))?;
-        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let stopped = std::sync::Arc::clone(&stop);
-        let thread = std::thread::spawn(move || {
-            let mut next = 0;
-            // At most 2,000 rounds (about 24 MiB of 4 KiB batches, purged behind as a node
-            // does): group 7's own entries may keep every segment since its first.
-            while !stopped.load(std::sync::atomic::Ordering::SeqCst) && next < 2000 {
-                for g in &busy {
-                    let e = LogEntry {
-                        index: next,
-                        term: 1,
-                        payload: vec![g.group_id() as u8; 300].into(),
-                    };
-                    wait(|done| g.append(vec![e], done)).expect("a busy group's append");
-                    if next % 100 == 99 {
-                        g.purge(next - 50, vec![]).expect("a busy group's purge");
-                    }
-                }
-                next += 1;
-            }
-            next
-        });
-        Ok((Busy { stop, thread: Some(thread) }, LogStore::new(mine), sm))
+        Ok((common::busy::start(busy), LogStore::new(mine), sm))
     }
 }
 
@@ -135,7 +98,7 @@ async fn openraft_010_suite_on_a_group_of_a_busy_log() {
     Suite::test_all(GroupBuilder)
         .await
         .expect("openraft 0.10 storage suite (a group of a busy log)");
-    let rounds = BUSY_APPENDS.load(std::sync::atomic::Ordering::SeqCst);
+    let rounds = common::busy::ROUNDS.load(std::sync::atomic::Ordering::SeqCst);
     assert!(rounds > 0, "the other groups appended nothing while the suite ran");
 }
 

@@ -299,17 +299,10 @@ fn recovery(opts: &Options, r: &mut SuiteResult) -> Result<(), String> {
 /// raft-engine's multi-region `LogBatch` against Vellum's combined write of 16 groups.
 #[cfg(feature = "peers")]
 fn regions(opts: &Options, r: &mut SuiteResult) -> Result<(), String> {
-    use raft_engine::{Config, Engine, LogBatch, MessageExt, ReadableSize};
+    use raft_engine::{Config, Engine, LogBatch, ReadableSize};
     use raft_proto::eraftpb::Entry;
 
-    #[derive(Clone)]
-    struct M;
-    impl MessageExt for M {
-        type Entry = Entry;
-        fn index(e: &Entry) -> u64 {
-            e.index
-        }
-    }
+    use super::peers::M;
 
     const REGIONS: u64 = 16;
     const PER_REGION: u64 = 64;

@@ -8,8 +8,9 @@ use raft_proto::eraftpb::Entry;
 use super::appender::Appender;
 use super::e;
 
+/// raft-engine's view of a raft-proto entry (its index), for `LogBatch::add_entries`.
 #[derive(Clone)]
-struct M;
+pub(crate) struct M;
 
 impl MessageExt for M {
     type Entry = Entry;

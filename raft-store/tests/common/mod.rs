@@ -1,9 +1,10 @@
 //! Helpers the log tests share: entries with a recognisable payload, a blocking append, a
-//! full read, volumes on the memory and the fault-injecting carrier, and an in-process
-//! openraft network (`router`).
+//! full read, volumes on the memory and the fault-injecting carrier, an in-process openraft
+//! network (`router`), and busy groups beside the one under test (`busy`).
 
 #![allow(dead_code)] // each test binary uses its own part of these
 
+pub mod busy;
 pub mod router;
 
 use std::sync::Arc;
