@@ -185,6 +185,14 @@ pub enum ClusterCommand {
         /// The node id to remove.
         id: u64,
     },
+    /// Spread the leaders of the Raft groups (`serve --groups`) over the voters now: every
+    /// member hands the groups another voter should lead over to it, then this waits until
+    /// each live voter leads as many groups as any other, within one.
+    Rebalance {
+        /// How long to wait for the spread.
+        #[arg(long, default_value_t = 30, value_name = "SECONDS")]
+        wait: u64,
+    },
 }
 
 fn base(endpoint: &str) -> String {
@@ -471,6 +479,55 @@ pub async fn cluster(
             add(&eps, id, &api_addr, &raft_addr, learner, wait, access).await
         }
         ClusterCommand::Promote { id } => promote(&eps, id, access).await.map(|()| 0),
+        ClusterCommand::Rebalance { wait } => rebalance(&eps, wait, access).await,
+    }
+}
+
+/// How many groups each voter leads, in a status answer: `(voter, groups led)`, and the
+/// groups that have no leader.
+fn leader_counts(v: &serde_json::Value) -> (Vec<(u64, usize)>, usize) {
+    let voters = id_list(&v["voters"]);
+    let mut counts: Vec<(u64, usize)> = voters.iter().map(|id| (*id, 0)).collect();
+    let mut leaderless = 0;
+    for g in v["groups"].as_array().map(Vec::as_slice).unwrap_or_default() {
+        match g["leader"].as_u64().and_then(|l| counts.iter_mut().find(|(id, _)| *id == l)) {
+            Some((_, n)) => *n += 1,
+            None => leaderless += 1,
+        }
+    }
+    (counts, leaderless)
+}
+
+/// `vellum cluster rebalance`: asks every member to spread the group leaders, then waits
+/// (at most `wait_secs`) until the voters that lead any group lead as many as each other,
+/// within one, and every group has a leader.
+async fn rebalance(endpoints: &[String], wait_secs: u64, access: &Access) -> Result<i32, CliError> {
+    let (e, resp) =
+        send(endpoints, access, &|c, b| c.post(format!("{b}/v1/cluster/rebalance"))).await?;
+    if !resp.status().is_success() {
+        return Err(failure(resp).await);
+    }
+    let asked: serde_json::Value = resp.json().await.map_err(|err| unreachable(&e, &err))?;
+    println!("asked nodes {} to rebalance", asked["asked"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(wait_secs);
+    loop {
+        let (_, v) = get_status(endpoints, access).await?;
+        let (counts, leaderless) = leader_counts(&v);
+        let leading: Vec<usize> = counts.iter().map(|(_, n)| *n).filter(|n| *n > 0).collect();
+        let spread =
+            leading.iter().max().zip(leading.iter().min()).is_some_and(|(hi, lo)| hi - lo <= 1);
+        let shown: Vec<String> = counts.iter().map(|(id, n)| format!("node {id}: {n}")).collect();
+        if spread && leaderless == 0 {
+            println!("group leaders: {}", shown.join(", "));
+            return Ok(0);
+        }
+        if std::time::Instant::now() >= deadline {
+            return Err(CliError::Unreachable(format!(
+                "the group leaders are not spread after {wait_secs} s ({}; {leaderless} without                  a leader): a voter may be down; see vellum cluster status",
+                shown.join(", ")
+            )));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
     }
 }
 
@@ -649,6 +706,16 @@ async fn status(endpoints: &[String], json: bool, access: &Access) -> Result<i32
                 matched
             );
         }
+    }
+    let groups = v["groups"].as_array().map_or(0, Vec::len);
+    if groups > 1 {
+        let (counts, leaderless) = leader_counts(&v);
+        let shown: Vec<String> = counts.iter().map(|(id, n)| format!("node {id}: {n}")).collect();
+        println!(
+            "{groups} raft groups; leaders: {}{}",
+            shown.join(", "),
+            if leaderless > 0 { format!(", {leaderless} without a leader") } else { String::new() }
+        );
     }
     Ok(0)
 }

@@ -31,6 +31,10 @@ pub fn duration_arg(text: &str) -> Result<std::time::Duration, String> {
     Ok(d)
 }
 
+/// The most Raft groups a node runs (`--groups`): each costs an openraft core, a state
+/// machine and a heartbeat stream per peer.
+pub const MAX_GROUPS: u64 = 256;
+
 fn size_arg(s: &str) -> Result<u64, String> {
     parse_size(s)
 }
@@ -126,6 +130,17 @@ pub struct ServeArgs {
     /// 64 MiB). An existing log keeps the size of its segments.
     #[arg(long, env = "VELLUM_SEGMENT_SIZE", value_parser = size_arg)]
     pub segment_size: Option<u64>,
+    /// Raft groups the key space is hashed over (1 to 256), each an openraft instance of its
+    /// own on the node's one log, so that every member leads about G/N of them and writes
+    /// scale with the members. Fixed when the cluster is created: use the same value on
+    /// every member and every start (a volume holding raft state refuses another).
+    #[arg(
+        long,
+        env = "VELLUM_GROUPS",
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u64).range(1..=MAX_GROUPS)
+    )]
+    pub groups: u64,
     /// Build a snapshot (and purge the log) after this many entries.
     #[arg(long, env = "VELLUM_SNAPSHOT_ENTRIES", default_value_t = 5000)]
     pub snapshot_entries: u64,

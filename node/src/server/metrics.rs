@@ -243,6 +243,7 @@ impl Health {
 /// Watches the core: once it stopped, `health` says so (and `ready` drops for good).
 pub fn spawn_raft_watch(
     raft: KvRaft,
+    group: u64,
     startup_commit: u64,
     ready: Arc<AtomicBool>,
     health: Arc<Health>,
@@ -259,17 +260,24 @@ pub fn spawn_raft_watch(
                 health.core_stopped(&fatal.to_string(), &ready);
                 return;
             }
-            metrics::gauge!(TERM).set(m.current_term as f64);
-            metrics::gauge!(IS_LEADER).set(if m.state == ServerState::Leader { 1.0 } else { 0.0 });
-            metrics::gauge!(HAS_LEADER).set(if m.current_leader.is_some() { 1.0 } else { 0.0 });
             let last = m.last_log_index.unwrap_or(0);
-            metrics::gauge!(LAST_LOG_INDEX).set(last as f64);
             let applied = m.last_applied.map_or(0, |l| l.index);
-            metrics::gauge!(APPLIED_INDEX).set(applied as f64);
-            if let Some(repl) = &m.replication {
-                for (peer, matched) in repl {
-                    let lag = last.saturating_sub(matched.map_or(0, |l| l.index));
-                    metrics::gauge!(REPLICATION_LAG, "peer" => peer.to_string()).set(lag as f64);
+            // The node's gauges are group 0's (the membership's); the others' are the
+            // bounded per-group gauges of `groups.rs`.
+            if group == 0 {
+                metrics::gauge!(TERM).set(m.current_term as f64);
+                let leading = if m.state == ServerState::Leader { 1.0 } else { 0.0 };
+                metrics::gauge!(IS_LEADER).set(leading);
+                let has = if m.current_leader.is_some() { 1.0 } else { 0.0 };
+                metrics::gauge!(HAS_LEADER).set(has);
+                metrics::gauge!(LAST_LOG_INDEX).set(last as f64);
+                metrics::gauge!(APPLIED_INDEX).set(applied as f64);
+                if let Some(repl) = &m.replication {
+                    for (peer, matched) in repl {
+                        let lag = last.saturating_sub(matched.map_or(0, |l| l.index));
+                        metrics::gauge!(REPLICATION_LAG, "peer" => peer.to_string())
+                            .set(lag as f64);
+                    }
                 }
             }
             if m.current_leader != leader {

@@ -31,6 +31,7 @@
 mod archiver;
 mod codec;
 pub mod config;
+pub(crate) mod groups;
 pub mod http;
 pub mod listener;
 mod member;
@@ -519,6 +520,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     exposure::check(&exposure).map_err(CliError::Usage)?;
     args.check_addresses().map_err(CliError::Usage)?;
     let raft_config = raft_config(&args)?;
+    one_group_only(&args)?;
     // Neither --initial-cluster nor --join (nor --standby, which waits to be added): a
     // single-node cluster of this node (`lone`).
     let lone = args.initial_cluster.is_none() && args.join.is_none() && !args.standby;
@@ -602,16 +604,40 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     let (guard, mut fatal) = member::Guard::new(me, Arc::clone(&book), deny);
     let max_entry_bytes = log.core().max_entry_bytes();
     let limits = limits(&args, max_entry_bytes)?;
-    let startup_commit = log.committed_index().unwrap_or(0);
     let log_core = log.core().clone();
-    let kv = sm.reader();
-    let network = network::Network::new(Arc::clone(&guard), reach.peers.clone());
-    let raft = Raft::new(args.id, raft_config, network, log, sm)
+    let stores = {
+        let (v, core, d, n, at) =
+            (volume.clone(), log_core.clone(), dir.clone(), args.groups, args.volume.clone());
+        tokio::task::spawn_blocking(move || {
+            groups::shape(&core, &v, &d, n, &at)?;
+            groups::open_rest(&v, &core, &d, n)
+        })
         .await
-        .map_err(|e| fail("starting raft")(e.to_string()))?;
-    if lone && let Err(refused) = lone_cluster(&args, &raft).await {
+        .map_err(|e| fail("opening the raft groups")(e.to_string()))?
+        .map_err(CliError::Usage)?
+    };
+    let mut rafts = Vec::with_capacity(stores.len() + 1);
+    let mut readers = Vec::with_capacity(stores.len() + 1);
+    let mut startup = Vec::with_capacity(stores.len() + 1);
+    for (group, (log, sm)) in std::iter::once((log, sm)).chain(stores).enumerate() {
+        let group = group as u64;
+        startup.push(log.committed_index().unwrap_or(0));
+        readers.push(sm.reader());
+        let network =
+            network::Network::new(Arc::clone(&guard), reach.peers.clone(), group, args.groups);
+        let raft = Raft::new(args.id, Arc::clone(&raft_config), network, log, sm)
+            .await
+            .map_err(|e| fail(&format!("starting raft group {group}"))(e.to_string()))?;
+        rafts.push(raft);
+    }
+    let raft = rafts[0].clone();
+    let refused = if lone { lone_cluster(&args, &rafts).await.err() } else { None };
+    if let Some(refused) = refused {
         // Nothing served yet: stop Raft and close the volume clean, then say why.
-        let _ = raft.shutdown().await;
+        for raft in &rafts {
+            let _ = raft.shutdown().await;
+        }
+        drop(rafts);
         let _ = stop_tx.send(true);
         let _ = raft_srv.await;
         if let Some(srv) = metrics_srv {
@@ -627,11 +653,41 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     member::spawn_removal_watch(Arc::clone(&guard), raft.metrics());
     let ready = Arc::new(AtomicBool::new(false));
     let mut core_stopped = health.watch();
-    metrics::spawn_raft_watch(
-        raft.clone(),
-        startup_commit,
-        Arc::clone(&ready),
-        Arc::clone(&health),
+    let mut group_ready = Vec::with_capacity(rafts.len());
+    for (group, (raft, commit)) in rafts.iter().zip(&startup).enumerate() {
+        // One group: the node's flag itself; several: the node is ready when each is.
+        let flag =
+            if rafts.len() == 1 { Arc::clone(&ready) } else { Arc::new(AtomicBool::new(false)) };
+        group_ready.push(Arc::clone(&flag));
+        metrics::spawn_raft_watch(raft.clone(), group as u64, *commit, flag, Arc::clone(&health));
+    }
+    if rafts.len() > 1 {
+        groups::spawn_ready(group_ready, Arc::clone(&ready), stop_rx.clone());
+    }
+    let batching = batch_limits(&limits);
+    let groups: Arc<[groups::Group]> = rafts
+        .iter()
+        .zip(readers)
+        .enumerate()
+        .map(|(id, (raft, kv))| groups::Group {
+            id: id as u64,
+            raft: raft.clone(),
+            kv,
+            proposer: KvBatcher::start_paced(
+                raft.clone(),
+                KvBatching,
+                batching,
+                log_core.disk_latency(),
+            ),
+        })
+        .collect();
+    let rebalance = Arc::new(tokio::sync::Notify::new());
+    groups::spawn_balancer(
+        Arc::clone(&groups),
+        args.id,
+        Duration::from_millis(raft_config.election_timeout_min),
+        Arc::clone(&rebalance),
+        stop_rx.clone(),
     );
 
     let api_listener = listener::bind(args.api_addr)
@@ -639,13 +695,8 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     let state = http::AppState {
         id: args.id,
         raft: raft.clone(),
-        kv,
-        proposer: KvBatcher::start_paced(
-            raft.clone(),
-            KvBatching,
-            batch_limits(&limits),
-            log_core.disk_latency(),
-        ),
+        groups,
+        rebalance,
         limits,
         ready,
         health: Arc::clone(&health),
@@ -659,7 +710,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         max_entry_bytes,
         snapshot_bytes: raft_api::snapshot_body_limit(capacity),
     };
-    slot.ready(raft.clone(), guard, rpc_limits);
+    slot.ready(rafts.clone(), guard, rpc_limits);
     let api_srv = transport::spawn(
         api_listener,
         http::router(state.clone()),
@@ -702,12 +753,14 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
                 args.id
             )));
         }
-        match raft.initialize(members).await {
-            Ok(()) => tracing::info!("cluster initialized"),
-            Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {
-                tracing::info!("cluster already initialized");
+        for (group, raft) in rafts.iter().enumerate() {
+            match raft.initialize(members.clone()).await {
+                Ok(()) => tracing::info!(group, "cluster initialized"),
+                Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {
+                    tracing::info!(group, "cluster already initialized");
+                }
+                Err(e) => return Err(fail("initializing the cluster")(e.to_string())),
             }
-            Err(e) => return Err(fail("initializing the cluster")(e.to_string())),
         }
     }
     if let Some(join) = args.join.clone() {
@@ -728,7 +781,10 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     };
     tracing::info!("shutting down");
     health.begin_shutdown();
-    let _ = raft.shutdown().await;
+    for raft in &rafts {
+        let _ = raft.shutdown().await;
+    }
+    drop(rafts);
     let _ = stop_tx.send(true);
     let _ = tokio::join!(raft_srv, api_srv);
     if let Some(srv) = metrics_srv {
@@ -809,7 +865,31 @@ async fn close_store(
 /// refused (exit code 3) when that state says it is not a member: the volume belongs to
 /// another cluster, or to one that removed this node. (The store's node id was checked
 /// against `--id` already: `identity`.)
-async fn lone_cluster(args: &ServeArgs, raft: &KvRaft) -> Result<(), CliError> {
+async fn lone_cluster(args: &ServeArgs, rafts: &[KvRaft]) -> Result<(), CliError> {
+    lone_group(args, &rafts[0]).await?;
+    // The other groups take group 0's members (a restarted node's are set already).
+    let members = rafts[0]
+        .with_raft_state(|st| {
+            st.membership_state
+                .effective()
+                .membership()
+                .nodes()
+                .map(|(i, n)| (*i, n.clone()))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        })
+        .await
+        .map_err(|e| fail("starting raft")(e.to_string()))?;
+    for raft in &rafts[1..] {
+        match raft.initialize(members.clone()).await {
+            Ok(()) | Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
+            Err(e) => return Err(fail("initializing a raft group")(e.to_string())),
+        }
+    }
+    Ok(())
+}
+
+/// [`lone_cluster`] for group 0.
+async fn lone_group(args: &ServeArgs, raft: &KvRaft) -> Result<(), CliError> {
     let id = args.id;
     let stopped = |e: vellum_raft_store::v010::openraft::errors::Fatal<TypeConfig>| {
         fail("starting raft")(e.to_string())
@@ -850,6 +930,28 @@ async fn lone_cluster(args: &ServeArgs, raft: &KvRaft) -> Result<(), CliError> {
          belongs to"
     );
     Ok(())
+}
+
+/// Refuses, in one line, what a node of several Raft groups does not do yet: every group
+/// would need it, and doing it for group 0 alone would split the groups' memberships or
+/// archive a part of the keys.
+fn one_group_only(args: &ServeArgs) -> Result<(), CliError> {
+    if args.groups == 1 {
+        return Ok(());
+    }
+    let refused = [
+        (args.join.is_some(), "--join"),
+        (args.standby, "--standby"),
+        (args.snapshot_archive.is_some(), "--snapshot-archive"),
+        (args.auto_restore, "--auto-restore"),
+    ];
+    match refused.iter().find(|(given, _)| *given) {
+        Some((_, flag)) => Err(CliError::Usage(format!(
+            "{flag} is not built yet for a node of several Raft groups (--groups {}): start              every member with --initial-cluster",
+            args.groups
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// The tokens the client API requires (`--auth-tokens`), loaded and reloaded on SIGHUP.

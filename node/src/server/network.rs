@@ -9,6 +9,10 @@
 //! (the receiver calls `install_full_snapshot`). A snapshot is bounded by
 //! [`MAX_SNAPSHOT_BYTES`] and gets `install_snapshot_timeout` plus one second per MiB.
 //!
+//! A node of several Raft groups (`groups.rs`) has one `Network` per group, all on the same
+//! pooled client per peer: every call names its group (`x-vellum-group`), and `transfer_leader`
+//! carries a group's leader transfer (the balancer's, `groups.rs`).
+//!
 //! Every call names this member and the target (`member.rs`); an answer from another
 //! incarnation of the target than the peer book holds is dropped (never counted), and an
 //! answer that names this node as the stale member is a claim that this node lost its state,
@@ -26,7 +30,8 @@ use vellum_raft_store::v010::openraft::errors::{
 };
 use vellum_raft_store::v010::openraft::network::{RPCOption, RaftNetworkFactory};
 use vellum_raft_store::v010::openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, VoteRequest, VoteResponse,
+    AppendEntriesRequest, AppendEntriesResponse, SnapshotResponse, TransferLeaderRequest,
+    TransferLeaderResponse, VoteRequest, VoteResponse,
 };
 use vellum_raft_store::v010::openraft::type_config::alias::{SnapshotOf, VoteOf};
 use vellum_raft_store::v010::openraft::{EntryPayload, OptionalSend, RaftNetworkV2};
@@ -83,11 +88,14 @@ fn snapshot_deadline(hard_ttl: Duration, bytes: usize) -> Duration {
 pub struct Network {
     peers: PeerClients,
     guard: Arc<Guard>,
+    /// `x-vellum-group`: this network's group and the node's group count.
+    group: Arc<str>,
 }
 
 impl Network {
-    pub fn new(guard: Arc<Guard>, peers: PeerClients) -> Network {
-        Network { peers, guard }
+    /// The network of Raft group `group` of a node of `groups` groups.
+    pub fn new(guard: Arc<Guard>, peers: PeerClients, group: u64, groups: u64) -> Network {
+        Network { peers, guard, group: super::groups::header_value(group, groups).into() }
     }
 }
 
@@ -99,6 +107,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             target,
             client: self.peers.client(target, &node.raft_addr),
             guard: Arc::clone(&self.guard),
+            group: Arc::clone(&self.group),
         }
     }
 }
@@ -109,6 +118,7 @@ pub struct Peer {
     target: u64,
     client: Result<(reqwest::Client, String), String>,
     guard: Arc<Guard>,
+    group: Arc<str>,
 }
 
 type Rpc<T> = Result<T, RPCError<TypeConfig>>;
@@ -154,6 +164,7 @@ impl Peer {
             .timeout(timeout)
             .header(member::FROM, self.guard.me_header())
             .header(member::TO, self.guard.to_header(self.target))
+            .header(super::groups::GROUP_HEADER, &*self.group)
             .body(body)
             .send()
             .await;
@@ -255,6 +266,14 @@ impl RaftNetworkV2<TypeConfig> for Peer {
         option: RPCOption,
     ) -> Rpc<VoteResponse<TypeConfig>> {
         self.call::<_, _, RaftError<TypeConfig>>("vote", &rpc, option.hard_ttl()).await
+    }
+
+    async fn transfer_leader(
+        &mut self,
+        req: TransferLeaderRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> Rpc<TransferLeaderResponse<TypeConfig>> {
+        self.call::<_, _, Fatal<TypeConfig>>("transfer", &req, option.hard_ttl()).await
     }
 
     async fn full_snapshot(

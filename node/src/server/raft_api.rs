@@ -1,5 +1,8 @@
-//! The Raft RPC endpoint: `POST /raft/{append,vote,snapshot}` with bincode bodies; the reply
-//! body is the bincode of openraft's `Result`. A snapshot comes whole, with the leader's vote
+//! The Raft RPC endpoint: `POST /raft/{append,vote,snapshot,transfer}` with bincode bodies;
+//! the reply body is the bincode of openraft's `Result`. An RPC names its Raft group and the
+//! sender's group count in `x-vellum-group: g/G` (`groups.rs`; absent: group 0 of a node of
+//! one group); another G than this node's is refused (400 `groups_mismatch`), and so is a
+//! group it does not run (400 `unknown_group`). A snapshot comes whole, with the leader's vote
 //! and the snapshot's meta, in one POST, and goes to openraft 0.10's `install_full_snapshot`.
 //! Every request must name its sender and target members and every answer names this one
 //! (`member.rs`); `GET /raft/member/{id}` tells what this member knows of node `id` and
@@ -35,7 +38,9 @@ use vellum_raft_store::metrics::STAGE_DURATION;
 use vellum_raft_store::v010::TypeConfig;
 use vellum_raft_store::v010::openraft::Snapshot;
 use vellum_raft_store::v010::openraft::async_runtime::WatchReceiver;
-use vellum_raft_store::v010::openraft::raft::{AppendEntriesRequest, VoteRequest};
+use vellum_raft_store::v010::openraft::raft::{
+    AppendEntriesRequest, TransferLeaderRequest, VoteRequest,
+};
 use vellum_raft_store::v010::openraft::type_config::alias::{SnapshotMetaOf, VoteOf};
 
 use super::KvRaft;
@@ -68,7 +73,8 @@ type SnapshotRpc = (VoteOf<TypeConfig>, SnapshotMetaOf<TypeConfig>, Vec<u8>);
 
 /// The Raft side of a started node.
 pub struct RpcState {
-    raft: KvRaft,
+    /// The node's Raft groups, by id (`0..G`).
+    rafts: Vec<KvRaft>,
     guard: Arc<Guard>,
     limits: RpcLimits,
 }
@@ -120,8 +126,9 @@ impl Slot {
     }
 
     /// Serves Raft RPCs from now on.
-    pub fn ready(&self, raft: KvRaft, guard: Arc<Guard>, limits: RpcLimits) {
-        let _ = self.ready.set(RpcState { raft, guard, limits });
+    pub fn ready(&self, rafts: Vec<KvRaft>, guard: Arc<Guard>, limits: RpcLimits) {
+        assert!(!rafts.is_empty(), "a node runs at least one Raft group");
+        let _ = self.ready.set(RpcState { rafts, guard, limits });
     }
 }
 
@@ -134,6 +141,7 @@ pub fn router(slot: Arc<Slot>, rpc_bytes: usize) -> Router {
     Router::new()
         .route("/raft/append", post(append))
         .route("/raft/vote", post(vote))
+        .route("/raft/transfer", post(transfer))
         .route("/raft/member/{id}", get(knowledge))
         .route("/raft/members", get(members))
         .layer(DefaultBodyLimit::max(rpc_bytes))
@@ -201,7 +209,8 @@ async fn authorize(
     next: axum::middleware::Next,
 ) -> Response {
     let kind = match req.uri().path() {
-        "/raft/append" => member::RpcKind::Append,
+        // A leader transfer comes from a group's leader, as its appends do.
+        "/raft/append" | "/raft/transfer" => member::RpcKind::Append,
         "/raft/vote" => member::RpcKind::Vote,
         "/raft/snapshot" => member::RpcKind::Snapshot,
         _ => return next.run(req).await,
@@ -313,6 +322,12 @@ impl Sender for AppendEntriesRequest<TypeConfig> {
     }
 }
 
+impl Sender for TransferLeaderRequest<TypeConfig> {
+    fn sender(&self) -> Option<u64> {
+        Some(self.from_leader().leader_id().node_id)
+    }
+}
+
 impl Sender for VoteRequest<TypeConfig> {
     fn sender(&self) -> Option<u64> {
         Some(self.vote.leader_id().node_id)
@@ -372,6 +387,41 @@ async fn check(s: &RpcState, headers: &HeaderMap, sender: Option<u64>) -> Result
     Ok(())
 }
 
+/// The Raft group an RPC names (`x-vellum-group`), or the 400 that refuses it.
+fn group_raft(s: &RpcState, headers: &HeaderMap) -> Result<KvRaft, Box<Response>> {
+    let groups = s.rafts.len() as u64;
+    let named = match headers.get(super::groups::GROUP_HEADER) {
+        None => None,
+        Some(v) => match v.to_str().ok().and_then(super::groups::parse_header) {
+            Some(named) => Some(named),
+            None => {
+                return Err(Box::new(refuse(
+                    StatusCode::BAD_REQUEST,
+                    &json!({ "error": "bad_group", "reason": "x-vellum-group is not GROUP/GROUPS" }),
+                )));
+            }
+        },
+    };
+    let (group, theirs) = named.unwrap_or((0, 1));
+    if theirs != groups {
+        tracing::error!(
+            theirs,
+            ours = groups,
+            "a member runs another number of Raft groups: every member needs the same --groups"
+        );
+        return Err(Box::new(refuse(
+            StatusCode::BAD_REQUEST,
+            &json!({ "error": "groups_mismatch", "theirs": theirs, "ours": groups }),
+        )));
+    }
+    usize::try_from(group).ok().and_then(|g| s.rafts.get(g)).cloned().ok_or_else(|| {
+        Box::new(refuse(
+            StatusCode::BAD_REQUEST,
+            &json!({ "error": "unknown_group", "group": group }),
+        ))
+    })
+}
+
 /// Decodes the body, checks the members, runs `call`, answers; every answer names this
 /// member (the sender was authenticated by [`authenticate`] before the body was read).
 async fn handle<Req, Resp, F, Fut>(
@@ -387,6 +437,10 @@ where
     Fut: Future<Output = Resp>,
 {
     let Some(s) = slot.ready.get() else { return not_ready() };
+    let raft = match group_raft(s, headers) {
+        Ok(raft) => raft,
+        Err(r) => return *r,
+    };
     let mut resp = match decode::<Req>(body) {
         Err(e) => refuse(
             StatusCode::BAD_REQUEST,
@@ -396,7 +450,7 @@ where
             Err(r) => r,
             Ok(()) => match req.well_formed(&s.limits) {
                 Err(why) => bad_rpc("bad_rpc", &why),
-                Ok(()) => reply(&call(s.raft.clone(), req).await),
+                Ok(()) => reply(&call(raft, req).await),
             },
         },
     };
@@ -416,6 +470,13 @@ async fn append(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) 
                 .record(t.elapsed().as_secs_f64());
         }
         resp
+    })
+    .await
+}
+
+async fn transfer(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) -> Response {
+    handle(&slot, &headers, &body, |raft, req: TransferLeaderRequest<TypeConfig>| async move {
+        raft.handle_transfer_leader(req).await
     })
     .await
 }
@@ -452,6 +513,10 @@ async fn snapshot_inner(
     headers: &HeaderMap,
     body: axum::body::Body,
 ) -> Response {
+    let raft = match group_raft(s, headers) {
+        Ok(raft) => raft,
+        Err(r) => return *r,
+    };
     let limit = s.limits.snapshot_bytes;
     if let Some(len) = declared_len(headers).filter(|&n| n > limit as u64) {
         return too_large(len, limit);
@@ -493,7 +558,7 @@ async fn snapshot_inner(
     if let Err(r) = check(s, headers, Some(vote.leader_id().node_id)).await {
         return r;
     }
-    let committed = s.raft.metrics().borrow_watched().local_committed;
+    let committed = raft.metrics().borrow_watched().local_committed;
     let checked = tokio::task::spawn_blocking(move || {
         let r = rpc_check::snapshot(&vote, &meta, &data, committed.as_ref());
         (r, vote, meta, data)
@@ -504,13 +569,13 @@ async fn snapshot_inner(
         Ok((Err(why), ..)) => return bad_rpc("bad_snapshot", &why),
         Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     };
-    reply(&s.raft.install_full_snapshot(vote, Snapshot { meta, snapshot: Cursor::new(data) }).await)
+    reply(&raft.install_full_snapshot(vote, Snapshot { meta, snapshot: Cursor::new(data) }).await)
 }
 
 /// The current members of this node's configuration (503 until Raft runs).
 async fn members(State(slot): State<Arc<Slot>>) -> Response {
     let Some(s) = slot.ready.get() else { return not_ready() };
-    let metrics = s.raft.metrics().borrow_watched().clone();
+    let metrics = s.rafts[0].metrics().borrow_watched().clone();
     let members = metrics
         .membership_config
         .membership()

@@ -88,6 +88,54 @@ pub fn open_store(
     Ok((LogStore::new(core), sm))
 }
 
+/// The directory (in the volume) of group `group`'s state machine and snapshots, for a log
+/// under `dir`: `dir` itself for group 0 (where [`open_store`] keeps it), `dir/machines/ID`
+/// for another.
+pub fn group_machine_dir(dir: &str, group: u64) -> String {
+    if group == 0 {
+        dir.to_string()
+    } else {
+        format!("{}/machines/{group}", dir.trim_end_matches('/'))
+    }
+}
+
+/// The log storage and state machine of group `group` of the log `log` (one open log,
+/// under `dir` of `volume`), creating the group when the log does not host it yet: one
+/// openraft instance per group, every group's appends in the log's shared durable writes,
+/// each group's snapshots under [`group_machine_dir`] (published with one journal commit
+/// each, as group 0's). Blocking.
+///
+/// ```
+/// use vellum_raft_store::log::{LogConfig, LogCore};
+/// use vellum_raft_store::v010::open_group;
+/// use vellum_raft_store::{MIN_VOLUME_BYTES, VolumeOptions, open_volume};
+///
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let dir = tempfile::tempdir()?;
+/// let volume = open_volume(dir.path().join("node.vlm"), MIN_VOLUME_BYTES, VolumeOptions::default())?;
+/// let log = LogCore::open(volume.clone(), LogConfig::default())?;
+/// let (store, machine) = open_group(&volume, &log, "/raft", 5)?;
+/// assert_eq!(store.core().group_id(), 5);
+/// assert_eq!(log.groups(), vec![0, 5]);
+/// # drop((store, machine));
+/// # Ok(())
+/// # }
+/// ```
+pub fn open_group(
+    volume: &vellum_engine::Volume,
+    log: &LogCore,
+    dir: &str,
+    group: u64,
+) -> Result<(LogStore<TypeConfig>, KvStateMachine)> {
+    let core = match log.group(group) {
+        Ok(core) => core,
+        Err(crate::Error::UnknownGroup(_)) => log.create_group(group)?,
+        Err(e) => return Err(e),
+    };
+    let sm = KvStateMachine::open(volume.clone(), &group_machine_dir(dir, group))?;
+    Ok((LogStore::new(core), sm))
+}
+
 /// Opens (or creates) the volume at `location` and the store in it, for openraft 0.10: the
 /// one-call open. Blocking (a new volume is preallocated and zero-filled): call it before
 /// the runtime's work starts, or from `spawn_blocking`. Refused with one line

@@ -17,6 +17,7 @@ mod t130_flood;
 mod t140_first_hour;
 mod t150_client_cli;
 mod t160_archive;
+mod t170_groups;
 mod t20_membership;
 mod t30_crash_restart;
 mod t35_lost_quorum;

@@ -1,5 +1,10 @@
 //! `GET /v1/cluster/status`, `POST /v1/cluster/learners`, `PUT /v1/cluster/members`,
-//! `DELETE /v1/cluster/members/{id}`.
+//! `DELETE /v1/cluster/members/{id}`, `POST /v1/cluster/rebalance`.
+//!
+//! The status is group 0's (the membership's) at its top level, and lists every Raft group
+//! (`groups`: leader, term, applied index) on a node of several (`--groups`). Membership
+//! changes and backups are built for one group: with several they answer 501
+//! (`not_with_groups`) rather than change group 0 alone.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -31,6 +36,30 @@ pub struct Status {
     pub nodes: BTreeMap<u64, KvNode>,
     /// On the leader: each peer's matched index.
     pub replication: BTreeMap<u64, Option<u64>>,
+    /// Every Raft group of the node (one unless `--groups`), as this node sees it.
+    #[serde(default)]
+    pub groups: Vec<GroupStatus>,
+}
+
+/// One Raft group in the status.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct GroupStatus {
+    pub group: u64,
+    pub leader: Option<u64>,
+    pub term: u64,
+    pub role: String,
+    pub last_log_index: Option<u64>,
+    pub applied_index: Option<u64>,
+}
+
+fn role_name(state: ServerState) -> &'static str {
+    match state {
+        ServerState::Leader => "leader",
+        ServerState::Follower => "follower",
+        ServerState::Candidate => "candidate",
+        ServerState::Learner => "learner",
+        ServerState::Shutdown => "shutdown",
+    }
 }
 
 pub async fn status(State(s): State<AppState>) -> Response {
@@ -38,13 +67,22 @@ pub async fn status(State(s): State<AppState>) -> Response {
     let membership = m.membership_config.membership();
     let voters: BTreeSet<u64> = membership.voter_ids().collect();
     let learners: Vec<u64> = membership.learner_ids().collect();
-    let role = match m.state {
-        ServerState::Leader => "leader",
-        ServerState::Follower => "follower",
-        ServerState::Candidate => "candidate",
-        ServerState::Learner => "learner",
-        ServerState::Shutdown => "shutdown",
-    };
+    let role = role_name(m.state);
+    let groups = s
+        .groups
+        .iter()
+        .map(|g| {
+            let m = g.raft.metrics().borrow_watched().clone();
+            GroupStatus {
+                group: g.id,
+                leader: m.current_leader,
+                term: m.current_term,
+                role: role_name(m.state).into(),
+                last_log_index: m.last_log_index,
+                applied_index: m.last_applied.map(|l| l.index),
+            }
+        })
+        .collect();
     let status = Status {
         id: s.id,
         role: role.into(),
@@ -62,8 +100,48 @@ pub async fn status(State(s): State<AppState>) -> Response {
             .as_ref()
             .map(|r| r.iter().map(|(id, l)| (*id, l.map(|l| l.index))).collect())
             .unwrap_or_default(),
+        groups,
     };
     Json(status).into_response()
+}
+
+#[derive(Debug, Default, Deserialize)]
+pub struct RebalanceParams {
+    /// Set on the copies a node sends its peers: act here only.
+    local: Option<String>,
+}
+
+/// `POST /v1/cluster/rebalance` (`vellum cluster rebalance`): every member looks at the groups
+/// it leads now and hands those another voter should lead to it (`groups.rs`), instead of at
+/// its next periodic look. Answers which members were asked.
+pub async fn rebalance(
+    State(s): State<AppState>,
+    axum::extract::Query(params): axum::extract::Query<RebalanceParams>,
+    headers: axum::http::HeaderMap,
+) -> Response {
+    s.rebalance.notify_one();
+    let mut asked = vec![s.id];
+    if params.local.is_none() {
+        for (id, node) in s.nodes() {
+            if id == s.id {
+                continue;
+            }
+            let url = format!("{}/v1/cluster/rebalance?local=1", s.http.base(&node.api_addr));
+            let mut req = s.http.client.post(url);
+            if let Some(a) = headers.get(axum::http::header::AUTHORIZATION) {
+                req = req.header(axum::http::header::AUTHORIZATION, a.clone());
+            }
+            if req.send().await.is_ok_and(|r| r.status().is_success()) {
+                asked.push(id);
+            }
+        }
+    }
+    Json(serde_json::json!({ "groups": s.groups.len(), "asked": asked })).into_response()
+}
+
+/// 501 on a node of several groups, for a route built for one.
+fn one_group_only(s: &AppState, what: &'static str) -> Option<Response> {
+    (s.groups.len() > 1).then(|| ApiError::NotWithGroups(what).into_response())
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -155,6 +233,9 @@ pub async fn add_learner(
     if let Err(why) = check_addresses(&req) {
         return ApiError::BadRequest(why).into_response();
     }
+    if let Some(r) = one_group_only(&s, "adding a member") {
+        return r;
+    }
     if let Some(r) = not_leader(&s) {
         return r;
     }
@@ -185,6 +266,9 @@ pub async fn change_members(
     if req.members.is_empty() {
         return ApiError::BadRequest("a cluster needs at least one voter".into()).into_response();
     }
+    if let Some(r) = one_group_only(&s, "changing the voters") {
+        return r;
+    }
     if let Some(r) = not_leader(&s) {
         return r;
     }
@@ -197,6 +281,9 @@ pub async fn remove_member(
     State(s): State<AppState>,
     axum::extract::Path(id): axum::extract::Path<u64>,
 ) -> Response {
+    if let Some(r) = one_group_only(&s, "removing a member") {
+        return r;
+    }
     if let Some(r) = not_leader(&s) {
         return r;
     }
@@ -226,6 +313,9 @@ pub const SNAPSHOT_META_HEADER: &str = "x-vellum-snapshot-meta";
 pub async fn snapshot(State(s): State<AppState>) -> Response {
     use base64::Engine as _;
     use vellum_raft_store::v010::openraft::ReadPolicy;
+    if let Some(r) = one_group_only(&s, "a backup") {
+        return r;
+    }
     if let Some(r) = not_leader(&s) {
         return r;
     }

@@ -46,6 +46,8 @@ pub enum ApiError {
     /// The leader could not be reached to forward to.
     BadGateway(String),
     Internal(String),
+    /// What this route does is not built for a node of several Raft groups (`--groups`).
+    NotWithGroups(&'static str),
 }
 
 impl From<Refused> for ApiError {
@@ -111,6 +113,13 @@ impl IntoResponse for ApiError {
             ApiError::Internal(why) => {
                 (StatusCode::INTERNAL_SERVER_ERROR, json!({ "error": "internal", "reason": why }))
             }
+            ApiError::NotWithGroups(what) => (
+                StatusCode::NOT_IMPLEMENTED,
+                json!({
+                    "error": "not_with_groups",
+                    "reason": format!("{what} is not built yet for a cluster of several Raft groups (--groups > 1)"),
+                }),
+            ),
         };
         let mut resp = (status, axum::Json(body)).into_response();
         if status == StatusCode::SERVICE_UNAVAILABLE {

@@ -12,6 +12,11 @@
 //! in byte order, at most `limit` (default 1000, at most 10000) pairs; `more` says the limit
 //! cut the result. A value that is not UTF-8 is given as `value_base64` (standard alphabet,
 //! padded). It is read like a single key: linearizable, or `consistency=local`.
+//!
+//! On a node of several Raft groups (`--groups`), a key is read and written through its
+//! group's leader (`AppState::group_for`), forwarded there as above. A prefix read asks every
+//! group (its leader, with the internal `group=N` parameter that limits a read to one group)
+//! and merges their answers in key order.
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
@@ -29,8 +34,10 @@ use vellum_raft_store::v010::openraft::errors::{
 };
 
 use super::{ApiError, AppState, FORWARDED, Leader, relay};
+use crate::server::KvRaft;
+use crate::server::groups::Group;
 
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Clone, Deserialize)]
 pub struct Params {
     consistency: Option<String>,
     redirect: Option<String>,
@@ -38,6 +45,8 @@ pub struct Params {
     prefix: Option<String>,
     /// The prefix read's most pairs.
     limit: Option<String>,
+    /// A prefix read of this group alone (what a node asks each group's leader).
+    group: Option<u64>,
 }
 
 /// Pairs a prefix read returns when no `limit` is given.
@@ -121,13 +130,13 @@ async fn to_leader(
 /// anyway, but every entry costs its own encoding, replication and apply). `Err` is where
 /// openraft says the write must go instead (it was not appended here). The batcher counts
 /// the proposals and times the `queued` and `raft_write` stages.
-async fn propose(s: &AppState, op: KvOp) -> Result<Response, Leader> {
+async fn propose(s: &AppState, group: &Group, op: KvOp) -> Result<Response, Leader> {
     // A delete says whether the key was there (as the leader's applied state has it now).
     let found = match &op {
-        KvOp::Delete { key } => Some(s.kv.get(key).is_some()),
+        KvOp::Delete { key } => Some(group.kv.get(key).is_some()),
         KvOp::Put { .. } => None,
     };
-    match s.proposer.propose(op).await {
+    match group.proposer.propose(op).await {
         Ok(p) => Ok(axum::Json(match found {
             Some(found) => serde_json::json!({ "index": p.log_index, "found": found }),
             None => serde_json::json!({ "index": p.log_index }),
@@ -179,8 +188,12 @@ async fn write_inner(
     if !s.health.core_running() {
         return ApiError::RaftStopped.into_response();
     }
-    let leader = match s.leader() {
-        Leader::Me => match propose(&s, op).await {
+    let key = match &op {
+        KvOp::Put { key, .. } | KvOp::Delete { key } => key.clone(),
+    };
+    let group = s.group_for(&key).clone();
+    let leader = match s.leader_of(&group.raft) {
+        Leader::Me => match propose(&s, &group, op).await {
             Ok(r) => return r,
             // Not the leader (any more), or not a writable one yet: where openraft says.
             Err(leader) => leader,
@@ -236,6 +249,7 @@ pub async fn delete(
 /// index first; a follower forwards the request (or redirects it) to the leader.
 async fn read(
     s: &AppState,
+    raft: &KvRaft,
     method: Method,
     uri: &OriginalUri,
     params: &Params,
@@ -256,8 +270,8 @@ async fn read(
             .into_response();
         }
     }
-    let leader = match s.leader() {
-        Leader::Me => match s.raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
+    let leader = match s.leader_of(raft) {
+        Leader::Me => match raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
             Ok(_) => return answer(s),
             Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
                 s.forward_target(&f)
@@ -287,12 +301,14 @@ pub async fn get(
     if let Err(e) = check_key(&s, &key) {
         return e.into_response();
     }
-    read(&s, method, &uri, &params, &headers, |s| value_response(s.kv.get(&key))).await
+    let group = s.group_for(&key).clone();
+    read(&s, &group.raft, method, &uri, &params, &headers, |_| value_response(group.kv.get(&key)))
+        .await
 }
 
-/// The body of a prefix read: `limit` pairs at most from `kv` under `prefix`.
-fn list_response(s: &AppState, prefix: &str, limit: usize) -> Response {
-    let (pairs, more) = s.kv.range(prefix, limit);
+/// The body of a prefix read: `limit` pairs at most from `group` under `prefix`.
+fn list_response(group: &Group, prefix: &str, limit: usize) -> Response {
+    let (pairs, more) = group.kv.range(prefix, limit);
     let kvs: Vec<serde_json::Value> = pairs
         .into_iter()
         .map(|(key, value)| match String::from_utf8(value) {
@@ -328,5 +344,77 @@ pub async fn list(
         return ApiError::KeyTooLarge { len: prefix.len(), max: s.limits.max_key_bytes }
             .into_response();
     }
-    read(&s, method, &uri, &params, &headers, |s| list_response(s, &prefix, limit)).await
+    let one = match params.group {
+        Some(g) => match usize::try_from(g).ok().and_then(|g| s.groups.get(g)) {
+            Some(group) => Some(group.clone()),
+            None => return ApiError::BadRequest(format!("no group {g}")).into_response(),
+        },
+        None if s.groups.len() == 1 => Some(s.groups[0].clone()),
+        None => None,
+    };
+    if let Some(group) = one {
+        return read(&s, &group.raft, method, &uri, &params, &headers, |_| {
+            list_response(&group, &prefix, limit)
+        })
+        .await;
+    }
+    list_groups(&s, &method, &uri, &params, &headers, limit).await
+}
+
+/// A prefix read over every group: each group's answer (`group=N`, from its leader as
+/// [`read`] finds it), merged in key order and cut at `limit`. The first group that cannot
+/// answer answers for all (a 503 without a leader, say).
+async fn list_groups(
+    s: &AppState,
+    method: &Method,
+    uri: &OriginalUri,
+    params: &Params,
+    headers: &HeaderMap,
+    limit: usize,
+) -> Response {
+    let query = uri.0.query().unwrap_or("");
+    let sep = if query.is_empty() { "" } else { "&" };
+    let mut reads = tokio::task::JoinSet::new();
+    for group in s.groups.iter().cloned() {
+        let one = format!("{}?{query}{sep}group={}", uri.0.path(), group.id);
+        let (s, method, headers) = (s.clone(), method.clone(), headers.clone());
+        // One group's read is never a redirect: the client asked this node for all of them.
+        let params = Params { group: Some(group.id), redirect: None, ..params.clone() };
+        reads.spawn(async move {
+            let Ok(one) = one.parse::<axum::http::Uri>() else {
+                return ApiError::Internal("a group's prefix read URI".into()).into_response();
+            };
+            let prefix = params.prefix.clone().unwrap_or_default();
+            read(&s, &group.raft, method, &OriginalUri(one), &params, &headers, |_| {
+                list_response(&group, &prefix, limit)
+            })
+            .await
+        });
+    }
+    let answers = reads.join_all().await;
+    let mut kvs: Vec<serde_json::Value> = Vec::new();
+    let mut more = false;
+    for answer in answers {
+        if !answer.status().is_success() {
+            return answer;
+        }
+        let body = match axum::body::to_bytes(answer.into_body(), usize::MAX).await {
+            Ok(b) => b,
+            Err(e) => return ApiError::BadGateway(e.to_string()).into_response(),
+        };
+        let Ok(v) = serde_json::from_slice::<serde_json::Value>(&body) else {
+            return ApiError::BadGateway("a group's prefix read answered no JSON".into())
+                .into_response();
+        };
+        more |= v["more"].as_bool().unwrap_or(false);
+        if let Some(a) = v["kvs"].as_array() {
+            kvs.extend(a.iter().cloned());
+        }
+    }
+    kvs.sort_by(|a, b| a["key"].as_str().cmp(&b["key"].as_str()));
+    if kvs.len() > limit {
+        kvs.truncate(limit);
+        more = true;
+    }
+    axum::Json(serde_json::json!({ "kvs": kvs, "more": more })).into_response()
 }

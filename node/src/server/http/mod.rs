@@ -31,12 +31,13 @@ use axum::routing::{get, post, put};
 use metrics_exporter_prometheus::PrometheusHandle;
 use vellum_raft_store::v010::openraft::async_runtime::WatchReceiver;
 use vellum_raft_store::v010::openraft::errors::ForwardToLeader;
-use vellum_raft_store::v010::{KvBatcher, KvNode, KvReader, TypeConfig};
+use vellum_raft_store::v010::{KvNode, TypeConfig};
 
 pub use cluster::Status as ClusterStatus;
 pub use errors::ApiError;
 
 use super::KvRaft;
+use super::groups::{Group, group_of};
 use super::metrics as m;
 use super::transport::ApiClient;
 use crate::security::tokens::Auth;
@@ -55,10 +56,14 @@ pub struct Limits {
 #[derive(Clone)]
 pub struct AppState {
     pub id: u64,
+    /// Group 0's Raft: the membership (every group has group 0's members) and the routes that
+    /// are built for one group (backup).
     pub raft: KvRaft,
-    pub kv: KvReader,
-    /// Client writes go through it: concurrent ones share one log entry.
-    pub proposer: KvBatcher,
+    /// The node's Raft groups (`--groups`), by id: a key is read and written in
+    /// [`AppState::group_for`]'s.
+    pub groups: Arc<[Group]>,
+    /// Wakes the balancer of group leaders (`POST /v1/cluster/rebalance`).
+    pub rebalance: Arc<tokio::sync::Notify>,
     pub limits: Limits,
     pub ready: Arc<AtomicBool>,
     /// Whether the Raft core runs.
@@ -82,8 +87,19 @@ pub enum Leader {
 }
 
 impl AppState {
+    /// The group that holds `key`.
+    pub fn group_for(&self, key: &str) -> &Group {
+        &self.groups[group_of(key.as_bytes(), self.groups.len())]
+    }
+
+    /// Who leads group 0 (the membership's group).
     pub fn leader(&self) -> Leader {
-        let m = self.raft.metrics().borrow_watched().clone();
+        self.leader_of(&self.raft)
+    }
+
+    /// Who leads the group of `raft`.
+    pub fn leader_of(&self, raft: &KvRaft) -> Leader {
+        let m = raft.metrics().borrow_watched().clone();
         match m.current_leader {
             Some(id) if id == self.id => Leader::Me,
             Some(id) => match m.membership_config.membership().get_node(&id) {
@@ -130,6 +146,7 @@ pub fn router(state: AppState) -> Router {
         // `{*key}`: a key may contain `/` (`/v1/kv/a/b/c` is the key `a/b/c`).
         .route("/v1/kv/{*key}", get(kv::get).put(kv::put).delete(kv::delete))
         .route("/v1/cluster/status", get(cluster::status))
+        .route("/v1/cluster/rebalance", post(cluster::rebalance))
         .route("/v1/cluster/learners", post(cluster::add_learner))
         .route("/v1/cluster/members", put(cluster::change_members))
         .route("/v1/cluster/members/{id}", axum::routing::delete(cluster::remove_member))

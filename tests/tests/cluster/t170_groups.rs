@@ -1,0 +1,188 @@
+//! A sharded cluster (`serve --groups 16`) on 3 nodes: leaders spread within one; writes
+//! through any node land in their key's group and all read back, prefix reads merge every
+//! group; `kill -9` of a node moves its groups' leadership and writes go on; a restart
+//! takes its share back (`vellum cluster rebalance` waits for it); another `--groups` on a
+//! volume with raft state is refused in one line; routes built for one group answer 501.
+
+use std::time::{Duration, Instant};
+
+use crate::harness::{Cluster, Node, phase, vellum_bin};
+
+const GROUPS: usize = 16;
+
+/// Each group's leader as `node` reports it (`None`: no leader known).
+fn leaders(c: &Cluster, node: &Node) -> Option<Vec<Option<u64>>> {
+    let v: serde_json::Value = c.get(&node.url("/v1/cluster/status"))?.json().ok()?;
+    let groups = v["groups"].as_array()?;
+    Some(groups.iter().map(|g| g["leader"].as_u64()).collect())
+}
+
+/// Groups led by each of `ids`, as `node` reports it, when every group has one of them as
+/// its leader.
+fn spread(c: &Cluster, node: &Node, ids: &[u64]) -> Option<Vec<usize>> {
+    let leaders = leaders(c, node)?;
+    if leaders.len() != GROUPS || leaders.iter().any(|l| !l.is_some_and(|l| ids.contains(&l))) {
+        return None;
+    }
+    Some(ids.iter().map(|id| leaders.iter().filter(|l| **l == Some(*id)).count()).collect())
+}
+
+/// Waits until the leaders are spread within one over `ids` (as `node` sees it).
+fn wait_spread(c: &Cluster, node: &Node, ids: &[u64], within: Duration) -> Vec<usize> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(counts) = spread(c, node, ids)
+            && counts.iter().max().unwrap() - counts.iter().min().unwrap() <= 1
+        {
+            return counts;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "leaders not spread over {ids:?} in {within:?}: {:?}; {}",
+            leaders(c, node),
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Writes `range` through the running nodes in turn from 8 threads; the keys acknowledged.
+fn write_all(c: &Cluster, range: std::ops::Range<usize>) -> Vec<usize> {
+    let running: Vec<&Node> = c.nodes.iter().filter(|n| n.is_running()).collect();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8)
+            .map(|t| {
+                let (c, running, range) = (c, &running, range.clone());
+                s.spawn(move || {
+                    let mut ok = Vec::new();
+                    for k in range.skip(t).step_by(8) {
+                        let node = running[k % running.len()];
+                        // A group whose leader just died answers 503 until it elects one.
+                        let deadline = Instant::now() + Duration::from_secs(20);
+                        while Instant::now() < deadline {
+                            if c.put(node, &format!("g-{k}"), &format!("v-{k}")) {
+                                ok.push(k);
+                                break;
+                            }
+                            std::thread::sleep(Duration::from_millis(100));
+                        }
+                    }
+                    ok
+                })
+            })
+            .collect();
+        handles.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// The acknowledged keys `node` does not read back linearizably. A read answered 5xx (a
+/// group electing, or a view that still names a dead leader) is retried for a while: only a
+/// 404 or another value is a lost write.
+fn lost(c: &Cluster, node: &Node, acked: &[usize]) -> Vec<usize> {
+    let read_back = |k: usize| {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(r) = c.get(&node.url(&format!("/v1/kv/g-{k}"))) {
+                let status = r.status();
+                if status.is_success() || status.as_u16() == 404 {
+                    return status.is_success() && r.text().unwrap_or_default() == format!("v-{k}");
+                }
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    acked.iter().copied().filter(|k| !read_back(*k)).collect()
+}
+
+#[test]
+fn sixteen_groups_on_three_nodes_spread_survive_a_kill_and_rebalance() {
+    let mut c = Cluster::new(3);
+    for n in &mut c.nodes {
+        n.extra.extend(["--groups".into(), GROUPS.to_string()]);
+    }
+    phase("start 3 nodes of 16 groups");
+    c.start_all();
+    c.wait_ready();
+    let counts = wait_spread(&c, &c.nodes[0], &[1, 2, 3], Duration::from_secs(60));
+    eprintln!("leaders per node: {counts:?}");
+
+    phase("600 writes through any node");
+    let mut acked = write_all(&c, 0..600);
+    assert_eq!(acked.len(), 600, "every write acknowledged; {}", c.logs());
+    assert!(lost(&c, &c.nodes[1], &acked).is_empty());
+
+    phase("a prefix read merges every group");
+    let v: serde_json::Value =
+        c.get(&c.nodes[2].url("/v1/kv?prefix=g-1&limit=10000")).unwrap().json().unwrap();
+    let keys: Vec<&str> =
+        v["kvs"].as_array().unwrap().iter().map(|p| p["key"].as_str().unwrap()).collect();
+    let mut want: Vec<String> =
+        (0..600).map(|k| format!("g-{k}")).filter(|k| k.starts_with("g-1")).collect();
+    want.sort();
+    assert_eq!(keys, want, "every key under the prefix, in order");
+    let v: serde_json::Value =
+        c.get(&c.nodes[0].url("/v1/kv?prefix=g-&limit=5")).unwrap().json().unwrap();
+    assert_eq!(v["kvs"].as_array().unwrap().len(), 5);
+    assert_eq!(v["more"], true);
+
+    phase("routes built for one group answer 501");
+    let r = c
+        .http
+        .put(c.nodes[0].url("/v1/cluster/members"))
+        .json(&serde_json::json!({ "members": [1, 2] }))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 501);
+    assert_eq!(r.json::<serde_json::Value>().unwrap()["error"], "not_with_groups");
+
+    let victim = 2;
+    phase(&format!("kill -9 node {victim}: its groups elect elsewhere, writes go on"));
+    c.by_id(victim).kill();
+    let survivor = c.by_ref(1);
+    let counts = wait_spread(&c, survivor, &[1, 3], Duration::from_secs(60));
+    eprintln!("leaders per survivor: {counts:?}");
+    acked.extend(write_all(&c, 600..800));
+    assert_eq!(acked.len(), 800, "writes go on with a node down; {}", c.logs());
+    let gone = lost(&c, c.by_ref(3), &acked);
+    assert!(
+        gone.is_empty(),
+        "{} acknowledged writes lost: {:?}",
+        gone.len(),
+        &gone[..gone.len().min(10)]
+    );
+
+    phase(&format!("restart node {victim}: it takes its share back"));
+    c.by_id(victim).start();
+    c.wait_ready();
+    let out = std::process::Command::new(vellum_bin())
+        .args(["cluster", "rebalance", "--wait", "60", "--endpoints"])
+        .arg(format!("127.0.0.1:{}", c.by_ref(1).api))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "rebalance: {}", String::from_utf8_lossy(&out.stderr));
+    let counts = wait_spread(&c, c.by_ref(3), &[1, 2, 3], Duration::from_secs(60));
+    eprintln!("leaders per node after the restart: {counts:?}");
+    let gone = lost(&c, c.by_ref(victim), &acked);
+    assert!(gone.is_empty(), "{} acknowledged writes lost after the restart", gone.len());
+
+    phase("another --groups on a volume with raft state is refused in one line");
+    c.by_id(3).stop();
+    let node = c.by_id(3);
+    let at = node.extra.iter().position(|a| a == "--groups").unwrap();
+    node.extra[at + 1] = "8".into();
+    node.start();
+    let status = node.wait_exit(Duration::from_secs(30)).expect("the node refuses to start");
+    assert!(!status.success());
+    let log = node.log_text();
+    assert!(
+        log.contains("holds a cluster of 16 Raft groups and --groups is 8"),
+        "the refusal says why: {log}"
+    );
+    node.extra[at + 1] = GROUPS.to_string();
+    node.start();
+    c.wait_ready();
+    assert!(lost(&c, c.by_ref(3), &acked).is_empty());
+}
