@@ -14,9 +14,9 @@
 //! and `pip install fusepy`; as root, or with /dev/fuse usable by the user. What is missing
 //! is listed in the suite's `skipped` notes and those rows are left out.
 
-mod etcd;
+pub(super) mod etcd;
 mod slow;
-mod slowdisk;
+pub(super) mod slowdisk;
 
 pub use slow::run as run_slow_disk;
 
@@ -57,7 +57,8 @@ enum Kind {
 /// Three member processes (ours: stopped with SIGTERM, then killed, on drop).
 pub(super) struct Cluster {
     children: Vec<Child>,
-    apis: Vec<String>,
+    /// Each member's API base URL (member `i` is node `i + 1`).
+    pub(super) apis: Vec<String>,
     kind: Kind,
     /// The client API's TLS as its clients speak it (HTTPS with a client certificate), or
     /// `None`: plain HTTP.
@@ -82,7 +83,7 @@ impl Drop for Cluster {
 
 impl Cluster {
     /// A client of this cluster's API: plain HTTP, or HTTPS with its `api_tls`.
-    fn client(&self) -> reqwest::blocking::Client {
+    pub(super) fn client(&self) -> reqwest::blocking::Client {
         let builder = client_builder();
         match &self.api_tls {
             Some(tls) => builder.use_preconfigured_tls(tls.clone()),
@@ -310,13 +311,26 @@ pub(super) fn workload(
     load: Load,
     tag: &str,
 ) -> Result<(Vec<f64>, f64), String> {
-    let api = c.apis[leader].as_str();
+    workload_routed(c, &|_| leader, load, tag)
+}
+
+/// [`workload`], each key written through member `route(key)` (the leader of its group, for
+/// a node of several groups).
+pub(super) fn workload_routed(
+    c: &Cluster,
+    route: &(dyn Fn(&str) -> usize + Sync),
+    load: Load,
+    tag: &str,
+) -> Result<(Vec<f64>, f64), String> {
     let value = crate::payload(load.value_len, load.value_len as u64);
     let value64 = etcd::base64(&value);
-    let put = |http: &reqwest::blocking::Client, key: &str| match c.kind {
-        Kind::Vellum => http.put(format!("{api}/v1/kv/{key}")).body(value.clone()).send(),
-        Kind::Etcd => {
-            http.post(format!("{api}/v3/kv/put")).body(etcd::put_body(key, &value64)).send()
+    let put = |http: &reqwest::blocking::Client, key: &str| {
+        let api = c.apis[route(key)].as_str();
+        match c.kind {
+            Kind::Vellum => http.put(format!("{api}/v1/kv/{key}")).body(value.clone()).send(),
+            Kind::Etcd => {
+                http.post(format!("{api}/v3/kv/put")).body(etcd::put_body(key, &value64)).send()
+            }
         }
     };
     let started = Instant::now();

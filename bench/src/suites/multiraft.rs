@@ -12,7 +12,14 @@
 //!   `LogBatch` holding the 16 regions' entries per round (one synced write); Vellum queues the
 //!   16 groups' appends at once and waits for them (the combiner makes one durable write of
 //!   them, or two past `max_batch_bytes`). Entries/s.
+//! - **The sharded node**: three `vellum serve --groups 16` processes against three of
+//!   `--groups 1` and against etcd 3.4 (3 members), file volumes and data dirs on the same
+//!   disk, 256 B values, 64 and 256 clients each waiting for its write before the next; then
+//!   the same on the emulated slow disk (`slow-disk`'s FUSE mounts, every durable request
+//!   `--slow-disk-ms`). The clients of `--groups 16` send each key to its group's leader (as a
+//!   routing client does; any node would forward it); the others write to the leader.
 
+use std::fmt::Write as _;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -202,7 +209,8 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
     recovery(opts, &mut r)?;
     #[cfg(feature = "peers")]
     regions(opts, &mut r)?;
-    r.notes.push(format!("Log level, no openraft: each of {writers} writer threads appends one {VALUE_BYTES}-byte entry to group (writer mod G) and waits until it is durable, for {:.1} s a run. One log: the groups of one LogCore (segment format 6, a group id in every frame). One log per group: G LogCores under their own directories of a volume of the same size (own segments, meta file, IO thread), as G separate stores would be. 1 MiB segments everywhere. File volumes (O_DIRECT, write-through) on this machine's disk; 'durable writes per append' is the carrier's count of durable writes and barriers over the run. Not built yet (issue 27): the openraft 0.10 harness with G groups on three nodes, and the sharded node against etcd.", duration.as_secs_f64()));
+    nodes(opts, &mut r)?;
+    r.notes.push(format!("Log level, no openraft: each of {writers} writer threads appends one {VALUE_BYTES}-byte entry to group (writer mod G) and waits until it is durable, for {:.1} s a run. One log: the groups of one LogCore (segment format 6, a group id in every frame). One log per group: G LogCores under their own directories of a volume of the same size (own segments, meta file, IO thread), as G separate stores would be. 1 MiB segments everywhere. File volumes (O_DIRECT, write-through) on this machine's disk; 'durable writes per append' is the carrier's count of durable writes and barriers over the run. Not built yet (issue 27): the openraft 0.10 harness with G groups in one process.", duration.as_secs_f64()));
     Ok(r)
 }
 
@@ -440,5 +448,210 @@ fn regions(opts: &Options, r: &mut SuiteResult) -> Result<(), String> {
         &bound,
     );
     r.notes.push(format!("Regions: {rounds} rounds of 16 x 64 entries of 4 KiB (random bytes, so raft-engine's lz4 gains nothing; made once before the rounds, so neither figure includes making them). raft-engine 0.4 with its default configuration (buffered writes, one fdatasync per synced LogBatch; purge threshold raised to 2 GiB so that no purge runs), one LogBatch per round. Vellum: 16 groups of one log on a file volume, each round's 16 appends queued at once and waited for; max_batch_bytes 8 MiB so that a round is one write (the default, 4 MiB, splits it in two); every 4 rounds each group purges what it wrote (16 meta writes, and the freed segments' commit, which raft-engine's run does not pay), and the freed segments are recycled as later ones (up to 4 kept), as a node's are; without the purges and recycling every roll zero-fills a new 16 MiB segment beside the appends (0.86x raft-engine in a run of that configuration). The floor writes what Vellum writes per round ({round_bytes} bytes: entries, 48-byte frame headers, padding) with one O_DIRECT|O_DSYNC pwrite."));
+    Ok(())
+}
+
+const NODE_SHARDED: &str = "vellum, 3 nodes, --groups 16";
+const NODE_ONE: &str = "vellum, 3 nodes, --groups 1";
+const NODE_ETCD: &str = "etcd 3.4.23, 3 members";
+/// Groups of the sharded node rows.
+const NODE_GROUPS: usize = 16;
+
+/// The group of `key` among `groups`: the node's hash (`node/src/server/groups.rs`, FNV-1a),
+/// so that the bench's clients send a key to its group's leader.
+fn group_of(key: &str, groups: usize) -> usize {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in key.bytes() {
+        hash ^= u64::from(b);
+        hash = hash.wrapping_mul(0x0100_0000_01b3);
+    }
+    (hash % groups as u64) as usize
+}
+
+/// Each group's leader as member index (node id - 1), from member 0's status; waits (up to
+/// 30 s) until every group has one and the leaders are spread within one.
+fn group_leaders(c: &super::cluster::Cluster) -> Result<Vec<usize>, String> {
+    let http = c.client();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let leaders: Option<Vec<usize>> = http
+            .get(format!("{}/v1/cluster/status", c.apis[0]))
+            .send()
+            .ok()
+            .and_then(|r| r.json::<serde_json::Value>().ok())
+            .and_then(|v| {
+                v["groups"]
+                    .as_array()?
+                    .iter()
+                    .map(|g| Some(g["leader"].as_u64()? as usize - 1))
+                    .collect()
+            });
+        if let Some(l) = leaders.filter(|l| l.len() == NODE_GROUPS) {
+            let counts: Vec<usize> =
+                (0..3).map(|i| l.iter().filter(|x| **x == i).count()).collect();
+            let (lo, hi) = (counts.iter().min().copied(), counts.iter().max().copied());
+            if hi.zip(lo).is_some_and(|(h, l)| h - l <= 1) {
+                return Ok(l);
+            }
+        }
+        if Instant::now() > deadline {
+            return Err("the sharded node's group leaders did not spread in 30 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The sharded node against one group and etcd, on this disk and on the emulated slow one.
+fn nodes(opts: &Options, r: &mut SuiteResult) -> Result<(), String> {
+    use super::cluster::{etcd, slowdisk, vellum_bin};
+    let Some(bin) = vellum_bin() else {
+        r.skipped.push("the sharded node rows: the vellum binary is not built next to vellum-bench (cargo build --release -p vellum-node)".into());
+        return Ok(());
+    };
+    let etcd_bin = etcd::binary();
+    if etcd_bin.is_none() {
+        r.skipped.push("etcd is not installed (apt-get install etcd-server): no etcd rows in the sharded node's cases".into());
+    }
+    let dir = opts.dir.join("multiraft-nodes");
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).map_err(e("dir"))?;
+    node_rows(r, opts, &bin, etcd_bin.as_deref(), &dir, None, &[])?;
+    let slow = if opts.slow_disk_ms <= 0.0 {
+        Some("--slow-disk-ms 0".to_string())
+    } else {
+        slowdisk::unavailable()
+    };
+    if let Some(why) = slow {
+        r.skipped.push(format!("the sharded node on the emulated slow disk: {why}"));
+    } else {
+        let mounts = slowdisk::Mounts::start(&dir.join("slow"), 3, opts.slow_disk_ms)?;
+        let points = mounts.points.clone();
+        node_rows(r, opts, &bin, etcd_bin.as_deref(), &dir, Some(opts.slow_disk_ms), &points)?;
+        drop(mounts);
+    }
+    r.notes.push(format!("Sharded node: three processes per cluster on loopback, file volumes of 64 MiB (direct IO, write-through) and etcd's data dirs on the same disk (or on the same slow-disk mounts); {NODE_GROUPS} groups hashed by key (FNV-1a), the clients of the sharded node sending each key to its group's leader (read from /v1/cluster/status before each run; the leaders are spread within one by the node's balancer), the others to the leader. Every member shares this machine's 2 cores with the clients, so the sharded node cannot gain from more CPUs here, only from more leaders' batches in flight."));
+    Ok(())
+}
+
+/// One disk's rows: `slow` is the slow disk's milliseconds, with its mount `points`.
+fn node_rows(
+    r: &mut SuiteResult,
+    opts: &Options,
+    bin: &Path,
+    etcd_bin: Option<&Path>,
+    dir: &Path,
+    slow: Option<f64>,
+    points: &[std::path::PathBuf],
+) -> Result<(), String> {
+    use super::cluster::{Load, System, etcd, start_vellum, workload_routed};
+    let disk = match slow {
+        Some(ms) => format!("slow disk ({ms} ms per durable request), "),
+        None => String::new(),
+    };
+    let at = |i: usize, name: &str| match slow {
+        Some(_) => points[i].join(name),
+        None => dir.join(format!("n{i}-{name}")),
+    };
+    let volumes = |tag: &str| -> Vec<std::path::PathBuf> {
+        (0..3).map(|i| at(i, &format!("{tag}.vlm"))).collect()
+    };
+    let groups_arg = |g: usize| vec![vec!["--groups".to_string(), g.to_string()]; 3];
+    let logs = |tag: &str| dir.join(format!("{}{tag}", if slow.is_some() { "slow-" } else { "" }));
+    let sharded = start_vellum(
+        bin,
+        &logs("g16"),
+        Some(&volumes("g16")),
+        "64MiB",
+        &groups_arg(NODE_GROUPS),
+        None,
+    )?;
+    // The balancer moves leaders for a moment after the start: measure once they are spread.
+    group_leaders(&sharded)?;
+    let mut systems = vec![
+        System::new(NODE_SHARDED, sharded)?,
+        System::new(
+            NODE_ONE,
+            start_vellum(bin, &logs("g1"), Some(&volumes("g1")), "64MiB", &groups_arg(1), None)?,
+        )?,
+    ];
+    if let Some(etcd_bin) = etcd_bin {
+        let data: Vec<std::path::PathBuf> = (0..3).map(|i| at(i, "etcd")).collect();
+        systems.push(System::new(NODE_ETCD, etcd::start(etcd_bin, &logs("etcd"), &data)?)?);
+    }
+    let base = |v: &str| match v {
+        NODE_SHARDED => Some(NODE_ONE),
+        NODE_ONE if etcd_bin.is_some() => Some(NODE_ETCD),
+        _ => None,
+    };
+    let bar = opts.bar("multiraft nodes", (opts.reps * 2 * systems.len()) as u64);
+    for clients in [64usize, 256] {
+        let per_client = opts.n(2560 / clients, 4);
+        let load = Load { clients, per_client, value_len: 256 };
+        let case = format!("{disk}3 nodes, {clients} clients, 256 B values: writes/s");
+        let mut rate: Vec<Measurement> = systems
+            .iter()
+            .map(|s| {
+                Measurement::new("multiraft", &case, s.variant, base(s.variant), Unit::OpsPerSec)
+            })
+            .collect();
+        // Per system: the machine's busy and total CPU ticks over its workloads.
+        let mut cpu = vec![(0u64, 0u64); systems.len()];
+        for rep in 0..opts.reps {
+            for j in 0..systems.len() {
+                let k = (rep + j) % systems.len();
+                let s = &systems[k];
+                let tag = format!("m{rep}c{clients}");
+                let cpu_before = crate::sys::cpu_ticks();
+                let (_, w) = if s.variant == NODE_SHARDED {
+                    let leaders = group_leaders(&s.cluster)?;
+                    let route = move |key: &str| leaders[group_of(key, NODE_GROUPS)];
+                    workload_routed(&s.cluster, &route, load, &tag)?
+                } else {
+                    let leader = s.leader;
+                    workload_routed(&s.cluster, &move |_| leader, load, &tag)?
+                };
+                if let (Some(b), Some(a)) = (cpu_before, crate::sys::cpu_ticks()) {
+                    cpu[k].0 += a.0 - b.0;
+                    cpu[k].1 += a.1 - b.1;
+                }
+                rate[k].add_rep(vec![w]);
+                bar.inc(1);
+            }
+        }
+        let writes = (opts.reps * clients * per_client) as f64;
+        for (m, (busy, total)) in rate.iter_mut().zip(cpu) {
+            if total > 0 {
+                // Clients, members (and mounts) together: what one write costs this machine.
+                m.set_extra("machine CPU busy %", busy as f64 * 100.0 / total as f64);
+                m.set_extra("machine CPU ms per write", busy as f64 * 10.0 / writes);
+            }
+        }
+        r.measurements.extend(rate);
+        let versus = |a: &str, b: &str| {
+            Some(r.find(&case, a)?.summary().median / r.find(&case, b)?.summary().median)
+        };
+        let etcd_ratio = versus(NODE_SHARDED, NODE_ETCD);
+        let cpu_of = |v: &str| r.find(&case, v).and_then(|m| m.extra("machine CPU ms per write"));
+        let busy = r.find(&case, NODE_SHARDED).and_then(|m| m.extra("machine CPU busy %"));
+        let mut bound = match etcd_ratio {
+            Some(x) => format!("--groups 16 is {x:.2}x etcd's writes/s"),
+            None => "no etcd in this run".into(),
+        };
+        if let (Some(g16), Some(g1), Some(busy)) = (cpu_of(NODE_SHARDED), cpu_of(NODE_ONE), busy) {
+            let _ = write!(
+                bound,
+                "; the machine's 2 cores were {busy:.0}% busy, and a write cost them {g16:.2} ms of CPU with 16 groups against {g1:.2} ms with one (smaller batches per group, a heartbeat stream per group and peer): the members share this machine's CPU, so more leaders cannot add any"
+            );
+        }
+        let (want, what) = if slow.is_some() { (3.0, "3x") } else { (2.0, "2x") };
+        r.target(
+            &format!("{case}: --groups 16 >= {what} --groups 1"),
+            r.ratio(&case, NODE_SHARDED),
+            |x| x >= want,
+            &bound,
+        );
+    }
+    bar.finish_and_clear();
+    drop(systems);
     Ok(())
 }

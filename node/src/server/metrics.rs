@@ -88,7 +88,15 @@ fn describe() {
         REPLICATION_LAG,
         "On the leader: entries a follower is behind the leader's log."
     );
-    describe_counter!(LEADER_CHANGES, "Times this node saw the leader change.");
+    describe_counter!(LEADER_CHANGES, "Times this node saw the leader change (in any group).");
+    describe_gauge!(
+        super::groups::GROUPS_LED,
+        "Raft groups this node leads (--groups; 0 or 1 with one group's node)."
+    );
+    describe_gauge!(
+        super::groups::GROUP_APPLY_LAG,
+        "Per Raft group (--groups > 1): entries of this node's log not applied yet."
+    );
     describe_histogram!(
         HTTP_DURATION,
         Unit::Seconds,

@@ -529,6 +529,9 @@ impl LogCore {
         meta.state.committed = Some(committed);
         meta.state.committed_index = Some(index);
         meta.committed_term = term;
+        drop(meta);
+        // After the meta lock: `Shared::committed_pending` looks at this group from now on.
+        lock(&self.shared().committing).insert(self.group.id);
         Ok(())
     }
 

@@ -190,6 +190,8 @@ pub(super) fn open(volume: Volume, mut config: LogConfig) -> Result<Opened> {
         volume,
         config,
         segment_bytes,
+        // Every group at first: the first look drops those with nothing pending.
+        committing: Mutex::new(groups.keys().copied().collect()),
         groups: RwLock::new(groups),
         segments: Mutex::new(segments),
         needs_barrier,

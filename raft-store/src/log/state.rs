@@ -7,7 +7,7 @@
 //! `index`, then `segments`; a group's `meta` is never held across another lock. No lock is
 //! held across a callback.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Duration;
@@ -222,6 +222,12 @@ pub(crate) struct Shared {
     pub segment_bytes: u64,
     /// The groups the log hosts, by id; group 0 always.
     pub groups: RwLock<BTreeMap<u64, Arc<Group>>>,
+    /// The groups whose committed id may be pending (saved, not yet durable): what
+    /// [`Shared::committed_pending`] looks at, so that a write does not lock every group's
+    /// meta. `save_committed` adds its group after its meta lock; an id leaves only when its
+    /// group has nothing pending, checked under this lock. Lock order: this, then `groups`,
+    /// then a group's meta.
+    pub committing: Mutex<BTreeSet<u64>>,
     pub segments: Mutex<Segments>,
     /// A barrier must follow each write (a buffered carrier that is not memory).
     pub needs_barrier: bool,
@@ -287,8 +293,16 @@ impl Shared {
 
     /// The groups whose committed id is saved but not yet durable, with that id.
     pub fn committed_pending(&self) -> Vec<(Arc<Group>, PendingCommit)> {
-        let groups: Vec<Arc<Group>> = read_lock(&self.groups).values().cloned().collect();
-        groups.into_iter().filter_map(|g| g.committed_pending().map(|c| (g, c))).collect()
+        let mut ids = lock(&self.committing);
+        let groups = read_lock(&self.groups);
+        let mut pending = Vec::new();
+        ids.retain(|id| {
+            let Some(group) = groups.get(id) else { return false };
+            let Some(commit) = group.committed_pending() else { return false };
+            pending.push((Arc::clone(group), commit));
+            true
+        });
+        pending
     }
 }
 
