@@ -1,5 +1,5 @@
 //! `multiraft`: many raft groups on one log against the same groups each on a log of its own,
-//! at the log's level (issue 27; the openraft harness and the sharded node are not built yet).
+//! at the log's level, through openraft 0.10 in one process, and as the sharded node.
 //!
 //! - **G groups, 256 writers**: writer `w` appends one 256-byte entry at a time to group
 //!   `w % G` and waits until it is durable, for a fixed time. One shared log (`LogCore` groups
@@ -12,6 +12,10 @@
 //!   `LogBatch` holding the 16 regions' entries per round (one synced write); Vellum queues the
 //!   16 groups' appends at once and waits for them (the combiner makes one durable write of
 //!   them, or two past `max_batch_bytes`). Entries/s.
+//! - **openraft harness**: three openraft 0.10 nodes in one process (the `harness` suite's
+//!   network), G = 1, 16, 256 groups, 256 clients spread over the groups through each group's
+//!   proposal batcher: one log per node for all groups against one log per group per node.
+//!   Writes/s, and the leader's and a follower's durable writes per second.
 //! - **The sharded node**: three `vellum serve --groups 16` processes against three of
 //!   `--groups 1` and against etcd 3.4 (3 members), file volumes and data dirs on the same
 //!   disk, 256 B values, 64 and 256 clients each waiting for its write before the next; then
@@ -209,8 +213,9 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
     recovery(opts, &mut r)?;
     #[cfg(feature = "peers")]
     regions(opts, &mut r)?;
+    harness(opts, &mut r)?;
     nodes(opts, &mut r)?;
-    r.notes.push(format!("Log level, no openraft: each of {writers} writer threads appends one {VALUE_BYTES}-byte entry to group (writer mod G) and waits until it is durable, for {:.1} s a run. One log: the groups of one LogCore (segment format 6, a group id in every frame). One log per group: G LogCores under their own directories of a volume of the same size (own segments, meta file, IO thread), as G separate stores would be. 1 MiB segments everywhere. File volumes (O_DIRECT, write-through) on this machine's disk; 'durable writes per append' is the carrier's count of durable writes and barriers over the run. Not built yet (issue 27): the openraft 0.10 harness with G groups in one process.", duration.as_secs_f64()));
+    r.notes.push(format!("Log level, no openraft: each of {writers} writer threads appends one {VALUE_BYTES}-byte entry to group (writer mod G) and waits until it is durable, for {:.1} s a run. One log: the groups of one LogCore (segment format 6, a group id in every frame). One log per group: G LogCores under their own directories of a volume of the same size (own segments, meta file, IO thread), as G separate stores would be. 1 MiB segments everywhere. File volumes (O_DIRECT, write-through) on this machine's disk; 'durable writes per append' is the carrier's count of durable writes and barriers over the run.", duration.as_secs_f64()));
     Ok(r)
 }
 
@@ -653,5 +658,209 @@ fn node_rows(
     }
     bar.finish_and_clear();
     drop(systems);
+    Ok(())
+}
+
+const HARNESS_SHARED: &str = "openraft 0.10 x 3 nodes, one log per node for all groups";
+const HARNESS_SEPARATE: &str = "openraft 0.10 x 3 nodes, one log per group per node";
+
+/// What one harness run did.
+struct HarnessRun {
+    /// Client writes per second.
+    rate: f64,
+    /// Durable writes (and barriers) of the leader's volume per second.
+    leader_durable: f64,
+    /// The same of a follower's volume.
+    follower_durable: f64,
+}
+
+/// G openraft 0.10 groups on three nodes in one process (the `harness` suite's in-memory
+/// network), node 1 leading every group; `clients` tasks, client `c` writing to group
+/// `c % G` through that group's proposal batcher, as the node does. `shared`: each node's
+/// groups are groups of one log (`v010::open_group`); else each group has its own log on the
+/// node's volume (`v010::open_store` under its own directory).
+fn harness_run(
+    rt: &tokio::runtime::Runtime,
+    dir: &Path,
+    groups: usize,
+    shared: bool,
+    clients: usize,
+    secs: f64,
+    volume_bytes: u64,
+) -> Result<HarnessRun, String> {
+    use super::harness::{net010, workload};
+    use vellum_raft_store::v010;
+    use vellum_raft_store::{BatchLimits, KvBatching, KvNode, KvOp};
+    let vols: Vec<Volume> = (1..=3)
+        .map(|id| {
+            fresh_volume(
+                &dir.join(format!("hnode-{id}.vlm")),
+                volume_bytes,
+                CarrierOptions::PRODUCTION,
+            )
+        })
+        .collect::<Result<_, _>>()?;
+    // Per node, per group: (log store, state machine).
+    let mut per_group: Vec<Vec<(v010::LogStore<v010::TypeConfig>, v010::KvStateMachine)>> =
+        (0..groups).map(|_| Vec::new()).collect();
+    let mut logs = Vec::new();
+    for v in &vols {
+        if shared {
+            let log = LogCore::open(v.clone(), config("/raft")).map_err(e("log open"))?;
+            for (g, stores) in per_group.iter_mut().enumerate() {
+                stores.push(v010::open_group(v, &log, "/raft", g as u64).map_err(e("group"))?);
+            }
+            logs.push(log);
+        } else {
+            for (g, stores) in per_group.iter_mut().enumerate() {
+                let store =
+                    v010::open_store(v, config(&format!("/raft-{g}"))).map_err(e("open store"))?;
+                logs.push(store.0.core().clone());
+                stores.push(store);
+            }
+        }
+    }
+    let node = |id: u64| KvNode { raft_addr: format!("node-{id}"), api_addr: String::new() };
+    let outcome = rt.block_on(async {
+        let mut raft_config = (*net010::config()?).clone();
+        raft_config.broadcast_submitted_on_append = Some(true);
+        let raft_config = Arc::new(raft_config);
+        let mut clusters = Vec::new();
+        for stores in per_group {
+            clusters.push(net010::Cluster::start(stores, Arc::clone(&raft_config), node).await?);
+        }
+        let limits = BatchLimits { max_in_flight: 2, ..BatchLimits::default() };
+        let batchers: Arc<Vec<v010::KvBatcher>> = Arc::new(
+            clusters
+                .iter()
+                .map(|c| v010::KvBatcher::start(c.leader().clone(), KvBatching, limits))
+                .collect(),
+        );
+        let write = move |client: usize, seq: u64, value: Vec<u8>| {
+            let batcher = batchers[client % batchers.len()].clone();
+            let op = KvOp::Put { key: format!("c{client}-{}", seq % 256), value };
+            async move { batcher.propose(op).await.map(drop).map_err(|err| err.to_string()) }
+        };
+        let write = Arc::new(write);
+        let load = |secs: f64| workload::Load {
+            clients,
+            duration: Duration::from_secs_f64(secs),
+            value_bytes: VALUE_BYTES,
+        };
+        let w = Arc::clone(&write);
+        workload::drive(load(secs / 4.0), move |c, s, v| w(c, s, v)).await?;
+        let before = (vols[0].carrier_stats(), vols[1].carrier_stats());
+        let w = Arc::clone(&write);
+        let outcome = workload::drive(load(secs), move |c, s, v| w(c, s, v)).await?;
+        let leader = vols[0].carrier_stats() - before.0;
+        let follower = vols[1].carrier_stats() - before.1;
+        for c in clusters {
+            c.shutdown().await;
+        }
+        Ok::<_, String>((outcome, leader, follower))
+    })?;
+    let (outcome, leader, follower) = outcome;
+    for log in logs {
+        log.close();
+    }
+    for (id, v) in (1..=3).zip(vols) {
+        v.close().map_err(e("close"))?;
+        let _ = std::fs::remove_file(dir.join(format!("hnode-{id}.vlm")));
+    }
+    Ok(HarnessRun {
+        rate: outcome.writes_per_sec(),
+        leader_durable: (leader.durable_writes + leader.barriers) as f64 / outcome.secs,
+        follower_durable: (follower.durable_writes + follower.barriers) as f64 / outcome.secs,
+    })
+}
+
+/// The openraft harness rows: G = 1, 16, 256 groups on one log per node against one log per
+/// group per node.
+fn harness(opts: &Options, r: &mut SuiteResult) -> Result<(), String> {
+    let clients = opts.n(256, 16);
+    let secs = opts.n(3000, 300) as f64 / 1e3;
+    let mut sizes: Vec<usize> = [1usize, 16, 256].iter().map(|&g| g.min(clients)).collect();
+    sizes.dedup();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(e("runtime"))?;
+    let dir = opts.dir.join("multiraft-harness");
+    std::fs::create_dir_all(&dir).map_err(e("dir"))?;
+    let bar = opts.bar("multiraft harness", (sizes.len() * 2 * opts.reps) as u64);
+    for &groups in &sizes {
+        let case =
+            format!("openraft harness: {groups} groups, {clients} clients, {VALUE_BYTES} B writes");
+        let mut m = [
+            Measurement::new(
+                "multiraft",
+                &case,
+                HARNESS_SHARED,
+                Some(HARNESS_SEPARATE),
+                Unit::OpsPerSec,
+            ),
+            Measurement::new("multiraft", &case, HARNESS_SEPARATE, None, Unit::OpsPerSec),
+        ];
+        let mut durable = [[0.0f64; 2]; 2];
+        // Per side: the leader's durable writes and the client writes over all runs.
+        let mut per_write = [(0.0f64, 0.0f64); 2];
+        for _ in 0..opts.reps {
+            for (i, shared) in [true, false].into_iter().enumerate() {
+                let volume_bytes = opts
+                    .bytes(512 << 20, 128 << 20)
+                    .max(groups as u64 * 4 * SEGMENT_BYTES + (128 << 20));
+                let run = harness_run(&rt, &dir, groups, shared, clients, secs, volume_bytes)?;
+                m[i].add_rep(vec![run.rate]);
+                durable[i][0] += run.leader_durable / opts.reps as f64;
+                durable[i][1] += run.follower_durable / opts.reps as f64;
+                per_write[i].0 += run.leader_durable;
+                per_write[i].1 += run.rate;
+                bar.inc(1);
+            }
+        }
+        for (i, mut m) in m.into_iter().enumerate() {
+            m.set_extra("leader durable writes/s", durable[i][0]);
+            m.set_extra("follower durable writes/s", durable[i][1]);
+            m.set_extra("leader durable writes per write", per_write[i].0 / per_write[i].1);
+            r.measurements.push(m);
+        }
+        let ratio = r.ratio(&case, HARNESS_SHARED);
+        let (shared, separate) =
+            (per_write[0].0 / per_write[0].1, per_write[1].0 / per_write[1].1.max(1e-9));
+        let writes = shared / separate.max(1e-9);
+        let bound = format!(
+            "leader durable writes per client write: one log {shared:.3}, one log per group \
+             {separate:.3} ({writes:.3}x); per second {:.0} and {:.0}",
+            durable[0][0], durable[1][0]
+        );
+        match groups {
+            16 => {
+                r.target(
+                    &format!(
+                        "{case}: one log makes <= 1/4 of the durable writes of one log per group"
+                    ),
+                    Some(writes),
+                    |x| x <= 0.25,
+                    &bound,
+                );
+                r.target(
+                    &format!("{case}: one log >= 2x the writes/s of one log per group"),
+                    ratio,
+                    |x| x >= 2.0,
+                    &bound,
+                );
+            }
+            256 => r.target(
+                &format!("{case}: one log >= 4x the writes/s of one log per group"),
+                ratio,
+                |x| x >= 4.0,
+                &bound,
+            ),
+            _ => {}
+        }
+    }
+    bar.finish_and_clear();
+    r.notes.push(format!("openraft harness: three openraft 0.10 nodes in one process (the harness suite's network, a function call), G groups each an openraft instance on every node, node 1 leading all; {clients} client tasks, client c writing 256 B to group c mod G through the group's proposal batcher (2 entries in flight, broadcast_submitted_on_append: the node's configuration), {secs:.1} s a run after a quarter of that to warm up. One log per node: the G groups of one LogCore (v010::open_group). One log per group per node: G stores under their own directories of the node's volume (own segments, meta file, IO thread), as G separate stores would be. File volumes, 1 MiB segments; durable writes are the volume's count of write-through writes and barriers."));
     Ok(())
 }

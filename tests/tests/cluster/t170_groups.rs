@@ -186,3 +186,43 @@ fn sixteen_groups_on_three_nodes_spread_survive_a_kill_and_rebalance() {
     c.wait_ready();
     assert!(lost(&c, c.by_ref(3), &acked).is_empty());
 }
+
+/// A node of several groups with neither `--initial-cluster` nor `--join` is a single-node
+/// cluster of every group, restarts as one, and refuses in one line what is not built for
+/// several groups (`--join`).
+#[test]
+fn a_lone_node_of_four_groups_serves_restarts_and_refuses_join() {
+    use crate::harness::{client_builder, free_port};
+    let dir = tempfile::tempdir().unwrap();
+    let node = Cluster::node(dir.path(), 1, free_port(), free_port(), Vec::new());
+    let http = client_builder().timeout(Duration::from_secs(20)).build().unwrap();
+    let mut c = Cluster { nodes: vec![node], http, dir, token: None };
+    phase("--join with --groups 4 is refused in one line");
+    c.nodes[0].extra = vec!["--groups".into(), "4".into(), "--join".into(), "127.0.0.1:9".into()];
+    c.nodes[0].start();
+    let status = c.nodes[0].wait_exit(Duration::from_secs(20)).expect("refused at once");
+    assert!(!status.success());
+    assert!(c.nodes[0].log_text().contains("--join is not built yet"), "{}", c.nodes[0].log_text());
+    phase("a single-node cluster of 4 groups");
+    c.nodes[0].extra = vec!["--groups".into(), "4".into()];
+    c.nodes[0].start();
+    c.wait_ready();
+    for k in 0..40 {
+        assert!(c.put(&c.nodes[0], &format!("g-{k}"), &format!("v-{k}")), "{}", c.logs());
+    }
+    let v: serde_json::Value =
+        c.get(&c.nodes[0].url("/v1/cluster/status")).unwrap().json().unwrap();
+    let groups = v["groups"].as_array().unwrap();
+    assert_eq!(groups.len(), 4);
+    assert!(groups.iter().all(|g| g["leader"] == 1), "{v}");
+    let r = c.http.post(c.nodes[0].url("/v1/cluster/rebalance")).send().unwrap();
+    assert!(r.status().is_success());
+    assert_eq!(r.json::<serde_json::Value>().unwrap()["asked"], serde_json::json!([1]));
+    phase("restart: every group comes back");
+    c.nodes[0].stop();
+    c.nodes[0].start();
+    c.wait_ready();
+    let acked: Vec<usize> = (0..40).collect();
+    let gone = lost(&c, &c.nodes[0], &acked);
+    assert!(gone.is_empty(), "{} writes lost across the restart", gone.len());
+}
