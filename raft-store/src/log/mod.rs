@@ -729,3 +729,48 @@ pub fn wait(start: impl FnOnce(Callback) -> Result<()>) -> Result<()> {
         Err(_) => Err(Error::Closed),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use vellum_engine::carrier::MemoryCarrier;
+    use vellum_engine::{FormatOptions, Volume, VolumeOptions};
+
+    use super::*;
+
+    fn ids(log: &LogCore) -> Vec<u64> {
+        lock(&log.shared().committing).iter().copied().collect()
+    }
+
+    /// A write asks only the groups whose committed id `save_committed` made pending, not
+    /// every group's meta lock: the set holds exactly those until they are durable.
+    #[test]
+    fn a_write_looks_only_at_the_groups_with_a_committed_id_to_carry() {
+        let volume = Volume::format(
+            Box::new(MemoryCarrier::new(64 << 20)),
+            &FormatOptions::default(),
+            VolumeOptions::default(),
+        )
+        .unwrap_or_else(|e| panic!("format: {e}"));
+        let log = LogCore::open(volume, LogConfig::default()).unwrap_or_else(|e| panic!("{e}"));
+        let groups: Vec<LogCore> =
+            (1..=64).map(|g| log.create_group(g).unwrap_or_else(|e| panic!("{e}"))).collect();
+        assert!(log.shared().committed_pending().is_empty());
+        assert!(ids(&log).is_empty(), "the first look drops every group with nothing pending");
+        for g in [&groups[9], &groups[40]] {
+            g.save_committed(1, 1, vec![7]).unwrap_or_else(|e| panic!("{e}"));
+        }
+        assert_eq!(ids(&log), vec![10, 41]);
+        let pending: Vec<u64> =
+            log.shared().committed_pending().iter().map(|(g, _)| g.id).collect();
+        assert_eq!(pending, vec![10, 41]);
+        wait(|done| groups[9].flush_committed(done)).unwrap_or_else(|e| panic!("{e}"));
+        let pending: Vec<u64> =
+            log.shared().committed_pending().iter().map(|(g, _)| g.id).collect();
+        assert_eq!(pending, vec![41], "a durable committed id leaves the set");
+        assert_eq!(ids(&log), vec![41]);
+        log.drop_group(41).unwrap_or_else(|e| panic!("{e}"));
+        assert!(log.shared().committed_pending().is_empty());
+        assert!(ids(&log).is_empty(), "a dropped group leaves the set");
+        log.close();
+    }
+}
