@@ -10,8 +10,9 @@
 //! - The volume records G as its log's group set, exactly `0..G` ([`shape`]): a volume whose
 //!   groups hold raft state refuses another G in one line; one without raft state (a first
 //!   start, or one a power cut interrupted while its groups were being created) is reshaped.
-//! - Every group has the members of group 0: membership changes are refused with G > 1 until
-//!   they are built for every group (`http::cluster`).
+//! - Every group has the same members: a membership change runs on every group through its
+//!   leader (`http::cluster::every_group`), group 0 last for a removal; the member checks
+//!   (`member.rs`) read group 0's membership.
 //! - Every Raft RPC names its group and the sender's G (`x-vellum-group: g/G`); a member with
 //!   another G is refused (400 `groups_mismatch`): it would hash keys elsewhere.
 //! - Leaders spread ([`assignment`]): the voters in id order, group g prefers voter g mod N;

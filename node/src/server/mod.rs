@@ -932,22 +932,20 @@ async fn lone_group(args: &ServeArgs, raft: &KvRaft) -> Result<(), CliError> {
     Ok(())
 }
 
-/// Refuses, in one line, what a node of several Raft groups does not do yet: every group
-/// would need it, and doing it for group 0 alone would split the groups' memberships or
-/// archive a part of the keys.
+/// Refuses, in one line, what a node of several Raft groups does not do yet: the archives
+/// hold one group's snapshot, so they would save or restore a part of the keys.
 fn one_group_only(args: &ServeArgs) -> Result<(), CliError> {
     if args.groups == 1 {
         return Ok(());
     }
     let refused = [
-        (args.join.is_some(), "--join"),
-        (args.standby, "--standby"),
         (args.snapshot_archive.is_some(), "--snapshot-archive"),
         (args.auto_restore, "--auto-restore"),
     ];
     match refused.iter().find(|(given, _)| *given) {
         Some((_, flag)) => Err(CliError::Usage(format!(
-            "{flag} is not built yet for a node of several Raft groups (--groups {}): start              every member with --initial-cluster",
+            "{flag} is not built yet for a node of several Raft groups (--groups {}): a \
+             snapshot archive holds one group",
             args.groups
         ))),
         None => Ok(()),

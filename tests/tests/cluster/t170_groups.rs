@@ -2,7 +2,9 @@
 //! through any node land in their key's group and all read back, prefix reads merge every
 //! group; `kill -9` of a node moves its groups' leadership and writes go on; a restart
 //! takes its share back (`vellum cluster rebalance` waits for it); another `--groups` on a
-//! volume with raft state is refused in one line; routes built for one group answer 501.
+//! volume with raft state is refused in one line; a backup (built for one group) answers
+//! 501; a 4th node added with `vellum cluster add` joins every group and leads a quarter,
+//! and `vellum cluster remove` takes it out of every group.
 
 use std::time::{Duration, Instant};
 
@@ -128,13 +130,8 @@ fn sixteen_groups_on_three_nodes_spread_survive_a_kill_and_rebalance() {
     assert_eq!(v["kvs"].as_array().unwrap().len(), 5);
     assert_eq!(v["more"], true);
 
-    phase("routes built for one group answer 501");
-    let r = c
-        .http
-        .put(c.nodes[0].url("/v1/cluster/members"))
-        .json(&serde_json::json!({ "members": [1, 2] }))
-        .send()
-        .unwrap();
+    phase("a backup, built for one group, answers 501");
+    let r = c.http.get(c.nodes[0].url("/v1/cluster/snapshot")).send().unwrap();
     assert_eq!(r.status().as_u16(), 501);
     assert_eq!(r.json::<serde_json::Value>().unwrap()["error"], "not_with_groups");
 
@@ -185,24 +182,78 @@ fn sixteen_groups_on_three_nodes_spread_survive_a_kill_and_rebalance() {
     node.start();
     c.wait_ready();
     assert!(lost(&c, c.by_ref(3), &acked).is_empty());
+
+    phase("a 4th node joins every group and takes a quarter of the leaders");
+    let (api, raft) = (crate::harness::free_port(), crate::harness::free_port());
+    let extra = vec!["--groups".into(), GROUPS.to_string(), "--standby".into()];
+    let mut fourth = Cluster::node(c.dir.path(), 4, api, raft, extra);
+    fourth.start();
+    c.nodes.push(fourth);
+    let out = std::process::Command::new(vellum_bin())
+        .args(["cluster", "add", "4"])
+        .arg(format!("127.0.0.1:{api}"))
+        .arg(format!("127.0.0.1:{raft}"))
+        .args(["--endpoints", &format!("127.0.0.1:{}", c.by_ref(1).api)])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cluster add: {} {}; {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        c.logs()
+    );
+    c.wait_ready();
+    let v: serde_json::Value =
+        c.get(&c.by_ref(2).url("/v1/cluster/status")).unwrap().json().unwrap();
+    assert_eq!(v["voters"], serde_json::json!([1, 2, 3, 4]), "{v}");
+    let counts = wait_spread(&c, c.by_ref(4), &[1, 2, 3, 4], Duration::from_secs(60));
+    eprintln!("leaders per node with 4 members: {counts:?}");
+    acked.extend(write_all(&c, 800..1000));
+    assert_eq!(acked.len(), 1000, "writes go on with 4 members; {}", c.logs());
+    let gone = lost(&c, c.by_ref(4), &acked);
+    assert!(gone.is_empty(), "{} acknowledged writes lost, read through node 4", gone.len());
+
+    phase("node 4 is removed from every group; the others share its leaders");
+    let out = std::process::Command::new(vellum_bin())
+        .args(["cluster", "remove", "4", "--endpoints", &format!("127.0.0.1:{}", c.by_ref(1).api)])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "cluster remove: {}", String::from_utf8_lossy(&out.stderr));
+    c.by_id(4).kill();
+    c.nodes.retain(|n| n.id != 4);
+    let counts = wait_spread(&c, c.by_ref(1), &[1, 2, 3], Duration::from_secs(60));
+    eprintln!("leaders per node after the removal: {counts:?}");
+    let v: serde_json::Value =
+        c.get(&c.by_ref(3).url("/v1/cluster/status")).unwrap().json().unwrap();
+    assert_eq!(v["voters"], serde_json::json!([1, 2, 3]), "{v}");
+    acked.extend(write_all(&c, 1000..1100));
+    assert_eq!(acked.len(), 1100, "writes go on without node 4; {}", c.logs());
+    assert!(lost(&c, c.by_ref(2), &acked).is_empty());
 }
 
 /// A node of several groups with neither `--initial-cluster` nor `--join` is a single-node
 /// cluster of every group, restarts as one, and refuses in one line what is not built for
-/// several groups (`--join`).
+/// several groups (snapshot archives).
 #[test]
-fn a_lone_node_of_four_groups_serves_restarts_and_refuses_join() {
+fn a_lone_node_of_four_groups_serves_restarts_and_refuses_archives() {
     use crate::harness::{client_builder, free_port};
     let dir = tempfile::tempdir().unwrap();
     let node = Cluster::node(dir.path(), 1, free_port(), free_port(), Vec::new());
     let http = client_builder().timeout(Duration::from_secs(20)).build().unwrap();
     let mut c = Cluster { nodes: vec![node], http, dir, token: None };
-    phase("--join with --groups 4 is refused in one line");
-    c.nodes[0].extra = vec!["--groups".into(), "4".into(), "--join".into(), "127.0.0.1:9".into()];
+    phase("--snapshot-archive with --groups 4 is refused in one line");
+    c.nodes[0].extra = vec![
+        "--groups".into(),
+        "4".into(),
+        "--snapshot-archive".into(),
+        "local:///nonexistent".into(),
+    ];
     c.nodes[0].start();
     let status = c.nodes[0].wait_exit(Duration::from_secs(20)).expect("refused at once");
     assert!(!status.success());
-    assert!(c.nodes[0].log_text().contains("--join is not built yet"), "{}", c.nodes[0].log_text());
+    let log = c.nodes[0].log_text();
+    assert!(log.contains("--snapshot-archive is not built yet"), "{log}");
     phase("a single-node cluster of 4 groups");
     c.nodes[0].extra = vec!["--groups".into(), "4".into()];
     c.nodes[0].start();

@@ -2,15 +2,17 @@
 //! `DELETE /v1/cluster/members/{id}`, `POST /v1/cluster/rebalance`.
 //!
 //! The status is group 0's (the membership's) at its top level, and lists every Raft group
-//! (`groups`: leader, term, applied index) on a node of several (`--groups`). Membership
-//! changes and backups are built for one group: with several they answer 501
-//! (`not_with_groups`) rather than change group 0 alone.
+//! (`groups`: leader, term, applied index) on a node of several (`--groups`). On such a
+//! node a membership change runs on every group, each through its leader (`every_group`), so
+//! the groups keep the same members; backups are built for one group and answer 501
+//! (`not_with_groups`) rather than save group 0 alone.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use axum::Json;
-use axum::extract::State;
 use axum::extract::rejection::JsonRejection;
+use axum::extract::{Query, State};
+use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 use vellum_raft_store::v010::openraft::async_runtime::WatchReceiver;
@@ -20,6 +22,7 @@ use vellum_raft_store::v010::openraft::{ChangeMembers as Change, ServerState};
 use vellum_raft_store::v010::{KvNode, TypeConfig};
 
 use super::{ApiError, AppState, Leader};
+use crate::server::KvRaft;
 
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Status {
@@ -139,7 +142,7 @@ pub async fn rebalance(
     Json(serde_json::json!({ "groups": s.groups.len(), "asked": asked })).into_response()
 }
 
-/// 501 on a node of several groups, for a route built for one.
+/// 501 on a node of several groups, for a route built for one (backups).
 fn one_group_only(s: &AppState, what: &'static str) -> Option<Response> {
     (s.groups.len() > 1).then(|| ApiError::NotWithGroups(what).into_response())
 }
@@ -219,8 +222,120 @@ fn changed(
     }
 }
 
+/// `?group=N` on a membership change: act on that group alone (what a node asks each group's
+/// leader for, on a node of several groups).
+#[derive(Debug, Default, Deserialize)]
+pub struct GroupParam {
+    group: Option<u64>,
+}
+
+/// Where a membership change runs.
+enum Target {
+    /// On this group's Raft, led here.
+    One(KvRaft),
+    /// On every group, through each one's leader ([`every_group`]).
+    Every,
+    /// Not here: the answer.
+    Refused(Response),
+}
+
+fn target(s: &AppState, group: Option<u64>) -> Target {
+    match group {
+        Some(g) => {
+            let Some(group) = usize::try_from(g).ok().and_then(|g| s.groups.get(g)) else {
+                return Target::Refused(
+                    ApiError::BadRequest(format!("no group {g}")).into_response(),
+                );
+            };
+            match s.leader_of(&group.raft) {
+                Leader::Me => Target::One(group.raft.clone()),
+                // Forwarded here as the group's leader, which this node is not (any more).
+                Leader::Other(id, _) => {
+                    Target::Refused(ApiError::NoLeader { leader: Some(id) }.into_response())
+                }
+                Leader::Unknown(leader) => {
+                    Target::Refused(ApiError::NoLeader { leader }.into_response())
+                }
+            }
+        }
+        None if s.groups.len() > 1 => Target::Every,
+        None => match not_leader(s) {
+            Some(r) => Target::Refused(r),
+            None => Target::One(s.raft.clone()),
+        },
+    }
+}
+
+/// A membership change of every group of a node of several: on each group's leader (here,
+/// or forwarded there with `?group=N` and the caller's `Authorization`), one group after
+/// another in `order`. Answers group 0's index and every group's, or the first failure: the
+/// groups before it changed, and a retry is safe (each group's change is idempotent, and a
+/// group that already dropped the node answers 404, counted as done when `absent_done`).
+async fn every_group<Fut>(
+    s: &AppState,
+    headers: &HeaderMap,
+    order: Vec<usize>,
+    (method, path, body): (reqwest::Method, String, Option<serde_json::Value>),
+    absent_done: bool,
+    local: impl Fn(KvRaft) -> Fut,
+) -> Response
+where
+    Fut: Future<Output = Response> + Send,
+{
+    let mut indexes = Vec::new();
+    let mut absent = 0;
+    for g in order {
+        let group = &s.groups[g];
+        let resp = match s.leader_of(&group.raft) {
+            Leader::Me => local(group.raft.clone()).await,
+            Leader::Other(_, node) => {
+                let sep = if path.contains('?') { '&' } else { '?' };
+                let url = format!("{}{path}{sep}group={g}", s.http.base(&node.api_addr));
+                let mut req = s.http.client.request(method.clone(), url);
+                if let Some(a) = headers.get(axum::http::header::AUTHORIZATION) {
+                    req = req.header(axum::http::header::AUTHORIZATION, a.clone());
+                }
+                if let Some(b) = &body {
+                    req = req.json(b);
+                }
+                match req.send().await {
+                    Ok(r) => {
+                        let (status, hdrs) = (r.status(), r.headers().clone());
+                        match r.bytes().await {
+                            Ok(b) => super::relay(status, &hdrs, b),
+                            Err(e) => ApiError::BadGateway(e.to_string()).into_response(),
+                        }
+                    }
+                    Err(e) => ApiError::BadGateway(e.to_string()).into_response(),
+                }
+            }
+            Leader::Unknown(leader) => ApiError::NoLeader { leader }.into_response(),
+        };
+        if absent_done && resp.status() == axum::http::StatusCode::NOT_FOUND {
+            absent += 1;
+            continue;
+        }
+        if !resp.status().is_success() {
+            tracing::warn!(group = g, status = %resp.status(), "a membership change failed in this group");
+            return resp;
+        }
+        let bytes = axum::body::to_bytes(resp.into_body(), 1 << 20).await.unwrap_or_default();
+        let index = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| v["index"].as_u64());
+        indexes.push(serde_json::json!({ "group": g, "index": index }));
+    }
+    if absent == s.groups.len() {
+        return ApiError::NotFound.into_response();
+    }
+    let first = indexes.first().map(|v| v["index"].clone()).unwrap_or_default();
+    Json(serde_json::json!({ "index": first, "groups": indexes })).into_response()
+}
+
 pub async fn add_learner(
     State(s): State<AppState>,
+    Query(p): Query<GroupParam>,
+    headers: HeaderMap,
     body: Result<Json<AddLearner>, JsonRejection>,
 ) -> Response {
     let Json(req) = match body {
@@ -233,10 +348,8 @@ pub async fn add_learner(
     if let Err(why) = check_addresses(&req) {
         return ApiError::BadRequest(why).into_response();
     }
-    if let Some(r) = one_group_only(&s, "adding a member") {
-        return r;
-    }
-    if let Some(r) = not_leader(&s) {
+    let target = target(&s, p.group);
+    if let Target::Refused(r) = target {
         return r;
     }
     if s.book.is_removed(req.id) {
@@ -251,12 +364,24 @@ pub async fn add_learner(
         )
             .into_response();
     }
-    let node = KvNode { raft_addr: req.raft_addr, api_addr: req.api_addr };
-    changed(s.raft.add_learner(req.id, node, true).await, ApiError::Internal)
+    let node = KvNode { raft_addr: req.raft_addr.clone(), api_addr: req.api_addr.clone() };
+    let id = req.id;
+    let add = move |raft: KvRaft| {
+        let node = node.clone();
+        async move { changed(raft.add_learner(id, node, true).await, ApiError::Internal) }
+    };
+    if let Target::One(raft) = target {
+        return add(raft).await;
+    }
+    let body = serde_json::to_value(&req).ok();
+    let call = (reqwest::Method::POST, "/v1/cluster/learners".to_string(), body);
+    every_group(&s, &headers, (0..s.groups.len()).collect(), call, false, add).await
 }
 
 pub async fn change_members(
     State(s): State<AppState>,
+    Query(p): Query<GroupParam>,
+    headers: HeaderMap,
     body: Result<Json<ChangeMembers>, JsonRejection>,
 ) -> Response {
     let Json(req) = match body {
@@ -266,40 +391,56 @@ pub async fn change_members(
     if req.members.is_empty() {
         return ApiError::BadRequest("a cluster needs at least one voter".into()).into_response();
     }
-    if let Some(r) = one_group_only(&s, "changing the voters") {
-        return r;
+    let members: BTreeSet<u64> = req.members.iter().copied().collect();
+    let change = move |raft: KvRaft| {
+        let members = members.clone();
+        async move { changed(raft.change_membership(members, false).await, ApiError::BadRequest) }
+    };
+    match target(&s, p.group) {
+        Target::Refused(r) => r,
+        Target::One(raft) => change(raft).await,
+        Target::Every => {
+            let body = serde_json::to_value(&req).ok();
+            let call = (reqwest::Method::PUT, "/v1/cluster/members".to_string(), body);
+            every_group(&s, &headers, (0..s.groups.len()).collect(), call, false, change).await
+        }
     }
-    if let Some(r) = not_leader(&s) {
-        return r;
-    }
-    let members: BTreeSet<u64> = req.members.into_iter().collect();
-    changed(s.raft.change_membership(members, false).await, ApiError::BadRequest)
 }
 
-/// Removes node `id` from the cluster, voter or learner (through the leader).
+/// Removes node `id` from the cluster, voter or learner (through the leader; on a node of
+/// several groups, from every group, group 0 last: its removal is what puts the id in the
+/// peer books, which then refuse its RPCs in every group).
 pub async fn remove_member(
     State(s): State<AppState>,
+    Query(p): Query<GroupParam>,
+    headers: HeaderMap,
     axum::extract::Path(id): axum::extract::Path<u64>,
 ) -> Response {
-    if let Some(r) = one_group_only(&s, "removing a member") {
-        return r;
-    }
-    if let Some(r) = not_leader(&s) {
-        return r;
-    }
-    let m = s.raft.metrics().borrow_watched().clone();
-    let membership = m.membership_config.membership();
-    let change = if membership.voter_ids().any(|v| v == id) {
-        if membership.voter_ids().count() == 1 {
-            return ApiError::BadRequest(format!("node {id} is the last voter")).into_response();
-        }
-        Change::RemoveVoters(BTreeSet::from([id]))
-    } else if membership.learner_ids().any(|l| l == id) {
-        Change::RemoveNodes(BTreeSet::from([id]))
-    } else {
-        return ApiError::NotFound.into_response();
+    let remove = move |raft: KvRaft| async move {
+        let m = raft.metrics().borrow_watched().clone();
+        let membership = m.membership_config.membership();
+        let change = if membership.voter_ids().any(|v| v == id) {
+            if membership.voter_ids().count() == 1 {
+                return ApiError::BadRequest(format!("node {id} is the last voter"))
+                    .into_response();
+            }
+            Change::RemoveVoters(BTreeSet::from([id]))
+        } else if membership.learner_ids().any(|l| l == id) {
+            Change::RemoveNodes(BTreeSet::from([id]))
+        } else {
+            return ApiError::NotFound.into_response();
+        };
+        changed(raft.change_membership(change, false).await, ApiError::BadRequest)
     };
-    changed(s.raft.change_membership(change, false).await, ApiError::BadRequest)
+    match target(&s, p.group) {
+        Target::Refused(r) => r,
+        Target::One(raft) => remove(raft).await,
+        Target::Every => {
+            let call = (reqwest::Method::DELETE, format!("/v1/cluster/members/{id}"), None);
+            let order = (0..s.groups.len()).rev().collect();
+            every_group(&s, &headers, order, call, true, remove).await
+        }
+    }
 }
 
 /// The header of `GET /v1/cluster/snapshot` that carries the snapshot's encoded openraft
