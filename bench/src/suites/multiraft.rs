@@ -183,31 +183,7 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
             "durable writes per append: one log {:.3}, one log per group {:.3} ({writes:.3}x)",
             per_append[0], per_append[1]
         );
-        match groups {
-            16 => {
-                r.target(
-                    &format!(
-                        "{case}: one log makes <= 1/4 of the durable writes of one log per group"
-                    ),
-                    Some(writes),
-                    |x| x <= 0.25,
-                    &bound,
-                );
-                r.target(
-                    &format!("{case}: one log >= 2x the appends/s of one log per group"),
-                    ratio,
-                    |x| x >= 2.0,
-                    &bound,
-                );
-            }
-            256 => r.target(
-                &format!("{case}: one log >= 4x the appends/s of one log per group"),
-                ratio,
-                |x| x >= 4.0,
-                &bound,
-            ),
-            _ => {}
-        }
+        group_targets(&mut r, &case, groups, Some(writes), ratio, "appends", &bound);
     }
     bar.finish_and_clear();
     recovery(opts, &mut r)?;
@@ -217,6 +193,41 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
     nodes(opts, &mut r)?;
     r.notes.push(format!("Log level, no openraft: each of {writers} writer threads appends one {VALUE_BYTES}-byte entry to group (writer mod G) and waits until it is durable, for {:.1} s a run. One log: the groups of one LogCore (segment format 6, a group id in every frame). One log per group: G LogCores under their own directories of a volume of the same size (own segments, meta file, IO thread), as G separate stores would be. 1 MiB segments everywhere. File volumes (O_DIRECT, write-through) on this machine's disk; 'durable writes per append' is the carrier's count of durable writes and barriers over the run.", duration.as_secs_f64()));
     Ok(r)
+}
+
+/// The issue's targets for `groups` groups on one log against one log per group: at 16, at
+/// most 1/4 of the durable writes (`durable`: the ratio per unit of work) and 2x the rate;
+/// at 256, 4x the rate. `what` names the rate's unit (appends, writes).
+fn group_targets(
+    r: &mut SuiteResult,
+    case: &str,
+    groups: u64,
+    durable: Option<f64>,
+    rate: Option<f64>,
+    what: &str,
+    bound: &str,
+) {
+    let rate_target = |r: &mut SuiteResult, times: f64| {
+        r.target(
+            &format!("{case}: one log >= {times}x the {what}/s of one log per group"),
+            rate,
+            |x| x >= times,
+            bound,
+        );
+    };
+    match groups {
+        16 => {
+            r.target(
+                &format!("{case}: one log makes <= 1/4 of the durable writes of one log per group"),
+                durable,
+                |x| x <= 0.25,
+                bound,
+            );
+            rate_target(r, 2.0);
+        }
+        256 => rate_target(r, 4.0),
+        _ => {}
+    }
 }
 
 /// Opening a log whose bytes belong to 1,000 groups against one whose same bytes belong to one.
@@ -834,31 +845,7 @@ fn harness(opts: &Options, r: &mut SuiteResult) -> Result<(), String> {
              {separate:.3} ({writes:.3}x); per second {:.0} and {:.0}",
             durable[0][0], durable[1][0]
         );
-        match groups {
-            16 => {
-                r.target(
-                    &format!(
-                        "{case}: one log makes <= 1/4 of the durable writes of one log per group"
-                    ),
-                    Some(writes),
-                    |x| x <= 0.25,
-                    &bound,
-                );
-                r.target(
-                    &format!("{case}: one log >= 2x the writes/s of one log per group"),
-                    ratio,
-                    |x| x >= 2.0,
-                    &bound,
-                );
-            }
-            256 => r.target(
-                &format!("{case}: one log >= 4x the writes/s of one log per group"),
-                ratio,
-                |x| x >= 4.0,
-                &bound,
-            ),
-            _ => {}
-        }
+        group_targets(r, &case, groups as u64, Some(writes), ratio, "writes", &bound);
     }
     bar.finish_and_clear();
     r.notes.push(format!("openraft harness: three openraft 0.10 nodes in one process (the harness suite's network, a function call), G groups each an openraft instance on every node, node 1 leading all; {clients} client tasks, client c writing 256 B to group c mod G through the group's proposal batcher (2 entries in flight, broadcast_submitted_on_append: the node's configuration), {secs:.1} s a run after a quarter of that to warm up. One log per node: the G groups of one LogCore (v010::open_group). One log per group per node: G stores under their own directories of the node's volume (own segments, meta file, IO thread), as G separate stores would be. File volumes, 1 MiB segments; durable writes are the volume's count of write-through writes and barriers."));

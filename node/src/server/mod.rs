@@ -24,6 +24,10 @@
 //! concurrent ones share one log entry, two entries may be in flight, and the log makes the
 //! appends in flight durable in one write.
 //!
+//! With `--groups G` the node runs G openraft instances on its one log, the key space hashed
+//! over them (`groups.rs`): every group has the same members, is initialized, started and
+//! stopped with the others, and leaders spread over the voters by leader transfer.
+//!
 //! With `--auth-tokens FILE` the client API requires bearer tokens with roles (`auth.rs`;
 //! re-read on SIGHUP); `--join-token` is the admin token this node presents to the
 //! cluster's API when it joins.

@@ -1,8 +1,9 @@
 //! The client API (axum, JSON errors with real status codes).
 //!
-//! Writes and linearizable reads are served by the leader. A follower forwards them to the
-//! leader (one hop, marked with `x-vellum-forwarded`), or answers 307 with the leader's
-//! address when asked with `?redirect`. Without a leader: 503 with `Retry-After`.
+//! Writes and linearizable reads are served by the leader (of the key's group, on a node of
+//! several: `AppState::group_for`). A follower forwards them to the leader (one hop, marked
+//! with `x-vellum-forwarded`), or answers 307 with the leader's address when asked with
+//! `?redirect`. Without a leader: 503 with `Retry-After`.
 //!
 //! With `--auth-tokens`, every route but `/livez` and `/readyz` needs a bearer token of the
 //! right role (`server/auth.rs`), checked before the body is read. A forwarded request
