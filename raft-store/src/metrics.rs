@@ -31,6 +31,10 @@ pub const SPARE_FAILURES_TOTAL: &str = "vellum_log_spare_failures_total";
 pub const SPARE_READY: &str = "vellum_log_spare_ready";
 /// Entry reads served from the volume rather than the hot window (counter).
 pub const COLD_READS_TOTAL: &str = "vellum_log_cold_reads_total";
+/// Entries copied forward by rewrites of laggard groups (counter).
+pub const REWRITTEN_ENTRIES_TOTAL: &str = "vellum_log_rewritten_entries_total";
+/// Groups the log asks the application to snapshot and purge (gauge).
+pub const GROUPS_COMPACT_WANTED: &str = "vellum_log_groups_compact_wanted";
 /// Gauge: raft groups the log hosts (group 0 included).
 pub const GROUPS: &str = "vellum_log_groups";
 /// Duration of the log's recovery at open (histogram).
@@ -161,6 +165,14 @@ pub fn describe() {
     describe_counter!(
         COLD_READS_TOTAL,
         "Log entries read back from segments because they left the hot window."
+    );
+    describe_counter!(
+        REWRITTEN_ENTRIES_TOTAL,
+        "Log entries of laggard groups copied to the log's end so that old segments can be freed."
+    );
+    describe_gauge!(
+        GROUPS_COMPACT_WANTED,
+        "Raft groups that pin old log segments with too many live bytes to rewrite: snapshot and purge them."
     );
     describe_gauge!(
         GROUPS,

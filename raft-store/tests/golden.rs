@@ -12,6 +12,8 @@
 //! format 5 (files may be recycled; each header records where the previous segment's frames
 //! end, which recovery checks). v6: segment format 6 (every frame carries its group id); a
 //! second group, 3, with entries 1 to 14 interleaved with group 0's and a vote of its own.
+//! v7: segment format 7; as v6, and group 3's entries rewritten forward (`Rewrite` frames
+//! after the originals, which recovery moves the entries to).
 //!
 //! Every golden volume also takes a new group after it is opened: a log of a format without
 //! group ids rolls to a segment of format 6 for the new group's first frame.
@@ -109,6 +111,10 @@ async fn build(volume: &Volume, version: u32) {
     }
     if let Some(g) = &group_3 {
         log::wait(|done| g.save_vote(b"group 3 vote".to_vec(), done)).unwrap();
+        if version >= 7 {
+            // Group 3's entries copied forward as `Rewrite` frames: they are read from there.
+            assert_eq!(g.rewrite().unwrap(), 14);
+        }
     }
     store.truncate(log_id(1, 55)).await.unwrap();
     store.save_vote(&Vote::new_committed(2, 1)).await.unwrap();

@@ -1,7 +1,9 @@
 //! Many raft groups in one log: what a group handle promises besides the crash campaign's
 //! invariants (`crash_groups.rs`). Concurrent appends of different groups become one durable
-//! write; a segment stays while any group needs an entry in it; a dropped group is gone and
-//! its id can be used again; the refusals name what is wrong.
+//! write; a segment stays while any group needs an entry in it; the space bound rewrites
+//! laggard groups forward (1 hot group and 999 idle ones stay within it) or names the ones
+//! too big to rewrite; a dropped group is gone and its id can be used again; the refusals
+//! name what is wrong.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
@@ -88,8 +90,8 @@ fn appends_of_sixteen_groups_become_one_durable_write() {
     }
 }
 
-/// An idle group's entries keep their segment however far the busy group purges; once the
-/// idle group purges too, the old segments go.
+/// Without a space bound, an idle group's entries keep their segment however far the busy
+/// group purges; once the idle group purges too, the old segments go.
 #[test]
 fn a_laggard_group_keeps_its_segment_until_it_purges() {
     let volume = Volume::format(
@@ -98,7 +100,9 @@ fn a_laggard_group_keeps_its_segment_until_it_purges() {
         VolumeOptions::default(),
     )
     .unwrap();
-    let core = LogCore::open(volume.clone(), LogConfig { io: LogIo::Inline, ..config() }).unwrap();
+    // Without a space bound (no rewrites): the laggard's own purge is what frees.
+    let unbounded = LogConfig { io: LogIo::Inline, space_factor: 0, ..config() };
+    let core = LogCore::open(volume.clone(), unbounded).unwrap();
     let laggard = core.create_group(7).unwrap();
     log::wait(|done| laggard.append(entries(7, 1, 3, 500), done)).unwrap();
     // The busy group writes about ten segments and purges behind itself.
@@ -220,4 +224,129 @@ fn a_group_without_its_meta_file_refuses_to_open() {
         matches!(e, Error::Corrupt { reason, .. } if reason.contains("group that has no meta file")),
         "{e}"
     );
+}
+
+/// One hot group writes and purges behind itself while 999 idle groups each keep two
+/// entries from the start. Without rewrites the idle groups would pin the first segments
+/// forever; with the space bound (factor 4) the log's segments stay within 4x the live
+/// bytes plus four segments after every purge, and every idle entry reads back, also after
+/// a reopen.
+#[test]
+fn one_hot_group_and_999_idle_ones_stay_within_the_space_bound() {
+    let carrier = Arc::new(MemoryCarrier::new(64 << 20));
+    let volume = Volume::format(
+        Box::new(Arc::clone(&carrier)),
+        &FormatOptions::default(),
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    let config = LogConfig { io: LogIo::Inline, space_factor: 4, ..config() };
+    let core = LogCore::open(volume.clone(), config.clone()).unwrap();
+    let idle: Vec<LogCore> = (1..=999).map(|g| core.create_group(g).unwrap()).collect();
+    for (g, handle) in (1..).zip(&idle) {
+        log::wait(|done| handle.append(entries(g, 1, 2, 150), done)).unwrap();
+    }
+    let (mut next, mut worst, mut written) = (1, 0.0f64, 0u64);
+    for round in 0..4000 {
+        log::wait(|done| core.append(entries(0, next, 4, 2000), done)).unwrap();
+        next += 4;
+        written += 4 * 2000;
+        if round % 4 == 3 {
+            // Keep the newest 16 entries, as openraft keeps a few behind its snapshot.
+            core.purge(next - 17, vec![]).unwrap();
+            let (used, bound) = core.space();
+            let bound = bound.unwrap();
+            assert!(used <= bound, "round {round}: {used} bytes of segments, bound {bound}");
+            assert!(core.compact_wanted().is_empty(), "idle groups are small enough to rewrite");
+            worst = worst.max(used as f64 / bound as f64);
+        }
+    }
+    let (used, bound) = core.space();
+    eprintln!(
+        "1 hot group, 999 idle: {written} bytes written, {used} bytes of segments at the end, \
+         bound {bound:?}, worst {worst:.2} of the bound"
+    );
+    assert!(written > 10 * used, "the log was written many times over its size");
+    for (g, handle) in (1..).zip(&idle) {
+        assert_eq!(handle.read(0, 10).unwrap(), entries(g, 1, 2, 150), "idle group {g}");
+    }
+    drop((core, idle));
+    let core = LogCore::open(volume, config).unwrap();
+    assert_eq!(core.bounds(), (next - 16, Some(next - 1)));
+    for g in 1..=999u64 {
+        let handle = core.group(g).unwrap();
+        assert_eq!(handle.read(0, 10).unwrap(), entries(g, 1, 2, 150), "idle group {g} reopened");
+    }
+}
+
+/// A laggard with more live bytes than the log rewrites is named by `compact_wanted`
+/// instead (raft-engine's force-compact list), and leaves the list once it purged.
+#[test]
+fn a_laggard_too_big_to_rewrite_is_named_for_compaction() {
+    let volume = Volume::format(
+        Box::new(MemoryCarrier::new(32 << 20)),
+        &FormatOptions::default(),
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    let config =
+        LogConfig { io: LogIo::Inline, space_factor: 2, rewrite_max_bytes: 8 << 10, ..config() };
+    let core = LogCore::open(volume, config).unwrap();
+    let small = core.create_group(5).unwrap();
+    let big = core.create_group(6).unwrap();
+    log::wait(|done| small.append(entries(5, 1, 2, 500), done)).unwrap();
+    log::wait(|done| big.append(entries(6, 1, 8, 3000), done)).unwrap();
+    let mut next = 1;
+    for _ in 0..60 {
+        log::wait(|done| core.append(entries(0, next, 4, 3000), done)).unwrap();
+        next += 4;
+        core.purge(next - 2, vec![]).unwrap();
+    }
+    assert_eq!(core.compact_wanted(), vec![6], "the big laggard is named, the small one not");
+    assert_eq!(small.read(0, 10).unwrap(), entries(5, 1, 2, 500));
+    assert_eq!(big.read(0, 10).unwrap(), entries(6, 1, 8, 3000));
+    big.purge(8, vec![]).unwrap();
+    assert!(core.compact_wanted().is_empty());
+    let (used, bound) = core.space();
+    assert!(used <= bound.unwrap(), "{used} over {bound:?} once the big laggard purged");
+}
+
+/// A rewrite races appends of its own group and of others from other threads: every entry
+/// reads back the same, before and after a reopen.
+#[test]
+fn a_rewrite_racing_appends_keeps_every_entry() {
+    let carrier = Arc::new(MemoryCarrier::new(32 << 20));
+    let volume = Volume::format(
+        Box::new(Arc::clone(&carrier)),
+        &FormatOptions::default(),
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    let config = LogConfig { io: LogIo::Thread, ..config() };
+    let core = LogCore::open(volume.clone(), config.clone()).unwrap();
+    let groups: Vec<LogCore> = (1..=4).map(|g| core.create_group(g).unwrap()).collect();
+    std::thread::scope(|s| {
+        for (g, handle) in (1..).zip(&groups) {
+            s.spawn(move || {
+                for i in 0..200 {
+                    log::wait(|done| handle.append(entries(g, 1 + i, 1, 700), done)).unwrap();
+                }
+            });
+        }
+        s.spawn(|| {
+            for round in 0..200 {
+                groups[round % 4].rewrite().unwrap();
+            }
+        });
+    });
+    for (g, handle) in (1..).zip(&groups) {
+        assert_eq!(handle.read(0, 1000).unwrap(), entries(g, 1, 200, 700), "group {g}");
+    }
+    core.close();
+    drop((core, groups));
+    let core = LogCore::open(volume, config).unwrap();
+    for g in 1..=4u64 {
+        let handle = core.group(g).unwrap();
+        assert_eq!(handle.read(0, 1000).unwrap(), entries(g, 1, 200, 700), "group {g} reopened");
+    }
 }

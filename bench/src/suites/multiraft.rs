@@ -12,6 +12,9 @@
 //!   `LogBatch` holding the 16 regions' entries per round (one synced write); Vellum queues the
 //!   16 groups' appends at once and waits for them (the combiner makes one durable write of
 //!   them, or two past `max_batch_bytes`). Entries/s.
+//! - **Space**: one hot group and 999 idle ones (two entries each), the hot group appending and
+//!   purging behind itself for 10 minutes: the log's segments against its space bound (the
+//!   idle groups rewritten forward), and without the bound (they pin every segment).
 //! - **openraft harness**: three openraft 0.10 nodes in one process (the `harness` suite's
 //!   network), G = 1, 16, 256 groups, 256 clients spread over the groups through each group's
 //!   proposal batcher: one log per node for all groups against one log per group per node.
@@ -189,9 +192,10 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
     recovery(opts, &mut r)?;
     #[cfg(feature = "peers")]
     regions(opts, &mut r)?;
+    space(opts, &mut r)?;
     harness(opts, &mut r)?;
     nodes(opts, &mut r)?;
-    r.notes.push(format!("Log level, no openraft: each of {writers} writer threads appends one {VALUE_BYTES}-byte entry to group (writer mod G) and waits until it is durable, for {:.1} s a run. One log: the groups of one LogCore (segment format 6, a group id in every frame). One log per group: G LogCores under their own directories of a volume of the same size (own segments, meta file, IO thread), as G separate stores would be. 1 MiB segments everywhere. File volumes (O_DIRECT, write-through) on this machine's disk; 'durable writes per append' is the carrier's count of durable writes and barriers over the run.", duration.as_secs_f64()));
+    r.notes.push(format!("Log level, no openraft: each of {writers} writer threads appends one {VALUE_BYTES}-byte entry to group (writer mod G) and waits until it is durable, for {:.1} s a run. One log: the groups of one LogCore (segment format 6 on: a group id in every frame). One log per group: G LogCores under their own directories of a volume of the same size (own segments, meta file, IO thread), as G separate stores would be. 1 MiB segments everywhere. File volumes (O_DIRECT, write-through) on this machine's disk; 'durable writes per append' is the carrier's count of durable writes and barriers over the run.", duration.as_secs_f64()));
     Ok(r)
 }
 
@@ -317,6 +321,107 @@ fn recovery(opts: &Options, r: &mut SuiteResult) -> Result<(), String> {
         &bound,
     );
     r.notes.push(format!("Recovery: {} MiB of 4 KiB frames written 64 to a write, round robin over the groups; timed: Volume::open + LogCore::open (every group's meta file, one scan of the segments rebuilding every group's index), {} opens each.", log_bytes >> 20, opts.reps));
+    Ok(())
+}
+
+/// One hot group writing and purging behind itself while 999 idle groups keep two entries
+/// each: the log's segments against its space bound, with the bound (rewrites of the idle
+/// groups) and without it (the idle groups pin every segment).
+fn space(opts: &Options, r: &mut SuiteResult) -> Result<(), String> {
+    let idle = opts.n(999, 20) as u64;
+    let secs = opts.n(600, 3) as u64;
+    let case = format!("1 hot group + {idle} idle ones, 1 KiB entries");
+    let bounded = "vellum, space bound 4x";
+    let unbounded = "vellum, no space bound";
+    let volume_bytes = opts.bytes(2 << 30, 256 << 20);
+    let mut worst = 0.0f64;
+    for (variant, factor, secs) in [(bounded, 4, secs), (unbounded, 0, secs.min(20))] {
+        let path = opts.dir.join("multiraft-space.vlm");
+        let volume = fresh_volume(&path, volume_bytes, CarrierOptions::PRODUCTION)?;
+        let config = LogConfig {
+            segment_bytes: SEGMENT_BYTES,
+            space_factor: factor,
+            ..LogConfig::default()
+        };
+        let log = LogCore::open(volume.clone(), config).map_err(e("log open"))?;
+        let groups: Vec<LogCore> = (1..=idle)
+            .map(|g| log.create_group(g))
+            .collect::<Result<_, _>>()
+            .map_err(e("group"))?;
+        let (tx, rx) = std::sync::mpsc::channel();
+        for (g, handle) in (1..).zip(&groups) {
+            let entries = (1..=2)
+                .map(|i| LogEntry {
+                    index: i,
+                    term: 1,
+                    payload: Arc::from(crate::payload(VALUE_BYTES, g * 2 + i)),
+                })
+                .collect();
+            let tx = tx.clone();
+            handle.append(entries, Box::new(move |r| drop(tx.send(r)))).map_err(e("append"))?;
+        }
+        drop(tx);
+        for done in rx {
+            done.map_err(|err| format!("append: {err}"))?;
+        }
+        let (mut next, mut appends, mut max_used, mut rounds) = (1u64, 0u64, 0u64, 0u64);
+        let payload: Arc<[u8]> = Arc::from(crate::payload(1024, 7));
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(secs) {
+            let batch: Vec<LogEntry> = (next..next + 16)
+                .map(|index| LogEntry { index, term: 1, payload: Arc::clone(&payload) })
+                .collect();
+            log::wait(|done| log.append(batch, done)).map_err(e("append"))?;
+            next += 16;
+            appends += 16;
+            rounds += 1;
+            if rounds % 16 == 0 {
+                // Keep the newest 256 entries, as openraft keeps some behind its snapshot.
+                log.purge(next.saturating_sub(257), Vec::new()).map_err(e("purge"))?;
+                let (used, bound) = log.space();
+                max_used = max_used.max(used);
+                if let Some(bound) = bound {
+                    worst = worst.max(used as f64 / bound as f64);
+                }
+                if used > volume_bytes / 2 {
+                    break; // without a bound the log would fill the volume
+                }
+            }
+        }
+        let secs_run = start.elapsed().as_secs_f64();
+        let (end_used, _) = log.space();
+        let mut m = Measurement::new(
+            "multiraft",
+            &case,
+            variant,
+            (variant == bounded).then_some(unbounded),
+            Unit::OpsPerSec,
+        );
+        m.add_rep(vec![appends as f64 / secs_run]);
+        m.set_extra("seconds", secs_run);
+        m.set_extra("MiB written", (appends * 1024) as f64 / f64::from(1 << 20));
+        m.set_extra("max MiB of segments", max_used as f64 / f64::from(1 << 20));
+        m.set_extra("MiB of segments at the end", end_used as f64 / f64::from(1 << 20));
+        if variant == bounded {
+            m.set_extra("worst segments / bound", worst);
+        }
+        r.measurements.push(m);
+        log.close();
+        drop((log, groups));
+        volume.close().map_err(e("close"))?;
+        let _ = std::fs::remove_file(&path);
+    }
+    let bound = format!(
+        "the bound: 4x the live entries' bytes plus 4 segments of {} MiB; the log acts once over it, so it rides at the bound",
+        SEGMENT_BYTES >> 20
+    );
+    r.target(
+        &format!("{case}, {secs} s: the log's segments stay within the space bound after every purge (worst segments / bound <= 1)"),
+        Some(worst),
+        |x| x <= 1.0,
+        &bound,
+    );
+    r.notes.push(format!("Space: {idle} idle groups append two {VALUE_BYTES}-byte entries each, then one hot group appends 16 entries of 1 KiB per durable write and purges every 256 entries, keeping the newest 256, for {secs} s (20 s at most without the bound, or until its segments take half the volume). With the bound the idle groups are rewritten forward as the purges need; without it they pin the first segment and every one after it. 1 MiB segments, a file volume on this machine's disk."));
     Ok(())
 }
 

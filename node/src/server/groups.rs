@@ -41,6 +41,13 @@ pub const GROUP_HEADER: &str = "x-vellum-group";
 /// is behind its log here. Bounded by `--groups` (at most 256 series).
 pub const GROUPS_LED: &str = "vellum_raft_groups_led";
 pub const GROUP_APPLY_LAG: &str = "vellum_raft_group_apply_lag_entries";
+/// Bytes a group's live entries take in the node's log.
+pub const GROUP_LOG_BYTES: &str = "vellum_raft_group_log_bytes";
+
+/// How often a node looks at the groups its log wants compacted, and the least time between
+/// two snapshots it asks of one group for that.
+const COMPACT_EVERY: Duration = Duration::from_secs(5);
+const COMPACT_PAUSE: Duration = Duration::from_secs(60);
 
 /// The least time between two leader transfers of one group by this node.
 pub const TRANSFER_PAUSE: Duration = Duration::from_secs(3);
@@ -215,6 +222,46 @@ fn heard_from(
         }
     }
     alive
+}
+
+/// Answers the log's space bound (docs/RAFT-LOG.md, "Rewrites and the space bound"): every
+/// [`COMPACT_EVERY`], asks each group the log names in `compact_wanted` (too many live bytes
+/// pinning old segments to rewrite) for a snapshot, after which openraft purges its log; and
+/// sets each group's [`GROUP_LOG_BYTES`]. Ends with `stop`.
+pub fn spawn_compactor(
+    groups: Arc<[Group]>,
+    log: LogCore,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) {
+    tokio::spawn(async move {
+        let mut asked: BTreeMap<u64, Instant> = BTreeMap::new();
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(COMPACT_EVERY) => {}
+                _ = stop.changed() => return,
+            }
+            if *stop.borrow() {
+                return;
+            }
+            for g in groups.iter() {
+                if let Ok(handle) = log.group(g.id) {
+                    let bytes = handle.live_bytes() as f64;
+                    metrics::gauge!(GROUP_LOG_BYTES, "group" => g.id.to_string()).set(bytes);
+                }
+            }
+            for id in log.compact_wanted() {
+                let Some(group) = groups.iter().find(|g| g.id == id) else { continue };
+                if asked.get(&id).is_some_and(|t| t.elapsed() < COMPACT_PAUSE) {
+                    continue;
+                }
+                asked.insert(id, Instant::now());
+                tracing::info!(group = id, "the log wants this group compacted: snapshot");
+                if let Err(e) = group.raft.trigger().snapshot().await {
+                    tracing::warn!(group = id, error = %e, "snapshot for the log's space bound");
+                }
+            }
+        }
+    });
 }
 
 /// Keeps the leaders of this node's groups spread over the voters: every [`BALANCE_EVERY`],

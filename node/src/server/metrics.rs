@@ -97,6 +97,11 @@ fn describe() {
         super::groups::GROUP_APPLY_LAG,
         "Per Raft group (--groups > 1): entries of this node's log not applied yet."
     );
+    describe_gauge!(
+        super::groups::GROUP_LOG_BYTES,
+        Unit::Bytes,
+        "Per Raft group: bytes its live entries take in this node's log."
+    );
     describe_histogram!(
         HTTP_DURATION,
         Unit::Seconds,

@@ -685,6 +685,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
             ),
         })
         .collect();
+    groups::spawn_compactor(Arc::clone(&groups), log_core.clone(), stop_rx.clone());
     let rebalance = Arc::new(tokio::sync::Notify::new());
     groups::spawn_balancer(
         Arc::clone(&groups),

@@ -13,12 +13,17 @@ const SEGMENT: usize = 64 << 10;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&n, rest)) = data.split_first() else { return };
-    let seal = Seal { salt: 0x5EA1, version: 1 + n % 6 };
+    let seal = Seal { salt: 0x5EA1, version: 1 + n % 7 };
     let mut seg = vec![0u8; SEGMENT_HEADER_LEN];
     let mut index = 1;
     for batch in 1..=u64::from(n % 12) {
         for _ in 0..(1 + batch % 3) {
-            let kind = if index % 7 == 0 { FrameKind::Truncate } else { FrameKind::Entry };
+            let kind = match index % 7 {
+                0 => FrameKind::Truncate,
+                // Format 7 on: rewrite copies among the entries.
+                5 if seal.version >= 7 => FrameKind::Rewrite,
+                _ => FrameKind::Entry,
+            };
             let payload = vec![index as u8; (index as usize * 37) % 900];
             // Format 6 on: frames of three groups interleaved.
             let group = if seal.version >= 6 { index % 3 } else { 0 };

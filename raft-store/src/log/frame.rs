@@ -28,6 +28,11 @@
 //! the batch id, inside the checksum: a 48-byte header), so one log hosts many groups, each
 //! with its own indexes. Frames of formats 1 to 5 belong to group 0. A `Skip` frame belongs
 //! to the log, not to a group, and carries group 0.
+//!
+//! From segment format 7 on a frame may be a `Rewrite`: a copy of a live entry of its group,
+//! written later in the log so that the segment holding the original can be freed while the
+//! group still needs the entry (a laggard group's few live entries carried forward). It never
+//! truncates: recovery moves the entry to the copy, and the copy's term must match.
 
 use crate::error::{Error, Result};
 
@@ -41,7 +46,7 @@ pub const FRAME_MAGIC: [u8; 4] = *b"VLFR";
 /// Magic of a segment header without its two version digits.
 pub const SEGMENT_MAGIC_PREFIX: [u8; 6] = *b"VLMSEG";
 /// The segment format new segments are written in.
-pub const SEGMENT_VERSION: u8 = 6;
+pub const SEGMENT_VERSION: u8 = 7;
 /// The first segment format whose header has flags and whose `Commit` frames carry a term.
 pub const SEGMENT_VERSION_FLAGS: u8 = 4;
 /// The first segment format whose file may be recycled (bytes past its last write may be an
@@ -49,6 +54,8 @@ pub const SEGMENT_VERSION_FLAGS: u8 = 4;
 pub const SEGMENT_VERSION_RECYCLED: u8 = 5;
 /// The first segment format whose frames carry a group id.
 pub const SEGMENT_VERSION_GROUPS: u8 = 6;
+/// The first segment format whose frames may be `Rewrite` copies of live entries.
+pub const SEGMENT_VERSION_REWRITE: u8 = 7;
 /// The oldest segment format this build reads.
 pub const SEGMENT_VERSION_MIN: u8 = 1;
 
@@ -59,7 +66,8 @@ pub struct Seal {
     /// The segment format: 1 (salt only), 2 (salt and the frame's offset), 3 (as 2, and
     /// `Commit` frames may appear), 4 (as 3; header flags, and `Commit` frames carry the
     /// committed id's term), 5 (as 4; the file may be recycled, the header records the
-    /// previous segment's end), 6 (as 5; every frame carries a group id).
+    /// previous segment's end), 6 (as 5; every frame carries a group id), 7 (as 6; `Rewrite`
+    /// frames may appear).
     pub version: u8,
 }
 
@@ -106,6 +114,9 @@ pub enum FrameKind {
     /// (format 3 on), `term` its term (format 4 on; 0 in format 3). Written as the last frame
     /// of a batch that goes out anyway, so saving the committed id costs no write of its own.
     Commit = 4,
+    /// A copy of the group's live entry `index` of term `term`, payload its bytes (format 7
+    /// on): the entry now lives here, and the segment that held it no longer pins it.
+    Rewrite = 5,
 }
 
 /// A decoded frame header.
@@ -163,6 +174,11 @@ pub fn encode_into(out: &mut [u8], seal: Seal, offset: u64, h: &FrameHeader, pay
         "segment format {} has no group ids",
         seal.version
     );
+    assert!(
+        h.kind != FrameKind::Rewrite || seal.version >= SEGMENT_VERSION_REWRITE,
+        "segment format {} has no rewrite frames",
+        seal.version
+    );
     let header_len = seal.header_len();
     out[..KIND_AT].copy_from_slice(&FRAME_MAGIC);
     out[KIND_AT] = h.kind as u8;
@@ -212,6 +228,7 @@ pub fn parse(buf: &[u8], seal: Seal, offset: u64) -> Parsed {
         2 => FrameKind::Truncate,
         3 => FrameKind::Skip,
         4 if seal.version >= 3 => FrameKind::Commit,
+        5 if seal.version >= SEGMENT_VERSION_REWRITE => FrameKind::Rewrite,
         _ => return Parsed::Invalid,
     };
     let payload_len = u32_at(h, PAYLOAD_LEN_AT);
@@ -467,6 +484,37 @@ mod tests {
     }
 
     #[test]
+    fn rewrite_frames_exist_from_format_7_on() {
+        // Format 6 never wrote kind 5: a frame of it there is damage, never a rewrite.
+        let v6 = Seal { salt: 77, version: 6 };
+        let mut buf = Vec::new();
+        encode(
+            &mut buf,
+            v6,
+            4096,
+            &FrameHeader { group: 2, ..frame(FrameKind::Entry, 9, b"e") },
+            b"e",
+        );
+        buf[KIND_AT] = FrameKind::Rewrite as u8;
+        let crc = frame_crc(v6, 4096, &buf[..48], b"e");
+        buf[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(parse(&buf, v6, 4096), Parsed::Invalid);
+        let v7 = Seal { salt: 77, version: 7 };
+        let mut buf = Vec::new();
+        let h = FrameHeader { group: 2, ..frame(FrameKind::Rewrite, 9, b"e") };
+        encode(&mut buf, v7, 4096, &h, b"e");
+        assert_eq!(parse(&buf, v7, 4096), Parsed::Valid { header: h, len: buf.len() });
+    }
+
+    #[test]
+    #[should_panic(expected = "has no rewrite frames")]
+    fn a_rewrite_frame_is_never_encoded_into_an_older_format() {
+        let mut buf = Vec::new();
+        let h = FrameHeader { group: 1, ..frame(FrameKind::Rewrite, 1, b"x") };
+        encode(&mut buf, Seal { salt: 77, version: 6 }, 4096, &h, b"x");
+    }
+
+    #[test]
     #[should_panic(expected = "has no group ids")]
     fn a_group_frame_is_never_encoded_into_an_older_format() {
         let mut buf = Vec::new();
@@ -549,7 +597,7 @@ mod tests {
         bad[9] ^= 1;
         assert!(matches!(SegmentHeader::decode(&bad, "s"), Err(Error::Corrupt { .. })));
         let mut newer = h.encode();
-        newer[7] = b'7';
+        newer[7] = b'8';
         assert!(matches!(
             SegmentHeader::decode(&resealed(newer), "s"),
             Err(Error::Unsupported { .. })

@@ -5,6 +5,9 @@
 //! a durable entry's payload is dropped from the window, oldest first, once the window is over
 //! its byte budget, and is read back from its segment after that. Entries that are not durable
 //! yet are never evicted (they are not on disk to be read back).
+//!
+//! The index also keeps the bytes its live entries take in the log (their frames once
+//! written, their payloads before), which bounds the log's space (`LogCore::purge`).
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -30,11 +33,30 @@ pub struct Index {
     budget: usize,
     /// Position in `locs` before which nothing is hot.
     cold_until: usize,
+    /// Sum of `weight` over `locs`.
+    live_bytes: u64,
+}
+
+/// The bytes an entry takes in the log: its frame once written, its payload before.
+fn weight(loc: &Loc) -> u64 {
+    if loc.len > 0 { u64::from(loc.len) } else { loc.hot.as_ref().map_or(0, |p| p.len() as u64) }
 }
 
 impl Index {
     pub fn new(next: u64, budget: usize) -> Index {
-        Index { first: next, locs: VecDeque::new(), hot_bytes: 0, budget, cold_until: 0 }
+        Index {
+            first: next,
+            locs: VecDeque::new(),
+            hot_bytes: 0,
+            budget,
+            cold_until: 0,
+            live_bytes: 0,
+        }
+    }
+
+    /// Bytes the live entries take in the log (frames once written, payloads before).
+    pub fn live_bytes(&self) -> u64 {
+        self.live_bytes
     }
 
     /// Index the next appended entry must have.
@@ -76,6 +98,7 @@ impl Index {
         }
         assert_eq!(index, self.next_index(), "appending index {index} would leave a hole");
         self.hot_bytes += loc.hot.as_ref().map_or(0, |p| p.len());
+        self.live_bytes += weight(&loc);
         self.locs.push_back(loc);
     }
 
@@ -84,6 +107,7 @@ impl Index {
         let keep = since.saturating_sub(self.first).min(self.locs.len() as u64) as usize;
         for loc in self.locs.drain(keep..) {
             self.hot_bytes -= loc.hot.as_ref().map_or(0, |p| p.len());
+            self.live_bytes -= weight(&loc);
         }
         self.cold_until = self.cold_until.min(self.locs.len());
     }
@@ -93,6 +117,7 @@ impl Index {
         let drop_n = (upto + 1).saturating_sub(self.first).min(self.locs.len() as u64) as usize;
         for loc in self.locs.drain(..drop_n) {
             self.hot_bytes -= loc.hot.as_ref().map_or(0, |p| p.len());
+            self.live_bytes -= weight(&loc);
         }
         self.cold_until = self.cold_until.saturating_sub(drop_n);
         self.first = self.first.max(upto + 1);
@@ -108,10 +133,30 @@ impl Index {
             && loc.term == term
             && !loc.durable
         {
+            self.live_bytes -= weight(loc);
             loc.seg = seg;
             loc.offset = offset;
             loc.len = len;
             loc.durable = true;
+            self.live_bytes += weight(loc);
+        }
+    }
+
+    /// Records that a durable entry was rewritten (a `Rewrite` frame): it now lives there.
+    /// An entry truncated meanwhile, replaced by another term or not durable is left alone.
+    pub fn relocated(&mut self, index: u64, term: u64, seg: u64, offset: u64, len: u32) {
+        let Some(i) = index.checked_sub(self.first).and_then(|i| usize::try_from(i).ok()) else {
+            return;
+        };
+        if let Some(loc) = self.locs.get_mut(i)
+            && loc.term == term
+            && loc.durable
+        {
+            self.live_bytes -= weight(loc);
+            loc.seg = seg;
+            loc.offset = offset;
+            loc.len = len;
+            self.live_bytes += weight(loc);
         }
     }
 

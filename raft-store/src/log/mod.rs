@@ -28,6 +28,12 @@
 //! share the one queue and IO thread, so concurrent appends of different groups become one
 //! durable write. A segment is freed only when no group still needs an entry in it.
 //!
+//! **Rewrites.** A laggard group would pin the oldest segment forever: `rewrite` copies its
+//! live entries to the log's end (segment format 7: `Rewrite` frames), and once the copies
+//! are durable the older segments no longer hold anything it needs. Every purge keeps the
+//! space bound (`LogConfig::space_factor`): it rewrites the small groups that pin the oldest
+//! segments and names the big ones (`compact_wanted`) for the application to snapshot.
+//!
 //! This module holds the operations; opening and recovery live in `open.rs`, the write path
 //! in `writer.rs`, the state they share in `state.rs`.
 //!
@@ -36,7 +42,9 @@
 //! hole; an entry that cannot fit a segment is refused before it is queued, so no request can
 //! poison the log; after a failed write every later write fails until the log is reopened;
 //! nothing of a dropped group is queued after its tombstone (the drop marks it under its
-//! index and meta locks, which every queuing call holds).
+//! index and meta locks, which every queuing call holds); a segment leaves a group's
+//! pinning set only by that group's durable purge past it, a durable truncation, or the
+//! durable last copy of a rewrite that started in a later segment.
 
 mod frame;
 mod index;
@@ -68,7 +76,7 @@ use frame::{FRAME_HEADER_LEN_GROUPS, Parsed, SEGMENT_HEADER_LEN};
 use index::{Index, Loc};
 use meta::RECORD_MAX;
 use queue::Combiner;
-use state::{Group, Item, MetaCell, Shared, join, lock, read_lock, write_lock};
+use state::{Group, Item, MetaCell, PendingCommit, Shared, join, lock, read_lock, write_lock};
 
 /// The log's decoders, for the fuzz targets in `raft-store/fuzz` (feature `internals`): not
 /// an API to build on.
@@ -561,7 +569,9 @@ impl LogCore {
     /// encoding of the purged id). Blocks until the purge record is durable, then frees the
     /// oldest whole segments that no group needs any more (every group with entries in them
     /// purged past them; one metadata commit): up to `LogConfig::recycled_segments` of them
-    /// are kept for reuse as later segments, the others deleted.
+    /// are kept for reuse as later segments, the others deleted. Then it keeps the space
+    /// bound (`LogConfig::space_factor`): laggard groups that pin the oldest segments are
+    /// rewritten forward, or listed by [`compact_wanted`](Self::compact_wanted).
     pub fn purge(&self, upto: u64, purged: Vec<u8>) -> Result<()> {
         wait(|done| {
             self.save_meta(
@@ -573,12 +583,19 @@ impl LogCore {
             )
         })?;
         write_lock(&self.group.index).purge(upto);
-        // Every group's durable purge point (a queued purge does not count: a power cut
-        // before its save would leave that group's entries needed).
-        let purged: std::collections::BTreeMap<u64, Option<u64>> = read_lock(&self.shared().groups)
-            .iter()
-            .map(|(&id, g)| (id, g.durable_purged()))
-            .collect();
+        self.free_unneeded(upto)?;
+        self.keep_space_bound()
+    }
+
+    /// Every group's durable purge point (a queued purge does not count: a power cut before
+    /// its save would leave that group's entries needed).
+    fn durable_purge_points(&self) -> std::collections::BTreeMap<u64, Option<u64>> {
+        read_lock(&self.shared().groups).iter().map(|(&id, g)| (id, g.durable_purged())).collect()
+    }
+
+    /// Frees the oldest segments no group needs (`purge`); returns how many.
+    fn free_unneeded(&self, upto: u64) -> Result<usize> {
+        let purged = self.durable_purge_points();
         #[cfg(feature = "test-util")]
         let purged = if self.shared().config.mutation == Some(state::LogMutation::FreeNeeded) {
             // The mutant: every other group counts as purged past everything.
@@ -589,6 +606,8 @@ impl LogCore {
         } else {
             purged
         };
+        #[cfg(not(feature = "test-util"))]
+        let _ = upto;
         let doomed: Vec<(u64, Vec<u8>)> = {
             let segs = lock(&self.shared().segments);
             let newest = segs.by_seq.keys().next_back().copied();
@@ -602,7 +621,7 @@ impl LogCore {
                 .collect()
         };
         if doomed.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         let count = doomed.len();
         let retired: Vec<_> = {
@@ -618,7 +637,187 @@ impl LogCore {
         self.shared().volume.commit()?;
         self.shared().retirer.adopt(kept);
         metrics::counter!(m::SEGMENTS_PURGED_TOTAL).increment(count as u64);
+        Ok(count)
+    }
+
+    /// Bytes the log's active segments take, and the bound `LogConfig::space_factor` sets
+    /// for them now: that multiple of the live entries' bytes of every group, plus four
+    /// segments (the one being written, the one before it, and room for the rewrites
+    /// themselves). `None` without a bound.
+    pub fn space(&self) -> (u64, Option<u64>) {
+        let shared = self.shared();
+        let used = lock(&shared.segments).by_seq.values().map(|s| s.len).sum();
+        if shared.config.space_factor == 0 {
+            return (used, None);
+        }
+        let live: u64 =
+            read_lock(&shared.groups).values().map(|g| read_lock(&g.index).live_bytes()).sum();
+        (used, Some(shared.config.space_factor * live + 4 * shared.segment_bytes))
+    }
+
+    /// While the segments are over the space bound, deals with the groups that pin the
+    /// oldest one: rewrites those with few live bytes (`LogConfig::rewrite_max_bytes`) to
+    /// the log's end, lists the others for [`compact_wanted`](Self::compact_wanted), and
+    /// frees what the rewrites released.
+    fn keep_space_bound(&self) -> Result<()> {
+        let shared = self.shared();
+        let rewrite_max = match shared.config.rewrite_max_bytes {
+            0 => shared.segment_bytes / 16,
+            n => n,
+        };
+        let mut wanted = std::collections::BTreeSet::new();
+        let mut rewritten = std::collections::BTreeSet::new();
+        loop {
+            let (used, bound) = self.space();
+            let Some(bound) = bound else { break };
+            if used <= bound {
+                break;
+            }
+            let purged = self.durable_purge_points();
+            let pinning = {
+                let segs = lock(&shared.segments);
+                if segs.by_seq.len() < 2 {
+                    break;
+                }
+                let (_, oldest) = segs.by_seq.iter().next().expect("two segments");
+                oldest.pinned_by(|g| purged.get(&g).copied().flatten())
+            };
+            // Every laggard of the segment queued at once: their copies share the writes.
+            let (tx, rx) = std::sync::mpsc::channel();
+            let mut queued = 0;
+            for id in pinning {
+                if rewritten.contains(&id) || wanted.contains(&id) {
+                    continue;
+                }
+                let Ok(group) = self.group(id) else { continue };
+                if read_lock(&group.group.index).live_bytes() > rewrite_max {
+                    wanted.insert(id);
+                    continue;
+                }
+                let tx = tx.clone();
+                match group.queue_rewrite(Box::new(move |r| drop(tx.send(r)))) {
+                    Ok(n) => metrics::counter!(m::REWRITTEN_ENTRIES_TOTAL).increment(n as u64),
+                    Err(Error::UnknownGroup(_)) => continue,
+                    Err(e) => return Err(e),
+                }
+                rewritten.insert(id);
+                queued += 1;
+            }
+            drop(tx);
+            self.log.kick();
+            for r in rx.iter().take(queued) {
+                r.map_err(|e| Error::shared(&e))?;
+            }
+            if queued == 0 || self.free_unneeded(0)? == 0 {
+                break;
+            }
+        }
+        let mut list = lock(&shared.compact_wanted);
+        if wanted.is_empty() {
+            list.clear();
+        } else {
+            *list = wanted;
+        }
+        metrics::gauge!(m::GROUPS_COMPACT_WANTED).set(list.len() as f64);
         Ok(())
+    }
+
+    /// Bytes this group's live entries take in the log (frames once written, payloads
+    /// before).
+    pub fn live_bytes(&self) -> u64 {
+        read_lock(&self.group.index).live_bytes()
+    }
+
+    /// Groups that pin old segments while the log is over its space bound and hold too many
+    /// live bytes to be rewritten (as of the last purge of any group): the application should
+    /// snapshot and purge them (raft-engine's force-compact list). Empty while the log is
+    /// within its bound.
+    pub fn compact_wanted(&self) -> Vec<u64> {
+        lock(&self.shared().compact_wanted).iter().copied().collect()
+    }
+
+    /// Copies every live entry of this group to the log's end as `Rewrite` frames, so that
+    /// the older segments holding them can be freed while the group still needs its
+    /// entries, and blocks until the copies are durable. Returns how many entries it copied
+    /// (0: the group holds none, nothing is written). Nothing changes for readers: the same
+    /// entries, read from their copies. A group that changes under every attempt is left as
+    /// it is (0).
+    pub fn rewrite(&self) -> Result<usize> {
+        let mut copied = 0;
+        wait(|done| {
+            copied = self.queue_rewrite(done)?;
+            self.log.kick();
+            Ok(())
+        })?;
+        self.check_group()?;
+        metrics::counter!(m::REWRITTEN_ENTRIES_TOTAL).increment(copied as u64);
+        Ok(copied)
+    }
+
+    /// Queues the rewrite of this group (`rewrite`); `done` runs once it is durable, at once
+    /// when there is nothing to copy. Returns how many entries it queued; the caller kicks
+    /// the writer (once for many rewrites: they share the writes).
+    fn queue_rewrite(&self, done: Callback) -> Result<usize> {
+        self.check_failed()?;
+        self.check_group()?;
+        // Read outside the index lock (cold entries are read from their segments), then
+        // queued only if the group did not change meanwhile.
+        for _ in 0..16 {
+            let (first, last) = {
+                let ix = read_lock(&self.group.index);
+                match ix.last_index() {
+                    Some(last) => (ix.first_index(), last),
+                    None => break,
+                }
+            };
+            let mut entries = match self.read(first, last + 1) {
+                Ok(e) => e,
+                Err(Error::OutOfRange { .. } | Error::Corrupt { .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            // Under the group's index and meta locks, as every queuing call: the copies
+            // follow every frame of the group queued before, and the entries a purge queued
+            // before them dropped are left out.
+            let ix = write_lock(&self.group.index);
+            let meta = lock(&self.group.meta);
+            let unchanged = ix.first_index() == first
+                && ix.last_index() == Some(last)
+                && entries.iter().all(|e| ix.get(e.index).is_some_and(|l| l.term == e.term));
+            if self.group.is_dropped() {
+                return Err(Error::UnknownGroup(self.group.id));
+            }
+            if !unchanged {
+                continue;
+            }
+            if let Some(p) = meta.state.purged_index {
+                entries.retain(|e| e.index > p);
+            }
+            #[cfg(feature = "test-util")]
+            if self.shared().config.mutation == Some(state::LogMutation::RewriteShort) {
+                entries.pop();
+            }
+            if entries.is_empty() {
+                break;
+            }
+            let n = entries.len();
+            let commit = match (meta.state.committed_index, &meta.state.committed) {
+                (Some(index), Some(payload)) => entries
+                    .iter()
+                    .find(|e| e.index == index)
+                    .map(|e| PendingCommit { index, term: e.term, payload: payload.clone() }),
+                _ => None,
+            };
+            let group = Arc::clone(&self.group);
+            let r = self.push(Item::Rewrite { group, entries, commit, done });
+            drop(meta);
+            drop(ix);
+            r?;
+            return Ok(n);
+        }
+        // Nothing to copy, or a group that keeps changing (no laggard: the next purge looks
+        // again).
+        done(Ok(()));
+        Ok(0)
     }
 
     /// The newest saved (or queued) meta state.
@@ -649,7 +848,22 @@ impl LogCore {
         for (index, loc) in wanted {
             let payload = match loc.hot {
                 Some(p) => p,
-                None => self.read_cold(index, &loc)?,
+                None => match self.read_cold(index, &loc) {
+                    Ok(p) => p,
+                    // A rewrite moved the entry and its old segment went meanwhile: read it
+                    // where the index has it now.
+                    Err(e) => {
+                        let moved = read_lock(&self.group.index)
+                            .get(index)
+                            .filter(|now| now.seg != loc.seg && now.term == loc.term)
+                            .cloned();
+                        match moved {
+                            Some(Loc { hot: Some(p), .. }) => p,
+                            Some(now) => self.read_cold(index, &now)?,
+                            None => return Err(e),
+                        }
+                    }
+                },
             };
             out.push(LogEntry { index, term: loc.term, payload });
         }

@@ -28,7 +28,7 @@
 //! read (`Error::VolumeRolledBack`, for as long as the volume's loss flag is set): the engine
 //! opened it at its last checkpoint, so the log's files may be those of an earlier moment.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, RwLock};
 
@@ -192,6 +192,7 @@ pub(super) fn open(volume: Volume, mut config: LogConfig) -> Result<Opened> {
         segment_bytes,
         // Every group at first: the first look drops those with nothing pending.
         committing: Mutex::new(groups.keys().copied().collect()),
+        compact_wanted: Mutex::new(BTreeSet::new()),
         groups: RwLock::new(groups),
         segments: Mutex::new(segments),
         needs_barrier,
@@ -648,7 +649,10 @@ type Kept = Vec<(u64, u64, u64, u64, u32)>;
 
 /// Applies the scanned frames in order, per group: entries must be consecutive, truncations
 /// drop their suffix (and a `Commit` frame at or past it), everything at or below a group's
-/// purged index written before its purge is gone. A group without a meta file must have no
+/// purged index written before its purge is gone. A `Rewrite` frame moves the entry it
+/// copies (same index, same term) to itself; when the original is gone (its segment freed
+/// after the rewrite was durable), the copies rebuild the group's entries before the first
+/// one kept, and must join them without a hole. A group without a meta file must have no
 /// live entry left (a dropped group's tombstone truncated them all).
 fn rebuild(
     segments: &mut Segments,
@@ -660,13 +664,74 @@ fn rebuild(
     let mut commits: BTreeMap<u64, ScannedCommit> = BTreeMap::new();
     let mut current = None;
     let mut kept: BTreeMap<u64, Kept> = BTreeMap::new();
+    // Per group: rewrite copies of entries before its first kept one, not joined yet.
+    let mut prefix: BTreeMap<u64, Kept> = BTreeMap::new();
+    let hole = |seg: &SegInfo, offset: u64| Error::Corrupt {
+        file: lossy(&seg.path),
+        offset,
+        reason: "rewritten entries leave a hole before the group's first entry",
+    };
     let last_seq = segments.by_seq.keys().next_back().copied();
     for ((&seq, seg), scan) in segments.by_seq.iter().zip(scans) {
         max_batch = max_batch.max(scan.max_batch);
         let mut seg_commits = scan.commits.into_iter();
         for f in &scan.frames {
             let group = f.header.group;
+            if f.header.kind != FrameKind::Rewrite
+                && prefix.get(&group).is_some_and(|p| !p.is_empty())
+            {
+                return Err(hole(seg, f.offset));
+            }
             match f.header.kind {
+                FrameKind::Rewrite => {
+                    let (idx, term) = (f.header.index, f.header.term);
+                    let meta = metas.get(&group).map(|(m, _)| m);
+                    if meta.is_some_and(|m| {
+                        m.purged_index.is_some_and(|p| idx <= p) && f.header.batch < m.purged_batch
+                    }) {
+                        continue; // purged
+                    }
+                    let kept = kept.entry(group).or_default();
+                    let first = kept.first().map(|k| k.0);
+                    let last = kept.last().map(|k| k.0);
+                    let here = (idx, term, seq, f.offset, f.len);
+                    match (first, last) {
+                        (Some(first), Some(last)) if (first..=last).contains(&idx) => {
+                            let k = &mut kept[(idx - first) as usize];
+                            if k.1 != term {
+                                return Err(Error::Corrupt {
+                                    file: lossy(&seg.path),
+                                    offset: f.offset,
+                                    reason: "a rewrite's term is not the term of the entry it copies",
+                                });
+                            }
+                            *k = here;
+                        }
+                        (Some(first), _) if idx < first => {
+                            let p = prefix.entry(group).or_default();
+                            if p.last().is_some_and(|l| l.0 + 1 != idx) {
+                                return Err(hole(seg, f.offset));
+                            }
+                            p.push(here);
+                            if idx + 1 == first {
+                                let mut joined = std::mem::take(p);
+                                joined.append(kept);
+                                *kept = joined;
+                            }
+                        }
+                        // The first copies when the originals are gone, and the ones that
+                        // continue them.
+                        (None, _) => kept.push(here),
+                        (_, Some(last)) if idx == last + 1 => kept.push(here),
+                        _ => {
+                            return Err(Error::Corrupt {
+                                file: lossy(&seg.path),
+                                offset: f.offset,
+                                reason: "a rewrite of an entry the log never held",
+                            });
+                        }
+                    }
+                }
                 FrameKind::Entry => {
                     let idx = f.header.index;
                     let meta = metas.get(&group).map(|(m, _)| m);
@@ -711,6 +776,11 @@ fn rebuild(
                 pos: scan.next_write,
             });
         }
+    }
+    if let Some((_, p)) = prefix.iter().find(|(_, p)| !p.is_empty()) {
+        let (_, _, seq, offset, _) = p[0];
+        let seg = segments.by_seq.get(&seq).expect("a scanned segment");
+        return Err(hole(seg, offset));
     }
     if let Some((group, k)) = kept.iter().find(|(g, k)| !metas.contains_key(g) && !k.is_empty()) {
         let (_, _, seq, offset, _) = k[0];

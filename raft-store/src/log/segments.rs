@@ -49,8 +49,8 @@ pub struct SegInfo {
     pub len: u64,
     pub file: Arc<File>,
     pub path: Vec<u8>,
-    /// Per group: the highest live entry index written into it (absent: none, or every one
-    /// truncated since).
+    /// Per group: the highest live entry index written into it (absent: none, every one
+    /// truncated since, or every one rewritten into a later segment).
     pub max_index: BTreeMap<u64, u64>,
 }
 
@@ -73,6 +73,21 @@ impl SegInfo {
                 }
             }
         }
+    }
+
+    /// Records that every live entry of `group` was rewritten into a later segment (durably):
+    /// this one no longer holds any the group needs.
+    pub fn released(&mut self, group: u64) {
+        self.max_index.remove(&group);
+    }
+
+    /// The groups that still need an entry of this segment (`purged` as for `unneeded`).
+    pub fn pinned_by(&self, purged: impl Fn(u64) -> Option<u64>) -> Vec<u64> {
+        self.max_index
+            .iter()
+            .filter(|&(&group, &max)| purged(group).is_none_or(|p| max > p))
+            .map(|(&g, _)| g)
+            .collect()
     }
 
     /// Whether no group needs an entry of this segment any more: every group with live

@@ -62,6 +62,17 @@ pub struct LogConfig {
     /// 8 KiB write and a rename) instead of new files zero-filled in full. They hold volume
     /// space the log no longer needs; 0 deletes every purged segment.
     pub recycled_segments: usize,
+    /// The space bound (0: none): when a purge leaves the log's segments holding more than
+    /// this multiple of its live entries' bytes, plus four segments of slack, the groups that
+    /// pin the oldest segments are dealt with: a group whose live entries take at most
+    /// `rewrite_max_bytes` is rewritten forward (its entries copied to the log's end, as
+    /// raft-engine rewrites laggard regions), a larger one is listed by
+    /// [`LogCore::compact_wanted`](super::LogCore::compact_wanted) for the application to
+    /// snapshot and purge. Default 4.
+    pub space_factor: u64,
+    /// The most live bytes a laggard group may have for the log to rewrite it (default 0: a
+    /// sixteenth of a segment).
+    pub rewrite_max_bytes: u64,
     /// A protocol mutant the crash campaign must catch (test machinery).
     #[cfg(feature = "test-util")]
     #[doc(hidden)]
@@ -79,6 +90,9 @@ pub enum LogMutation {
     /// A purge frees segments by its own group's purge point alone, ignoring the entries
     /// other groups still need in them.
     FreeNeeded,
+    /// A rewrite leaves out its group's newest live entry, and still releases the segments
+    /// behind it.
+    RewriteShort,
 }
 
 /// The smallest volume the store opens on with segments derived from its size
@@ -123,6 +137,8 @@ impl Default for LogConfig {
             io: LogIo::Thread,
             commit_lag: Duration::from_millis(50),
             recycled_segments: 2,
+            space_factor: 4,
+            rewrite_max_bytes: 0,
             #[cfg(feature = "test-util")]
             mutation: None,
         }
@@ -156,6 +172,17 @@ pub(crate) enum Item {
         since: u64,
         done: Callback,
     },
+    /// Copies of every live entry of the group (`LogCore::rewrite`), written as `Rewrite`
+    /// frames; once durable, no older segment holds anything the group needs.
+    Rewrite {
+        group: Arc<Group>,
+        entries: Vec<LogEntry>,
+        /// The group's committed id when it names one of the copies: a `Commit` frame after
+        /// them carries it again, so that freeing the segment of its last `Commit` frame does
+        /// not take it back.
+        commit: Option<PendingCommit>,
+        done: Callback,
+    },
     /// A meta save; `purge` marks one that moves the purged index.
     Meta {
         group: Arc<Group>,
@@ -170,7 +197,10 @@ impl Complete for Item {
 
     fn complete(self, result: Result<(), SharedError>) {
         match self {
-            Item::Entries { done, .. } | Item::Truncate { done, .. } | Item::Meta { done, .. } => {
+            Item::Entries { done, .. }
+            | Item::Truncate { done, .. }
+            | Item::Rewrite { done, .. }
+            | Item::Meta { done, .. } => {
                 done(result);
             }
         }
@@ -228,6 +258,9 @@ pub(crate) struct Shared {
     /// group has nothing pending, checked under this lock. Lock order: this, then `groups`,
     /// then a group's meta.
     pub committing: Mutex<BTreeSet<u64>>,
+    /// Groups that pin old segments with more live bytes than the log rewrites: the
+    /// application should snapshot and purge them (`LogCore::compact_wanted`).
+    pub compact_wanted: Mutex<BTreeSet<u64>>,
     pub segments: Mutex<Segments>,
     /// A barrier must follow each write (a buffered carrier that is not memory).
     pub needs_barrier: bool,

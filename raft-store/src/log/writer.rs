@@ -24,7 +24,12 @@
 //!
 //! One batch carries the frames of every group queued (one durable write for all of them).
 //! A frame of a group other than 0 never goes into a segment of a format before 6 (whose
-//! frames have no group id): the writer rolls to a new segment first.
+//! frames have no group id), nor a `Rewrite` frame into one before 7: the writer rolls to a
+//! new segment first.
+//!
+//! A rewrite (a group's live entries copied forward as `Rewrite` frames) moves the group's
+//! index to the copies, and only once its last frame is durable does it release the group
+//! from every segment older than the one its first copy landed in.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -34,7 +39,8 @@ use vellum_engine::AlignedBuf;
 
 use super::frame::{
     ALIGN, FRAME_HEADER_LEN_GROUPS, FrameHeader, FrameKind, SEGMENT_HEADER_LEN, SEGMENT_VERSION,
-    SEGMENT_VERSION_FLAGS, SEGMENT_VERSION_GROUPS, Seal, SegmentHeader, encode_into,
+    SEGMENT_VERSION_FLAGS, SEGMENT_VERSION_GROUPS, SEGMENT_VERSION_REWRITE, Seal, SegmentHeader,
+    encode_into,
 };
 use super::meta::MetaState;
 use super::recovery::CROSS_SEGMENT;
@@ -63,6 +69,7 @@ struct Placed {
     len: u32,
     is_entry: bool,
     truncates: bool,
+    rewrite: bool,
 }
 
 /// The frames of the write being built, encoded straight into the aligned buffer the write
@@ -73,11 +80,19 @@ struct Pending {
     /// Bytes of frames in `buf`.
     len: usize,
     placed: Vec<Placed>,
+    /// Rewrites whose last frame is in this write: `(group, seq)`, where `seq` is the segment
+    /// its first copy landed in.
+    released: Vec<(Arc<Group>, u64)>,
 }
 
 impl Default for Pending {
     fn default() -> Self {
-        Pending { buf: AlignedBuf::zeroed(0, ALIGN), len: 0, placed: Vec::new() }
+        Pending {
+            buf: AlignedBuf::zeroed(0, ALIGN),
+            len: 0,
+            placed: Vec::new(),
+            released: Vec::new(),
+        }
     }
 }
 
@@ -110,6 +125,7 @@ impl Pending {
     fn clear(&mut self) {
         self.len = 0;
         self.placed.clear();
+        self.released.clear();
     }
 }
 
@@ -200,6 +216,23 @@ impl Writer {
                 Item::Truncate { group, since, .. } => {
                     self.add_frame(shared, pending, group, FrameKind::Truncate, *since, 0, &[])?;
                 }
+                Item::Rewrite { group, entries, commit, .. } => {
+                    let mut first_seq = None;
+                    for e in entries.iter() {
+                        let (kind, index, term) = (FrameKind::Rewrite, e.index, e.term);
+                        self.add_frame(shared, pending, group, kind, index, term, &e.payload)?;
+                        first_seq.get_or_insert_with(|| {
+                            self.current.as_ref().expect("a frame was placed").seq
+                        });
+                    }
+                    if let Some(c) = commit {
+                        let (kind, index, term) = (FrameKind::Commit, c.index, c.term);
+                        self.add_frame(shared, pending, group, kind, index, term, &c.payload)?;
+                    }
+                    if let Some(seq) = first_seq {
+                        pending.released.push((Arc::clone(group), seq));
+                    }
+                }
                 Item::Meta { group, state, purge, .. } => {
                     self.flush(shared, pending)?;
                     if *purge {
@@ -272,6 +305,7 @@ impl Writer {
             len: flen as u32,
             is_entry: false,
             truncates: false,
+            rewrite: false,
         });
         metrics::counter!(m::COMMITTED_CARRIED_TOTAL).increment(1);
         Some(index)
@@ -300,9 +334,16 @@ impl Writer {
             let flen = cur.seal.frame_len(payload.len());
             cur.pos + (buffered + flen).next_multiple_of(ALIGN) as u64 <= cur.len
         };
-        // A segment of a format without group ids takes group 0's frames only.
-        let holds_group =
-            |cur: &Current| group.id == 0 || cur.seal.version >= SEGMENT_VERSION_GROUPS;
+        // A segment of a format without group ids takes group 0's frames only, one before
+        // format 7 no rewrites.
+        let needs = if kind == FrameKind::Rewrite {
+            SEGMENT_VERSION_REWRITE
+        } else if group.id != 0 {
+            SEGMENT_VERSION_GROUPS
+        } else {
+            0
+        };
+        let holds_group = |cur: &Current| cur.seal.version >= needs;
         if pending.len + flen_max > shared.config.max_batch_bytes && !pending.is_empty() {
             self.flush(shared, pending)?;
         }
@@ -332,6 +373,7 @@ impl Writer {
             len: flen as u32,
             is_entry: kind == FrameKind::Entry,
             truncates: kind == FrameKind::Truncate,
+            rewrite: kind == FrameKind::Rewrite,
         });
         match kind {
             FrameKind::Entry => {
@@ -345,7 +387,7 @@ impl Writer {
                     };
                 }
             }
-            FrameKind::Skip | FrameKind::Commit => {}
+            FrameKind::Skip | FrameKind::Commit | FrameKind::Rewrite => {}
         }
         Ok(())
     }
@@ -377,6 +419,8 @@ impl Writer {
                 let p = &placed[at];
                 if p.is_entry {
                     ix.written(p.index, p.term, seq, base + p.offset, p.len);
+                } else if p.rewrite {
+                    ix.relocated(p.index, p.term, seq, base + p.offset, p.len);
                 }
                 at += 1;
             }
@@ -388,7 +432,7 @@ impl Writer {
             // anything newer than its purge point in it).
             let mut segs = lock(&shared.segments);
             for p in placed {
-                if p.is_entry {
+                if p.is_entry || p.rewrite {
                     if let Some(seg) = segs.by_seq.get_mut(&seq) {
                         seg.holds(p.group.id, p.index);
                     }
@@ -396,6 +440,13 @@ impl Writer {
                     for seg in segs.by_seq.values_mut() {
                         seg.truncated(p.group.id, p.index);
                     }
+                }
+            }
+            // Every copy of these rewrites is durable now: the older segments hold nothing
+            // their groups need.
+            for (group, first_seq) in &pending.released {
+                for (_, seg) in segs.by_seq.range_mut(..first_seq) {
+                    seg.released(group.id);
                 }
             }
         }
