@@ -307,6 +307,10 @@ pub(super) struct Load {
     pub(super) value_len: usize,
 }
 
+/// How often a client retries a write answered 503 (20 ms apart: 10 s in all, the span of an
+/// election under load) before the run fails.
+const RETRIES_503: usize = 500;
+
 /// Runs `load` against member `leader` of `c`; returns latencies (ms) and writes/s. Every
 /// system gets the same client code and the same incompressible values; only the request
 /// differs (Vellum: `PUT /v1/kv/KEY` with the raw value; etcd: `POST /v3/kv/put` with JSON).
@@ -349,7 +353,19 @@ pub(super) fn workload_routed(
                     for i in 0..load.per_client {
                         let key = format!("{tag}-{client_no}-{i}");
                         let t = Instant::now();
-                        let r = put(&http, &key);
+                        let mut r = put(&http, &key);
+                        // A 503 is "no leader here now" (a leader transfer or election in
+                        // flight): nothing was proposed, so a client retries, as etcdctl and
+                        // `vellum put` do. The latency includes the wait.
+                        for _ in 0..RETRIES_503 {
+                            match &r {
+                                Ok(resp) if resp.status() == 503 => {
+                                    std::thread::sleep(Duration::from_millis(20));
+                                    r = put(&http, &key);
+                                }
+                                _ => break,
+                            }
+                        }
                         lat.push(t.elapsed().as_secs_f64() * 1e3);
                         match r {
                             Ok(r) if r.status().is_success() => {}
