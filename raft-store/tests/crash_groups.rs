@@ -13,7 +13,8 @@
 //! group appearing or vanishing other than by the create or drop in flight, and opens
 //! refused on a log that only lost power. Purges free segments only when no group needs
 //! them: a mutant that frees by the purging group's own purge point must be caught, and so must
-//! one whose rewrites leave out a group's newest entry.
+//! one whose rewrites leave out a group's newest entry, and one that frees the segment holding
+//! a group's newest vote (a `Vote` frame, segment format 8) without saving its meta file.
 //! Rerun one seed with `VELLUM_CRASH_SEED=<seed>`.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
@@ -521,8 +522,11 @@ fn verify(image: Vec<u8>, model: &Model, rng: &mut FaultRng) -> Result<(), Strin
 
 fn crash_point(seed: u64, io: LogIo) -> Result<(), String> {
     let ops = 60;
-    let (_, _, total) = run(seed, None, io, ops);
+    let (whole, model, total) = run(seed, None, io, ops);
     let mut rng = FaultRng::new(seed ^ 0x00C0_FFEE);
+    // The cut after the last operation is a crash point too: every purge of the run is done.
+    let image = whole.crash_image(&mut rng);
+    verify(image, &model, &mut rng).map_err(|e| format!("seed {seed}, cut after the run: {e}"))?;
     let at = rng.below(total.max(1));
     let (carrier, model, _) = run(seed, Some(at), io, ops);
     let image = carrier.crash_image(&mut rng);
@@ -602,5 +606,21 @@ fn freeing_a_segment_another_group_needs_is_caught() {
     );
     if n > 1 {
         assert!(failed > 0, "no crash point caught a segment freed under another group's entries");
+    }
+}
+
+/// The mutant of the vote rule: a purge frees the segment holding a group's newest vote (a
+/// `Vote` frame) without saving that group's meta file first. Recovery then finds an older
+/// vote, and the campaign must catch it.
+#[test]
+fn freeing_the_segment_of_a_groups_newest_vote_is_caught() {
+    MUTATION.set(Some(log::LogMutation::FreeVote));
+    let range = seeds(0..200);
+    let n = range.end - range.start;
+    let failed = campaign(range, LogIo::Inline).len();
+    MUTATION.set(None);
+    eprintln!("the mutant that frees a group's newest vote fails {failed} of {n} crash points");
+    if n > 1 {
+        assert!(failed > 0, "no crash point caught a vote freed with its segment");
     }
 }

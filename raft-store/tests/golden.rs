@@ -13,7 +13,10 @@
 //! end, which recovery checks). v6: segment format 6 (every frame carries its group id); a
 //! second group, 3, with entries 1 to 14 interleaved with group 0's and a vote of its own.
 //! v7: segment format 7; as v6, and group 3's entries rewritten forward (`Rewrite` frames
-//! after the originals, which recovery moves the entries to).
+//! after the originals, which recovery moves the entries to). v8: segment format 8; as v7,
+//! and every vote is a `Vote` frame in the segments (none reached a meta file but through a
+//! later save); group 5 voted, was dropped (a drop tombstone, which voids its vote frame) and
+//! created again with a new vote.
 //!
 //! Every golden volume also takes a new group after it is opened: a log of a format without
 //! group ids rolls to a segment of format 6 for the new group's first frame.
@@ -116,6 +119,13 @@ async fn build(volume: &Volume, version: u32) {
             assert_eq!(g.rewrite().unwrap(), 14);
         }
     }
+    if version >= 8 {
+        let g = core.create_group(5).unwrap();
+        log::wait(|done| g.save_vote(b"group 5 old vote".to_vec(), done)).unwrap();
+        core.drop_group(5).unwrap();
+        let g = core.create_group(5).unwrap();
+        log::wait(|done| g.save_vote(b"group 5 new vote".to_vec(), done)).unwrap();
+    }
     store.truncate(log_id(1, 55)).await.unwrap();
     store.save_vote(&Vote::new_committed(2, 1)).await.unwrap();
     for first in (55..=70).step_by(4) {
@@ -173,6 +183,11 @@ async fn verify(version: u32, bytes: &[u8], log: LogConfig) {
         assert_eq!(g.read(0, 100).unwrap(), want, "group 3 of the golden volume");
         assert_eq!(g.meta().vote.as_deref(), Some(b"group 3 vote".as_slice()));
     }
+    if version >= 8 {
+        let g = store.core().group(5).unwrap();
+        assert_eq!(g.meta().vote.as_deref(), Some(b"group 5 new vote".as_slice()));
+        assert_eq!(g.bounds(), (0, None));
+    }
     // A new group on the golden log: its frames go into a segment with group ids.
     let g9 = store.core().create_group(9).unwrap();
     log::wait(|done| g9.append(vec![group_3_entry(1), group_3_entry(2)], done)).unwrap();
@@ -216,5 +231,5 @@ async fn golden_raft_volumes_open_and_read_identically() {
         verify(version, &bytes, other).await;
         versions += 1;
     }
-    assert!(versions >= 6, "the golden raft volumes of formats 1 to 6 are under tests/golden/");
+    assert!(versions >= 8, "the golden raft volumes of formats 1 to 8 are under tests/golden/");
 }

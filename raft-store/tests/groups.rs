@@ -34,10 +34,8 @@ fn config() -> LogConfig {
     }
 }
 
-/// The IO thread is held inside its first write while sixteen groups queue one append each:
-/// they all go out in the next write, one durable write for sixteen groups.
-#[test]
-fn appends_of_sixteen_groups_become_one_durable_write() {
+/// A log on a counting carrier with sixteen groups besides group 0, its first roll done.
+fn counted_log() -> (Arc<FaultyCarrier>, LogCore, Vec<LogCore>) {
     let carrier = Arc::new(FaultyCarrier::new(16 << 20, true));
     let volume = Volume::format(
         Box::new(Arc::clone(&carrier)),
@@ -49,6 +47,18 @@ fn appends_of_sixteen_groups_become_one_durable_write() {
     let groups: Vec<LogCore> = (1..=16).map(|g| core.create_group(g).unwrap()).collect();
     // Warm up: the first roll, so that the counted writes are batches only.
     log::wait(|done| core.append(entries(0, 1, 1, 100), done)).unwrap();
+    (carrier, core, groups)
+}
+
+/// Holds the log's IO thread inside a write of group 0 while `queue` queues its items (each
+/// sending its outcome on the channel), then lets it go and waits for `items` outcomes.
+/// Returns the carrier's writes from group 0's on.
+fn writes_while_held(
+    carrier: &FaultyCarrier,
+    core: &LogCore,
+    items: usize,
+    queue: impl FnOnce(&std::sync::mpsc::Sender<bool>),
+) -> usize {
     let writes = Arc::new(AtomicUsize::new(0));
     let hold = Arc::new(AtomicBool::new(true));
     let (entered_tx, entered_rx) = std::sync::mpsc::channel::<()>();
@@ -67,27 +77,92 @@ fn appends_of_sixteen_groups_become_one_durable_write() {
     }
     let (tx, rx) = std::sync::mpsc::channel();
     let tx0 = tx.clone();
-    core.append(entries(0, 2, 1, 100), Box::new(move |r| tx0.send(r.is_ok()).unwrap())).unwrap();
+    let next = core.bounds().1.map_or(0, |l| l + 1);
+    core.append(entries(0, next, 1, 100), Box::new(move |r| tx0.send(r.is_ok()).unwrap())).unwrap();
     entered_rx.recv().unwrap(); // the IO thread is inside group 0's write
-    for g in &groups {
-        let tx = tx.clone();
-        let id = g.group_id();
-        g.append(entries(id, 1, 2, 300), Box::new(move |r| tx.send(r.is_ok()).unwrap())).unwrap();
-    }
+    queue(&tx);
     hold.store(false, Ordering::SeqCst);
-    for _ in 0..17 {
+    for _ in 0..=items {
         assert!(rx.recv().unwrap());
     }
     carrier.set_write_hook(None);
-    assert_eq!(
-        writes.load(Ordering::SeqCst),
-        2,
-        "group 0's write, then one write for the appends of all sixteen groups"
-    );
+    writes.load(Ordering::SeqCst)
+}
+
+/// The IO thread is held inside its first write while sixteen groups queue one append each:
+/// they all go out in the next write, one durable write for sixteen groups.
+#[test]
+fn appends_of_sixteen_groups_become_one_durable_write() {
+    let (carrier, core, groups) = counted_log();
+    let writes = writes_while_held(&carrier, &core, 16, |tx| {
+        for g in &groups {
+            let tx = tx.clone();
+            let id = g.group_id();
+            g.append(entries(id, 1, 2, 300), Box::new(move |r| tx.send(r.is_ok()).unwrap()))
+                .unwrap();
+        }
+    });
+    assert_eq!(writes, 2, "group 0's write, then one write for the appends of all sixteen groups");
     for g in &groups {
         assert_eq!(g.read(0, 10).unwrap(), entries(g.group_id(), 1, 2, 300));
         assert!(g.is_durable(2));
     }
+}
+
+/// Sixteen groups vote at once (a mass election after a member died) while eight of them
+/// also append: the votes are `Vote` frames in the same write as the appends, not a meta
+/// file write each (which made seventeen writes of this before segment format 8).
+#[test]
+fn votes_of_sixteen_groups_share_one_durable_write() {
+    let (carrier, core, groups) = counted_log();
+    let writes = writes_while_held(&carrier, &core, 24, |tx| {
+        for g in &groups {
+            let (voted, id) = (tx.clone(), g.group_id());
+            let vote = format!("vote {id} term 7").into_bytes();
+            g.save_vote(vote, Box::new(move |r| voted.send(r.is_ok()).unwrap())).unwrap();
+            if id % 2 == 0 {
+                let tx = tx.clone();
+                g.append(entries(id, 1, 1, 300), Box::new(move |r| tx.send(r.is_ok()).unwrap()))
+                    .unwrap();
+            }
+        }
+    });
+    assert_eq!(writes, 2, "group 0's write, then one write for sixteen votes and eight appends");
+    let volume = core.volume().clone();
+    drop((core, groups));
+    let core = LogCore::open(volume, config()).unwrap();
+    for id in 1..=16 {
+        let g = core.group(id).unwrap();
+        assert_eq!(g.meta().vote, Some(format!("vote {id} term 7").into_bytes()));
+    }
+}
+
+/// A vote that lives only as a `Vote` frame survives the purge that frees its segment: the
+/// purge saves the group's meta file first (and only for the groups whose newest vote is
+/// there). The `FreeVote` mutant of the crash campaign skips that save.
+#[test]
+fn a_vote_outlives_the_segment_that_held_it() {
+    let volume = Volume::format(
+        Box::new(MemoryCarrier::new(16 << 20)),
+        &FormatOptions::default(),
+        VolumeOptions::default(),
+    )
+    .unwrap();
+    let core = LogCore::open(volume.clone(), config()).unwrap();
+    let quiet = core.create_group(7).unwrap();
+    log::wait(|done| quiet.save_vote(b"voted once".to_vec(), done)).unwrap();
+    // Group 0 fills and purges many 64 KiB segments behind the vote's.
+    let mut next = 0;
+    for _ in 0..40 {
+        log::wait(|done| core.append(entries(0, next, 8, 4000), done)).unwrap();
+        next += 8;
+        core.purge(next - 1, b"purged".to_vec()).unwrap();
+    }
+    let (used, _) = core.space();
+    assert!(used <= 4 * (64 << 10), "the old segments went: {used} bytes left");
+    drop((core, quiet));
+    let core = LogCore::open(volume, config()).unwrap();
+    assert_eq!(core.group(7).unwrap().meta().vote, Some(b"voted once".to_vec()));
 }
 
 /// Without a space bound, an idle group's entries keep their segment however far the busy

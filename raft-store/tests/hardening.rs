@@ -440,7 +440,7 @@ fn a_fence_segment_marks_the_torn_end_it_fences() {
     let at = v.open_file(&path).unwrap().extents().unwrap()[0].physical_block as usize * 4096;
     drop(v);
     let mut header = cut[at..at + 4096].to_vec();
-    assert_eq!(&header[..8], b"VLMSEG07");
+    assert_eq!(&header[..8], b"VLMSEG08");
     assert_eq!(header[32], 1, "the fence flag");
     header[40..48].copy_from_slice(&(torn.from + 8).to_le_bytes());
     let crc = crc32c::crc32c(&header[..4092]);
@@ -449,6 +449,13 @@ fn a_fence_segment_marks_the_torn_end_it_fences() {
     forged[at..at + 4096].copy_from_slice(&header);
     let e = LogCore::open(reopen_bytes(&forged), config(64 << 10)).unwrap_err();
     assert!(matches!(e, Error::Corrupt { .. }), "{e:?}");
+}
+
+/// One meta save: the committed id `index` saved and flushed (a vote goes to the segments,
+/// segment format 8 on).
+fn meta_save(core: &LogCore, index: u64, committed: &[u8]) -> Result<(), Error> {
+    core.save_committed(index, 1, committed.to_vec())?;
+    log::wait(|done| core.flush_committed(done))
 }
 
 /// Where the meta file's two slots lie on the carrier.
@@ -467,7 +474,7 @@ fn a_torn_first_meta_save_opens_and_an_erased_first_slot_refuses() {
         let core = LogCore::open(v.clone(), config(64 << 10)).unwrap();
         let meta = meta_offset(&v);
         carrier.set_crash_plan(CrashPlan::AtOp(carrier.ops()));
-        assert!(log::wait(|done| core.save_vote(b"first".to_vec(), done)).is_err());
+        assert!(meta_save(&core, 1, b"first").is_err());
         drop(core);
         let image = carrier.crash_image(&mut FaultRng::new(seed));
         let slot1 = &image[meta + 4096..meta + 8192];
@@ -475,19 +482,19 @@ fn a_torn_first_meta_save_opens_and_an_erased_first_slot_refuses() {
         let written = slot1.iter().any(|&b| b != 0);
         let core = LogCore::open(reopen_bytes(&image), config(64 << 10))
             .unwrap_or_else(|e| panic!("a first save cut by the power refused: {e}"));
-        match core.meta().vote {
+        match core.meta().committed {
             // Torn (or never written): nothing was acknowledged.
             None => torn_first += usize::from(written),
             // The save landed whole before the power went: it may count.
-            Some(vote) => assert_eq!(vote, b"first"),
+            Some(committed) => assert_eq!(committed, b"first"),
         }
     }
     assert!(torn_first > 0, "no seed left the first save torn");
     // Two saves, then slot 1 erased.
     let (carrier, v) = faulty_volume(8 << 20);
     let core = LogCore::open(v.clone(), config(64 << 10)).unwrap();
-    for vote in [b"one", b"two"] {
-        log::wait(|done| core.save_vote(vote.to_vec(), done)).unwrap();
+    for (index, committed) in [(1, b"one"), (2, b"two")] {
+        meta_save(&core, index, committed).unwrap();
     }
     let meta = meta_offset(&v);
     drop(core);
@@ -558,7 +565,7 @@ fn recycled_segments_keep_their_earlier_frames_out_of_the_log() {
         })
         .expect("a sealed recycled segment with its earlier use's bytes after its end");
     let end = u64::from_le_bytes(image[next + 40..next + 48].try_into().unwrap()) as usize;
-    assert_eq!(&image[next..next + 8], b"VLMSEG07");
+    assert_eq!(&image[next..next + 8], b"VLMSEG08");
     let mut rotten = image.clone();
     rotten[sealed + end - 16384 + 1000] ^= 0xFF; // inside its last frame (four blocks)
     let e = LogCore::open(reopen_bytes(&rotten), config(64 << 10)).unwrap_err();

@@ -406,7 +406,7 @@ fn a_commit_frame_is_adopted_only_with_the_term_of_its_entry() {
         append(&core, (1..=10).map(|i| entry(i, 1, 100)).collect());
         core.save_committed(5, 1, b"c5".to_vec()).unwrap();
         // A meta save holds the newest committed id: c5 is in the meta file.
-        log::wait(|done| core.save_vote(b"v".to_vec(), done)).unwrap();
+        log::wait(|done| core.flush_committed(done)).unwrap();
         core.save_committed(8, term, b"c8".to_vec()).unwrap();
         append(&core, vec![entry(11, 1, 100)]); // carries (8, term)
         assert_eq!(core.durable_committed_index(), Some(8));

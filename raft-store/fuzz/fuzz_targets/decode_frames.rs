@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
         }
         _ => (4096, 0),
     };
-    for version in [1, 2, 3, 4, 5, 6, 7] {
+    for version in [1, 2, 3, 4, 5, 6, 7, 8] {
         if let Parsed::Valid { header, len } = parse(data, Seal { salt, version }, offset) {
             assert!(len <= data.len(), "a valid frame lies inside its buffer");
             assert_eq!(len % 8, 0);

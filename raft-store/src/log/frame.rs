@@ -33,6 +33,13 @@
 //! written later in the log so that the segment holding the original can be freed while the
 //! group still needs the entry (a laggard group's few live entries carried forward). It never
 //! truncates: recovery moves the entry to the copy, and the copy's term must match.
+//!
+//! From segment format 8 on a frame may be a `Vote`: a group's vote (the caller's opaque
+//! bytes), so that the votes of many groups share one durable write with everything else
+//! instead of a meta file write each. Its `index` field is the sequence number of the
+//! group's newest meta save queued before it: a meta slot of that sequence or lower is older
+//! than the vote, a higher one holds it (or a newer one). A `Truncate` from index 0 with
+//! `term` 1 (format 8 on) is a group's *drop*: its earlier `Vote` frames are void too.
 
 use crate::error::{Error, Result};
 
@@ -46,7 +53,7 @@ pub const FRAME_MAGIC: [u8; 4] = *b"VLFR";
 /// Magic of a segment header without its two version digits.
 pub const SEGMENT_MAGIC_PREFIX: [u8; 6] = *b"VLMSEG";
 /// The segment format new segments are written in.
-pub const SEGMENT_VERSION: u8 = 7;
+pub const SEGMENT_VERSION: u8 = 8;
 /// The first segment format whose header has flags and whose `Commit` frames carry a term.
 pub const SEGMENT_VERSION_FLAGS: u8 = 4;
 /// The first segment format whose file may be recycled (bytes past its last write may be an
@@ -56,6 +63,11 @@ pub const SEGMENT_VERSION_RECYCLED: u8 = 5;
 pub const SEGMENT_VERSION_GROUPS: u8 = 6;
 /// The first segment format whose frames may be `Rewrite` copies of live entries.
 pub const SEGMENT_VERSION_REWRITE: u8 = 7;
+/// The first segment format whose frames may be `Vote`s, and whose `Truncate` frames mark a
+/// group's drop (`term` [`DROP_TERM`]).
+pub const SEGMENT_VERSION_VOTES: u8 = 8;
+/// The `term` of a `Truncate` frame that drops its group (format 8 on; 0 otherwise).
+pub const DROP_TERM: u64 = 1;
 /// The oldest segment format this build reads.
 pub const SEGMENT_VERSION_MIN: u8 = 1;
 
@@ -67,7 +79,7 @@ pub struct Seal {
     /// `Commit` frames may appear), 4 (as 3; header flags, and `Commit` frames carry the
     /// committed id's term), 5 (as 4; the file may be recycled, the header records the
     /// previous segment's end), 6 (as 5; every frame carries a group id), 7 (as 6; `Rewrite`
-    /// frames may appear).
+    /// frames may appear), 8 (as 7; `Vote` frames may appear, a `Truncate` may be a drop).
     pub version: u8,
 }
 
@@ -117,6 +129,9 @@ pub enum FrameKind {
     /// A copy of the group's live entry `index` of term `term`, payload its bytes (format 7
     /// on): the entry now lives here, and the segment that held it no longer pins it.
     Rewrite = 5,
+    /// The group's vote, payload its bytes (format 8 on); `index` the sequence number of the
+    /// group's newest meta save queued before it, `term` 0.
+    Vote = 6,
 }
 
 /// A decoded frame header.
@@ -179,6 +194,11 @@ pub fn encode_into(out: &mut [u8], seal: Seal, offset: u64, h: &FrameHeader, pay
         "segment format {} has no rewrite frames",
         seal.version
     );
+    assert!(
+        h.kind != FrameKind::Vote || seal.version >= SEGMENT_VERSION_VOTES,
+        "segment format {} has no vote frames",
+        seal.version
+    );
     let header_len = seal.header_len();
     out[..KIND_AT].copy_from_slice(&FRAME_MAGIC);
     out[KIND_AT] = h.kind as u8;
@@ -229,6 +249,7 @@ pub fn parse(buf: &[u8], seal: Seal, offset: u64) -> Parsed {
         3 => FrameKind::Skip,
         4 if seal.version >= 3 => FrameKind::Commit,
         5 if seal.version >= SEGMENT_VERSION_REWRITE => FrameKind::Rewrite,
+        6 if seal.version >= SEGMENT_VERSION_VOTES => FrameKind::Vote,
         _ => return Parsed::Invalid,
     };
     let payload_len = u32_at(h, PAYLOAD_LEN_AT);
@@ -507,6 +528,38 @@ mod tests {
     }
 
     #[test]
+    fn vote_frames_exist_from_format_8_on() {
+        // Format 7 never wrote kind 6: a frame of it there is damage, never a vote.
+        let v7 = Seal { salt: 77, version: 7 };
+        let mut buf = Vec::new();
+        encode(
+            &mut buf,
+            v7,
+            4096,
+            &FrameHeader { group: 2, ..frame(FrameKind::Entry, 9, b"v") },
+            b"v",
+        );
+        buf[KIND_AT] = FrameKind::Vote as u8;
+        let crc = frame_crc(v7, 4096, &buf[..48], b"v");
+        buf[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+        assert_eq!(parse(&buf, v7, 4096), Parsed::Invalid);
+        let v8 = Seal { salt: 77, version: 8 };
+        let mut buf = Vec::new();
+        let h = FrameHeader { group: 2, term: 0, ..frame(FrameKind::Vote, 41, b"vote") };
+        encode(&mut buf, v8, 4096, &h, b"vote");
+        assert_eq!(buf[KIND_AT], 6);
+        assert_eq!(parse(&buf, v8, 4096), Parsed::Valid { header: h, len: buf.len() });
+    }
+
+    #[test]
+    #[should_panic(expected = "has no vote frames")]
+    fn a_vote_frame_is_never_encoded_into_an_older_format() {
+        let mut buf = Vec::new();
+        let h = FrameHeader { group: 1, ..frame(FrameKind::Vote, 1, b"x") };
+        encode(&mut buf, Seal { salt: 77, version: 7 }, 4096, &h, b"x");
+    }
+
+    #[test]
     #[should_panic(expected = "has no rewrite frames")]
     fn a_rewrite_frame_is_never_encoded_into_an_older_format() {
         let mut buf = Vec::new();
@@ -597,7 +650,7 @@ mod tests {
         bad[9] ^= 1;
         assert!(matches!(SegmentHeader::decode(&bad, "s"), Err(Error::Corrupt { .. })));
         let mut newer = h.encode();
-        newer[7] = b'8';
+        newer[7] = b'9';
         assert!(matches!(
             SegmentHeader::decode(&resealed(newer), "s"),
             Err(Error::Unsupported { .. })

@@ -24,9 +24,15 @@
 //! frame). Each group has its own entries and indexes, its own meta file (vote, committed id,
 //! purge point: `DIR/meta` for group 0, `DIR/groups/ID` for the others) and its own handle,
 //! a `LogCore` (`LogCore::open` gives group 0's; `create_group`, `group` and `drop_group`
-//! manage the others at run time). Appends, truncations and committed ids of every group
-//! share the one queue and IO thread, so concurrent appends of different groups become one
-//! durable write. A segment is freed only when no group still needs an entry in it.
+//! manage the others at run time). Appends, truncations, votes and committed ids of every
+//! group share the one queue and IO thread, so concurrent appends and votes of different
+//! groups become one durable write. A segment is freed only when no group still needs an
+//! entry in it.
+//!
+//! **Votes.** A vote is a `Vote` frame in the shared write (segment format 8), naming the
+//! group's newest meta save queued before it; recovery takes the newer of the two. A purge
+//! saves a group's meta file before it frees the segment holding that group's newest vote,
+//! and a drop's tombstone voids the group's vote frames.
 //!
 //! **Rewrites.** A laggard group would pin the oldest segment forever: `rewrite` copies its
 //! live entries to the log's end (segment format 7: `Rewrite` frames), and once the copies
@@ -44,7 +50,8 @@
 //! nothing of a dropped group is queued after its tombstone (the drop marks it under its
 //! index and meta locks, which every queuing call holds); a segment leaves a group's
 //! pinning set only by that group's durable purge past it, a durable truncation, or the
-//! durable last copy of a rewrite that started in a later segment.
+//! durable last copy of a rewrite that started in a later segment; a segment holding a
+//! group's newest durable vote is freed only after a meta save of that group is durable.
 
 mod frame;
 mod index;
@@ -339,6 +346,7 @@ impl LogCore {
             durable_committed: AtomicU64::new(0),
             durable_purged: AtomicU64::new(0),
             dropped: AtomicBool::new(false),
+            vote_seq: AtomicU64::new(0),
         });
         write_lock(&shared.groups).insert(id, Arc::clone(&group));
         metrics::gauge!(m::GROUPS).set(read_lock(&shared.groups).len() as f64);
@@ -355,6 +363,13 @@ impl LogCore {
         self.check_failed()?;
         let _admin = lock(&self.log.admin);
         let group = self.shared().group(id).ok_or(Error::UnknownGroup(id))?;
+        // The vote into the meta file first: the tombstone voids the group's `Vote` frames,
+        // and a power cut before its meta file is gone must not find an older vote there.
+        wait(|done| {
+            self.log.queue_meta(&group, |_| {}, done)?;
+            self.log.kick();
+            Ok(())
+        })?;
         wait(|done| {
             // Under the group's index and meta locks, which every call that queues for it
             // holds: nothing of it is queued after the tombstone.
@@ -362,7 +377,8 @@ impl LogCore {
             let meta = lock(&group.meta);
             group.dropped.store(true, Ordering::Release);
             ix.truncate(0);
-            let r = self.push(Item::Truncate { group: Arc::clone(&group), since: 0, done });
+            let r =
+                self.push(Item::Truncate { group: Arc::clone(&group), since: 0, drop: true, done });
             drop(meta);
             drop(ix);
             r?;
@@ -463,7 +479,8 @@ impl LogCore {
             tracing::warn!(first, next = ix.next_index(), "an append overwrites the log's suffix");
             ix.truncate(first);
             let group = Arc::clone(&self.group);
-            self.push(Item::Truncate { group, since: first, done: Box::new(|_| {}) })?;
+            let done = Box::new(|_| {});
+            self.push(Item::Truncate { group, since: first, drop: false, done })?;
         }
         for e in &entries {
             ix.push(
@@ -497,7 +514,8 @@ impl LogCore {
         let mut ix = write_lock(&self.group.index);
         self.check_group()?;
         ix.truncate(since);
-        let r = self.push(Item::Truncate { group: Arc::clone(&self.group), since, done });
+        let group = Arc::clone(&self.group);
+        let r = self.push(Item::Truncate { group, since, drop: false, done });
         drop(ix);
         r?;
         self.log.kick();
@@ -512,9 +530,25 @@ impl LogCore {
         Ok(())
     }
 
-    /// Saves the vote (opaque bytes, at most 1000).
+    /// Saves the vote (opaque bytes, at most 1000); `done` runs once it is durable. It goes
+    /// out as a `Vote` frame in the log's next write, shared with every other group's
+    /// appends and votes, not as a meta file write of its own (docs/RAFT-LOG.md, "Votes").
     pub fn save_vote(&self, vote: Vec<u8>, done: Callback) -> Result<()> {
-        self.save_meta(|m| m.vote = Some(vote), done)
+        self.check_failed()?;
+        if vote.len() > RECORD_MAX {
+            return Err(Error::Config("a vote or log id encodes to more than 1000 bytes"));
+        }
+        let mut meta = lock(&self.group.meta);
+        self.check_group()?;
+        meta.state.vote = Some(vote.clone());
+        // Pushed under the meta lock: in order with the group's meta saves, the newest of
+        // which (`seq`) the frame names.
+        let after = meta.state.seq;
+        let r = self.push(Item::Vote { group: Arc::clone(&self.group), vote, after, done });
+        drop(meta);
+        r?;
+        self.log.kick();
+        Ok(())
     }
 
     /// Records the committed log id (`index`, its `term`, and the caller's encoding: opaque
@@ -620,9 +654,8 @@ impl LogCore {
                 .map(|(s, i)| (*s, i.path.clone()))
                 .collect()
         };
-        if doomed.is_empty() {
-            return Ok(0);
-        }
+        let Some(&(last_doomed, _)) = doomed.last() else { return Ok(0) };
+        self.save_votes_before_free(last_doomed)?;
         let count = doomed.len();
         let retired: Vec<_> = {
             let mut segs = lock(&self.shared().segments);
@@ -638,6 +671,39 @@ impl LogCore {
         self.shared().retirer.adopt(kept);
         metrics::counter!(m::SEGMENTS_PURGED_TOTAL).increment(count as u64);
         Ok(count)
+    }
+
+    /// Saves the meta file of every group whose newest durable vote is a `Vote` frame in a
+    /// segment up to `last_doomed` (about to be freed): its vote then lives on in the meta
+    /// file (a slot newer than the frame). Other groups' frames there are older than their
+    /// meta file or a later frame, and may go.
+    fn save_votes_before_free(&self, last_doomed: u64) -> Result<()> {
+        #[allow(unused_mut)] // the test-util mutant below
+        let mut voters: Vec<Arc<Group>> = read_lock(&self.shared().groups)
+            .values()
+            .filter(|g| {
+                let seq = g.vote_seq.load(Ordering::Acquire);
+                seq != 0 && seq <= last_doomed
+            })
+            .cloned()
+            .collect();
+        #[cfg(feature = "test-util")]
+        if self.shared().config.mutation == Some(state::LogMutation::FreeVote) {
+            voters.clear();
+        }
+        for group in voters {
+            let saved = wait(|done| {
+                self.log.queue_meta(&group, |_| {}, done)?;
+                self.log.kick();
+                Ok(())
+            });
+            match saved {
+                // A dropped group's vote is void with it.
+                Ok(()) | Err(Error::UnknownGroup(_)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// Bytes the log's active segments take, and the bound `LogConfig::space_factor` sets

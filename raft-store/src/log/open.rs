@@ -36,12 +36,12 @@ use vellum_engine::AlignedBuf;
 use vellum_engine::{File, IoPolicy, Volume};
 
 use super::frame::{
-    ALIGN, FrameKind, SEGMENT_HEADER_LEN, SEGMENT_VERSION_FLAGS, SEGMENT_VERSION_RECYCLED,
-    SegmentHeader,
+    ALIGN, DROP_TERM, FrameKind, SEGMENT_HEADER_LEN, SEGMENT_VERSION_FLAGS,
+    SEGMENT_VERSION_RECYCLED, SEGMENT_VERSION_VOTES, SegmentHeader,
 };
 use super::index::{Index, Loc};
 use super::meta::{self, MetaState};
-use super::recovery::{self, ScannedCommit, SegmentScan};
+use super::recovery::{self, ScannedCommit, ScannedVote, SegmentScan};
 use super::segments::{Free, SegInfo, Segments, Spare, SpareMaker};
 use super::state::MIN_VOLUME_BYTES;
 use super::state::{Group, LogConfig, MetaCell, RecoveryReport, Shared, Torn, join};
@@ -154,8 +154,10 @@ pub(super) fn open(volume: Volume, mut config: LogConfig) -> Result<Opened> {
     let mut purged_batch = BTreeMap::new();
     let mut last_entry = BTreeMap::new();
     for (id, (mut meta_state, meta_file)) in metas {
-        let Rebuilt { index: ix, commit } = rebuilt.remove(&id).expect("rebuilt per group");
+        let Rebuilt { index: ix, commit, vote } = rebuilt.remove(&id).expect("rebuilt per group");
         let durable_committed = adopt_commit(&mut meta_state, commit, &ix);
+        let meta_path = if id == 0 { meta_path.clone() } else { group_meta_path(&config.dir, id) };
+        let vote_seq = adopt_vote(&mut meta_state, vote, &lossy(&meta_path))?;
         report.entries += ix.len();
         purged_batch.insert(id, meta_state.purged_batch);
         if let Some(last) = ix.last_index() {
@@ -170,6 +172,7 @@ pub(super) fn open(volume: Volume, mut config: LogConfig) -> Result<Opened> {
             durable_committed: AtomicU64::new(durable_committed.map_or(0, |c| c + 1)),
             durable_purged: AtomicU64::new(durable_purged),
             dropped: AtomicBool::new(false),
+            vote_seq: AtomicU64::new(vote_seq),
         };
         groups.insert(id, Arc::new(group));
     }
@@ -642,6 +645,28 @@ struct Rebuilt {
     index: Index,
     /// Its last `Commit` frame that no later truncation of it undid.
     commit: Option<ScannedCommit>,
+    /// Its last `Vote` frame since its last drop, and the segment holding it.
+    vote: Option<(ScannedVote, u64)>,
+}
+
+/// The vote recovery reports: the last `Vote` frame when it is newer than the meta file's
+/// slot (it names that slot's seq: no later meta save was durable), else the slot's. Returns
+/// the segment that then holds the group's newest vote (0: the meta file does).
+fn adopt_vote(meta: &mut MetaState, vote: Option<(ScannedVote, u64)>, file: &str) -> Result<u64> {
+    let Some((v, seq)) = vote else { return Ok(0) };
+    if v.after > meta.seq {
+        // Meta save `after` returned before the frame was written: the slot must hold it.
+        return Err(Error::Corrupt {
+            file: file.into(),
+            offset: 0,
+            reason: "a vote frame names a meta save the group's meta file does not hold",
+        });
+    }
+    if v.after < meta.seq {
+        return Ok(0); // a later meta save holds this vote or a newer one
+    }
+    meta.vote = Some(v.payload);
+    Ok(seq)
 }
 
 /// One group's entries as the frames are applied: `(index, term, seq, offset, len)`.
@@ -662,6 +687,7 @@ fn rebuild(
 ) -> Result<(Option<Current>, u64, BTreeMap<u64, Rebuilt>)> {
     let mut max_batch = 0;
     let mut commits: BTreeMap<u64, ScannedCommit> = BTreeMap::new();
+    let mut votes: BTreeMap<u64, (ScannedVote, u64)> = BTreeMap::new();
     let mut current = None;
     let mut kept: BTreeMap<u64, Kept> = BTreeMap::new();
     // Per group: rewrite copies of entries before its first kept one, not joined yet.
@@ -675,6 +701,8 @@ fn rebuild(
     for ((&seq, seg), scan) in segments.by_seq.iter().zip(scans) {
         max_batch = max_batch.max(scan.max_batch);
         let mut seg_commits = scan.commits.into_iter();
+        let mut seg_votes = scan.votes.into_iter();
+        let format_votes = seg.seal.version >= SEGMENT_VERSION_VOTES;
         for f in &scan.frames {
             let group = f.header.group;
             if f.header.kind != FrameKind::Rewrite
@@ -754,6 +782,20 @@ fn rebuild(
                 }
                 FrameKind::Truncate => {
                     let since = f.header.index;
+                    match f.header.term {
+                        0 => {}
+                        DROP_TERM if format_votes && since == 0 => {
+                            votes.remove(&group); // the group's drop voids its votes
+                        }
+                        _ if format_votes => {
+                            return Err(Error::Corrupt {
+                                file: lossy(&seg.path),
+                                offset: f.offset,
+                                reason: "a truncation frame with an unknown term",
+                            });
+                        }
+                        _ => {} // formats before 8 never read the field
+                    }
                     kept.entry(group).or_default().retain(|k| k.0 < since);
                     if commits.get(&group).is_some_and(|c| c.index >= since) {
                         commits.remove(&group);
@@ -763,6 +805,18 @@ fn rebuild(
                     let c = seg_commits.next().expect("a scanned commit per commit frame");
                     debug_assert_eq!((c.group, c.index), (group, f.header.index));
                     commits.insert(group, c);
+                }
+                FrameKind::Vote => {
+                    let v = seg_votes.next().expect("a scanned vote per vote frame");
+                    debug_assert_eq!((v.group, v.after), (group, f.header.index));
+                    if f.header.term != 0 {
+                        return Err(Error::Corrupt {
+                            file: lossy(&seg.path),
+                            offset: f.offset,
+                            reason: "a vote frame with a term",
+                        });
+                    }
+                    votes.insert(group, (v, seq));
                 }
                 FrameKind::Skip => {}
             }
@@ -807,7 +861,8 @@ fn rebuild(
             }
             ix.push(idx, Loc { term, seg: seq, offset, len, durable: true, hot: None });
         }
-        rebuilt.insert(id, Rebuilt { index: ix, commit: commits.remove(&id) });
+        let (commit, vote) = (commits.remove(&id), votes.remove(&id));
+        rebuilt.insert(id, Rebuilt { index: ix, commit, vote });
     }
     Ok((current, max_batch, rebuilt))
 }

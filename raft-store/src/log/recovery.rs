@@ -67,6 +67,17 @@ pub struct ScannedCommit {
     pub payload: Vec<u8>,
 }
 
+/// A `Vote` frame found by the scan (segment format 8 on).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScannedVote {
+    pub group: u64,
+    /// The seq of the group's newest meta save queued before the vote: a meta slot of this
+    /// seq or lower is older than the vote.
+    pub after: u64,
+    /// The caller's encoding of the vote.
+    pub payload: Vec<u8>,
+}
+
 /// The scan of one segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SegmentScan {
@@ -83,6 +94,8 @@ pub struct SegmentScan {
     /// The segment's valid `Commit` frames, in frame order (the same order as theirs in
     /// `frames`).
     pub commits: Vec<ScannedCommit>,
+    /// The segment's valid `Vote` frames, in frame order.
+    pub votes: Vec<ScannedVote>,
 }
 
 impl SegmentScan {
@@ -148,6 +161,7 @@ pub fn scan_segment(
     let mut last_batch = prev_batch;
     let mut fences_from = None;
     let mut commits = Vec::new();
+    let mut votes = Vec::new();
     let mut pos = SEGMENT_HEADER_LEN;
     loop {
         if pos >= bytes.len() {
@@ -160,6 +174,7 @@ pub fn scan_segment(
                 max_batch: last_batch,
                 fences_from,
                 commits,
+                votes,
             });
         }
         // Zeros up to the next block boundary are a batch's padding (a frame starts with its
@@ -185,6 +200,14 @@ pub fn scan_segment(
                     return Err(corrupt(file, pos, "batch ids go backwards"));
                 }
                 last_batch = header.batch;
+                if header.kind == FrameKind::Vote {
+                    let payload = &bytes[pos + seal.header_len()..][..header.payload_len as usize];
+                    votes.push(ScannedVote {
+                        group: header.group,
+                        after: header.index,
+                        payload: payload.to_vec(),
+                    });
+                }
                 if header.kind == FrameKind::Commit {
                     let payload = &bytes[pos + seal.header_len()..][..header.payload_len as usize];
                     let term = (seal.version >= SEGMENT_VERSION_FLAGS).then_some(header.term);
@@ -226,6 +249,7 @@ pub fn scan_segment(
                             max_batch: last_batch,
                             fences_from,
                             commits,
+                            votes,
                         });
                     }
                     Gap::Torn { dropped, max_batch } => {
@@ -251,6 +275,7 @@ pub fn scan_segment(
                             max_batch: last_batch.max(max_batch),
                             fences_from,
                             commits,
+                            votes,
                         });
                     }
                 }

@@ -93,6 +93,9 @@ pub enum LogMutation {
     /// A rewrite leaves out its group's newest live entry, and still releases the segments
     /// behind it.
     RewriteShort,
+    /// A purge frees a segment that holds a group's newest durable vote without saving that
+    /// vote to the group's meta file first.
+    FreeVote,
 }
 
 /// The smallest volume the store opens on with segments derived from its size
@@ -167,9 +170,20 @@ pub(crate) enum Item {
         entries: Vec<LogEntry>,
         done: Callback,
     },
+    /// A truncation tombstone; `drop` marks the group's drop (since 0), which voids its
+    /// earlier `Vote` frames too.
     Truncate {
         group: Arc<Group>,
         since: u64,
+        drop: bool,
+        done: Callback,
+    },
+    /// A vote save as a `Vote` frame in the shared write (`LogCore::save_vote`): `after` is
+    /// the seq of the group's newest meta save queued before it.
+    Vote {
+        group: Arc<Group>,
+        vote: Vec<u8>,
+        after: u64,
         done: Callback,
     },
     /// Copies of every live entry of the group (`LogCore::rewrite`), written as `Rewrite`
@@ -200,6 +214,7 @@ impl Complete for Item {
             Item::Entries { done, .. }
             | Item::Truncate { done, .. }
             | Item::Rewrite { done, .. }
+            | Item::Vote { done, .. }
             | Item::Meta { done, .. } => {
                 done(result);
             }
@@ -316,6 +331,10 @@ pub(crate) struct Group {
     pub durable_purged: AtomicU64,
     /// Set once the group is dropped: its handles refuse every call.
     pub dropped: AtomicBool,
+    /// The segment holding the group's newest durable vote as a `Vote` frame, when its meta
+    /// file does not hold that vote (0: it does). A purge saves the meta file before it
+    /// frees that segment. Written by the writer (under `segments`) and by open.
+    pub vote_seq: AtomicU64,
 }
 
 impl Shared {

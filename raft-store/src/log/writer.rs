@@ -24,8 +24,13 @@
 //!
 //! One batch carries the frames of every group queued (one durable write for all of them).
 //! A frame of a group other than 0 never goes into a segment of a format before 6 (whose
-//! frames have no group id), nor a `Rewrite` frame into one before 7: the writer rolls to a
-//! new segment first.
+//! frames have no group id), nor a `Rewrite` frame into one before 7, nor a `Vote` or a
+//! drop's `Truncate` into one before 8: the writer rolls to a new segment first.
+//!
+//! A vote is a `Vote` frame in the batch like any other (the votes of many groups, during a
+//! mass election, share one write). Once its write returned, the group's `vote_seq` names
+//! the segment holding it, until a meta save of the group (which holds that vote or a newer
+//! one) is durable; a purge saves the meta file before it frees that segment.
 //!
 //! A rewrite (a group's live entries copied forward as `Rewrite` frames) moves the group's
 //! index to the copies, and only once its last frame is durable does it release the group
@@ -33,14 +38,15 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use vellum_engine::AlignedBuf;
 
 use super::frame::{
-    ALIGN, FRAME_HEADER_LEN_GROUPS, FrameHeader, FrameKind, SEGMENT_HEADER_LEN, SEGMENT_VERSION,
-    SEGMENT_VERSION_FLAGS, SEGMENT_VERSION_GROUPS, SEGMENT_VERSION_REWRITE, Seal, SegmentHeader,
-    encode_into,
+    ALIGN, DROP_TERM, FRAME_HEADER_LEN_GROUPS, FrameHeader, FrameKind, SEGMENT_HEADER_LEN,
+    SEGMENT_VERSION, SEGMENT_VERSION_FLAGS, SEGMENT_VERSION_GROUPS, SEGMENT_VERSION_REWRITE,
+    SEGMENT_VERSION_VOTES, Seal, SegmentHeader, encode_into,
 };
 use super::meta::MetaState;
 use super::recovery::CROSS_SEGMENT;
@@ -70,6 +76,7 @@ struct Placed {
     is_entry: bool,
     truncates: bool,
     rewrite: bool,
+    vote: bool,
 }
 
 /// The frames of the write being built, encoded straight into the aligned buffer the write
@@ -213,8 +220,12 @@ impl Writer {
                         self.add_frame(shared, pending, group, kind, index, term, &e.payload)?;
                     }
                 }
-                Item::Truncate { group, since, .. } => {
-                    self.add_frame(shared, pending, group, FrameKind::Truncate, *since, 0, &[])?;
+                Item::Truncate { group, since, drop, .. } => {
+                    let term = if *drop { DROP_TERM } else { 0 };
+                    self.add_frame(shared, pending, group, FrameKind::Truncate, *since, term, &[])?;
+                }
+                Item::Vote { group, vote, after, .. } => {
+                    self.add_frame(shared, pending, group, FrameKind::Vote, *after, 0, vote)?;
                 }
                 Item::Rewrite { group, entries, commit, .. } => {
                     let mut first_seq = None;
@@ -306,6 +317,7 @@ impl Writer {
             is_entry: false,
             truncates: false,
             rewrite: false,
+            vote: false,
         });
         metrics::counter!(m::COMMITTED_CARRIED_TOTAL).increment(1);
         Some(index)
@@ -336,7 +348,9 @@ impl Writer {
         };
         // A segment of a format without group ids takes group 0's frames only, one before
         // format 7 no rewrites.
-        let needs = if kind == FrameKind::Rewrite {
+        let needs = if kind == FrameKind::Vote || kind == FrameKind::Truncate && term != 0 {
+            SEGMENT_VERSION_VOTES
+        } else if kind == FrameKind::Rewrite {
             SEGMENT_VERSION_REWRITE
         } else if group.id != 0 {
             SEGMENT_VERSION_GROUPS
@@ -374,6 +388,7 @@ impl Writer {
             is_entry: kind == FrameKind::Entry,
             truncates: kind == FrameKind::Truncate,
             rewrite: kind == FrameKind::Rewrite,
+            vote: kind == FrameKind::Vote,
         });
         match kind {
             FrameKind::Entry => {
@@ -387,7 +402,7 @@ impl Writer {
                     };
                 }
             }
-            FrameKind::Skip | FrameKind::Commit | FrameKind::Rewrite => {}
+            FrameKind::Skip | FrameKind::Commit | FrameKind::Rewrite | FrameKind::Vote => {}
         }
         Ok(())
     }
@@ -432,7 +447,11 @@ impl Writer {
             // anything newer than its purge point in it).
             let mut segs = lock(&shared.segments);
             for p in placed {
-                if p.is_entry || p.rewrite {
+                if p.vote {
+                    // Set before this segment can stop being the newest: a purge that finds
+                    // it freeable sees where the vote is.
+                    p.group.vote_seq.store(seq, Ordering::Release);
+                } else if p.is_entry || p.rewrite {
                     if let Some(seg) = segs.by_seq.get_mut(&seq) {
                         seg.holds(p.group.id, p.index);
                     }
@@ -546,6 +565,9 @@ impl Writer {
         if shared.needs_barrier {
             shared.volume.sync()?;
         }
+        // The slot holds the group's newest vote: every `Vote` frame queued before this save
+        // is in it, and later ones are flushed after it.
+        group.vote_seq.store(0, Ordering::Release);
         Ok(())
     }
 }
