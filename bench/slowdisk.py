@@ -195,9 +195,11 @@ def main():
     if a.stats:
         threading.Thread(target=dump_stats, args=(fs, a.stats), daemon=True).start()
     # Threaded (requests of different files overlap, as in a drive's queue), no direct_io
-    # (mmap must work), writes up to 128 KiB per request.
+    # (mmap must work), writes up to 128 KiB per request. hard_remove: a file unlinked while
+    # open is unlinked at once (its descriptor here stays valid), not renamed to a
+    # .fuse_hidden file, which etcd once found in its fresh WAL directory and panicked on.
     FUSE(fs, a.mountpoint, foreground=True, nothreads=False, big_writes=True, max_write=131072,
-         fsname="slowdisk")
+         fsname="slowdisk", hard_remove=True)
 
 
 if __name__ == "__main__":
