@@ -577,36 +577,32 @@ fn power_cuts_with_appends_of_many_groups_in_flight() {
     }
 }
 
-/// The mutant of the rewrite rule: a rewrite leaves out the group's newest entry and still
-/// releases the older segments. Once one of them is freed, that entry is lost.
-#[test]
-fn a_rewrite_that_leaves_an_entry_behind_is_caught() {
-    MUTATION.set(Some(log::LogMutation::RewriteShort));
+/// Runs the campaign's 200 inline crash points with `mutation` and requires that some fail;
+/// `what` names the broken rule in the report.
+fn mutant_is_caught(mutation: log::LogMutation, what: &str) {
+    MUTATION.set(Some(mutation));
     let range = seeds(0..200);
     let n = range.end - range.start;
     let failed = campaign(range, LogIo::Inline).len();
     MUTATION.set(None);
-    eprintln!("the mutant whose rewrites leave an entry behind fails {failed} of {n} crash points");
+    eprintln!("the mutant that {what} fails {failed} of {n} crash points");
     if n > 1 {
-        assert!(failed > 0, "no crash point caught a rewrite that left an entry behind");
+        assert!(failed > 0, "no crash point caught the mutant that {what}");
     }
+}
+
+/// The mutant of the rewrite rule: a rewrite leaves out the group's newest entry and still
+/// releases the older segments. Once one of them is freed, that entry is lost.
+#[test]
+fn a_rewrite_that_leaves_an_entry_behind_is_caught() {
+    mutant_is_caught(log::LogMutation::RewriteShort, "leaves an entry behind in a rewrite");
 }
 
 /// The mutant of the purge rule: a purge frees segments by its own group's purge point
 /// alone. Another group's entries in them are then lost, and the campaign must catch it.
 #[test]
 fn freeing_a_segment_another_group_needs_is_caught() {
-    MUTATION.set(Some(log::LogMutation::FreeNeeded));
-    let range = seeds(0..200);
-    let n = range.end - range.start;
-    let failed = campaign(range, LogIo::Inline).len();
-    MUTATION.set(None);
-    eprintln!(
-        "the mutant that frees segments other groups need fails {failed} of {n} crash points"
-    );
-    if n > 1 {
-        assert!(failed > 0, "no crash point caught a segment freed under another group's entries");
-    }
+    mutant_is_caught(log::LogMutation::FreeNeeded, "frees segments other groups need");
 }
 
 /// The mutant of the vote rule: a purge frees the segment holding a group's newest vote (a
@@ -614,13 +610,5 @@ fn freeing_a_segment_another_group_needs_is_caught() {
 /// vote, and the campaign must catch it.
 #[test]
 fn freeing_the_segment_of_a_groups_newest_vote_is_caught() {
-    MUTATION.set(Some(log::LogMutation::FreeVote));
-    let range = seeds(0..200);
-    let n = range.end - range.start;
-    let failed = campaign(range, LogIo::Inline).len();
-    MUTATION.set(None);
-    eprintln!("the mutant that frees a group's newest vote fails {failed} of {n} crash points");
-    if n > 1 {
-        assert!(failed > 0, "no crash point caught a vote freed with its segment");
-    }
+    mutant_is_caught(log::LogMutation::FreeVote, "frees a group's newest vote");
 }

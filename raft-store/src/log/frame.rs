@@ -505,50 +505,26 @@ mod tests {
     }
 
     #[test]
-    fn rewrite_frames_exist_from_format_7_on() {
-        // Format 6 never wrote kind 5: a frame of it there is damage, never a rewrite.
-        let v6 = Seal { salt: 77, version: 6 };
-        let mut buf = Vec::new();
-        encode(
-            &mut buf,
-            v6,
-            4096,
-            &FrameHeader { group: 2, ..frame(FrameKind::Entry, 9, b"e") },
-            b"e",
-        );
-        buf[KIND_AT] = FrameKind::Rewrite as u8;
-        let crc = frame_crc(v6, 4096, &buf[..48], b"e");
-        buf[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(parse(&buf, v6, 4096), Parsed::Invalid);
-        let v7 = Seal { salt: 77, version: 7 };
-        let mut buf = Vec::new();
-        let h = FrameHeader { group: 2, ..frame(FrameKind::Rewrite, 9, b"e") };
-        encode(&mut buf, v7, 4096, &h, b"e");
-        assert_eq!(parse(&buf, v7, 4096), Parsed::Valid { header: h, len: buf.len() });
-    }
-
-    #[test]
-    fn vote_frames_exist_from_format_8_on() {
-        // Format 7 never wrote kind 6: a frame of it there is damage, never a vote.
-        let v7 = Seal { salt: 77, version: 7 };
-        let mut buf = Vec::new();
-        encode(
-            &mut buf,
-            v7,
-            4096,
-            &FrameHeader { group: 2, ..frame(FrameKind::Entry, 9, b"v") },
-            b"v",
-        );
-        buf[KIND_AT] = FrameKind::Vote as u8;
-        let crc = frame_crc(v7, 4096, &buf[..48], b"v");
-        buf[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
-        assert_eq!(parse(&buf, v7, 4096), Parsed::Invalid);
-        let v8 = Seal { salt: 77, version: 8 };
-        let mut buf = Vec::new();
-        let h = FrameHeader { group: 2, term: 0, ..frame(FrameKind::Vote, 41, b"vote") };
-        encode(&mut buf, v8, 4096, &h, b"vote");
-        assert_eq!(buf[KIND_AT], 6);
-        assert_eq!(parse(&buf, v8, 4096), Parsed::Valid { header: h, len: buf.len() });
+    fn rewrite_and_vote_frames_exist_from_their_formats_on() {
+        for (kind, first) in [(FrameKind::Rewrite, 7), (FrameKind::Vote, 8)] {
+            // The format before never wrote this kind: a frame of it there is damage, never
+            // a rewrite or a vote, even with a checksum that holds.
+            let before = Seal { salt: 77, version: first - 1 };
+            let mut buf = Vec::new();
+            let entry = FrameHeader { group: 2, ..frame(FrameKind::Entry, 9, b"e") };
+            encode(&mut buf, before, 4096, &entry, b"e");
+            buf[KIND_AT] = kind as u8;
+            let crc = frame_crc(before, 4096, &buf[..48], b"e");
+            buf[CRC_AT..CRC_AT + 4].copy_from_slice(&crc.to_le_bytes());
+            assert_eq!(parse(&buf, before, 4096), Parsed::Invalid, "{kind:?}");
+            let from = Seal { salt: 77, version: first };
+            let mut buf = Vec::new();
+            let h = FrameHeader { group: 2, term: 0, ..frame(kind, 41, b"payload") };
+            encode(&mut buf, from, 4096, &h, b"payload");
+            assert_eq!(buf[KIND_AT], kind as u8);
+            assert_eq!(parse(&buf, from, 4096), Parsed::Valid { header: h, len: buf.len() });
+        }
+        assert_eq!((FrameKind::Rewrite as u8, FrameKind::Vote as u8), (5, 6));
     }
 
     #[test]
