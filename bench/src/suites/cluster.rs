@@ -93,6 +93,22 @@ impl Cluster {
         .unwrap_or_else(|_| reqwest::blocking::Client::new())
     }
 
+    /// An asynchronous client of this cluster's API (as [`Cluster::client`]), keeping up to
+    /// `connections` idle connections per member.
+    fn async_client(&self, connections: usize) -> Result<reqwest::Client, String> {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let builder = reqwest::Client::builder()
+            .no_proxy()
+            .timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(connections);
+        match &self.api_tls {
+            Some(tls) => builder.use_preconfigured_tls(tls.clone()),
+            None => builder,
+        }
+        .build()
+        .map_err(|err| format!("an HTTP client: {err}"))
+    }
+
     /// The index of the leader among `apis`, waiting up to 10 s for one to be elected.
     fn leader(&self) -> Result<usize, String> {
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -325,69 +341,112 @@ pub(super) fn workload(
 
 /// [`workload`], each key written through member `route(key)` (the leader of its group, for
 /// a node of several groups).
+///
+/// The clients are tasks of one runtime with as many workers as the machine has cores,
+/// sharing one HTTP client (a connection of its own for each client in flight): the load
+/// generator shares the cores with the members, and a thread per client with a blocking
+/// client (a runtime thread of its own, two thread handoffs per request) cost this machine
+/// more CPU per write than the three members together.
+///
+/// The clock measures the closed loop only: every client writes one untimed key first (its
+/// connection is set up), and the timed writes start together once all are ready. Before,
+/// the clock also ran over 64 or 256 thread and client spawns and their first connections,
+/// and the rate of a short run was mostly the start-up.
 pub(super) fn workload_routed(
     c: &Cluster,
     route: &(dyn Fn(&str) -> usize + Sync),
     load: Load,
     tag: &str,
 ) -> Result<(Vec<f64>, f64), String> {
-    let value = crate::payload(load.value_len, load.value_len as u64);
+    let value = bytes::Bytes::from(crate::payload(load.value_len, load.value_len as u64));
     let value64 = etcd::base64(&value);
-    let put = |http: &reqwest::blocking::Client, key: &str| {
-        let api = c.apis[route(key)].as_str();
+    let http = c.async_client(load.clients)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(std::thread::available_parallelism().map_or(2, std::num::NonZero::get))
+        .enable_all()
+        .build()
+        .map_err(|err| format!("the clients' runtime: {err}"))?;
+    // Each client's requests, made before the clock: the URL and the body of each key.
+    let request = |key: String| {
+        let api = c.apis[route(&key)].as_str();
         match c.kind {
-            Kind::Vellum => http.put(format!("{api}/v1/kv/{key}")).body(value.clone()).send(),
+            Kind::Vellum => (format!("{api}/v1/kv/{key}"), value.clone(), key),
             Kind::Etcd => {
-                http.post(format!("{api}/v3/kv/put")).body(etcd::put_body(key, &value64)).send()
+                let body = bytes::Bytes::from(etcd::put_body(&key, &value64));
+                (format!("{api}/v3/kv/put"), body, key)
             }
         }
     };
-    let started = Instant::now();
-    let per_client: Vec<Result<Vec<f64>, String>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..load.clients)
+    let kind = c.kind;
+    // The clients and the clock: it starts when every client is ready.
+    let ready = std::sync::Arc::new(tokio::sync::Barrier::new(load.clients + 1));
+    let (per_client, elapsed) = runtime.block_on(async {
+        let clients: Vec<_> = (0..load.clients)
             .map(|client_no| {
-                let put = &put;
-                s.spawn(move || {
-                    let http = c.client();
-                    let mut lat = Vec::with_capacity(load.per_client);
-                    for i in 0..load.per_client {
-                        let key = format!("{tag}-{client_no}-{i}");
+                let warm = request(format!("{tag}-{client_no}-warm"));
+                let timed: Vec<_> = (0..load.per_client)
+                    .map(|i| request(format!("{tag}-{client_no}-{i}")))
+                    .collect();
+                let (http, ready) = (http.clone(), ready.clone());
+                tokio::spawn(async move {
+                    let warm = put(&http, kind, warm).await;
+                    // Wait even after a failed warm-up, or the others never start.
+                    ready.wait().await;
+                    warm?;
+                    let mut lat = Vec::with_capacity(timed.len());
+                    for req in timed {
                         let t = Instant::now();
-                        let mut r = put(&http, &key);
-                        // A 503 is "no leader here now" (a leader transfer or election in
-                        // flight): nothing was proposed, so a client retries, as etcdctl and
-                        // `vellum put` do. The latency includes the wait.
-                        for _ in 0..RETRIES_503 {
-                            match &r {
-                                Ok(resp) if resp.status() == 503 => {
-                                    std::thread::sleep(Duration::from_millis(20));
-                                    r = put(&http, &key);
-                                }
-                                _ => break,
-                            }
-                        }
+                        let r = put(&http, kind, req).await;
                         lat.push(t.elapsed().as_secs_f64() * 1e3);
-                        match r {
-                            Ok(r) if r.status().is_success() => {}
-                            Ok(r) => return Err(format!("{:?} put {key}: {}", c.kind, r.status())),
-                            Err(err) => return Err(format!("{:?} put {key}: {err}", c.kind)),
-                        }
+                        r?;
                     }
-                    Ok(lat)
+                    Ok::<_, String>(lat)
                 })
             })
             .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err("a client thread panicked".into())))
-            .collect()
+        ready.wait().await;
+        let started = Instant::now();
+        let mut per_client = Vec::with_capacity(clients.len());
+        for client in clients {
+            per_client.push(client.await.unwrap_or_else(|_| Err("a client task panicked".into())));
+        }
+        (per_client, started.elapsed())
     });
-    let rate = (load.clients * load.per_client) as f64 / started.elapsed().as_secs_f64();
+    let rate = (load.clients * load.per_client) as f64 / elapsed.as_secs_f64();
     let mut lat = Vec::new();
     for l in per_client {
         lat.extend(l?);
     }
     Ok((lat, rate))
+}
+
+/// Writes one key (`url`, `body`, `key`), retrying while the member answers 503: "no leader
+/// here now" (a leader transfer or election in flight), where nothing was proposed, as
+/// etcdctl and `vellum put` do. The caller's latency includes the wait.
+async fn put(
+    http: &reqwest::Client,
+    kind: Kind,
+    (url, body, key): (String, bytes::Bytes, String),
+) -> Result<(), String> {
+    let send = || match kind {
+        Kind::Vellum => http.put(&url).body(body.clone()).send(),
+        Kind::Etcd => http.post(&url).body(body.clone()).send(),
+    };
+    let mut r = send().await;
+    for _ in 0..RETRIES_503 {
+        match &r {
+            Ok(resp) if resp.status() == 503 => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                r = send().await;
+            }
+            _ => break,
+        }
+    }
+    match r {
+        Ok(r) if r.status().is_success() => Ok(()),
+        Ok(r) => Err(format!("{kind:?} put {key}: {}", r.status())),
+        Err(err) => Err(format!("{kind:?} put {key}: {err}")),
+    }
 }
 
 /// A started system of a case: its variant name, cluster and leader.

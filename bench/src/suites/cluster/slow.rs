@@ -78,7 +78,9 @@ fn slow_disk(
     let base = |v: &str| (v != ETCD && etcd_bin.is_some()).then_some(ETCD);
     let bar = opts.bar("slow disk", (opts.reps * CLIENTS.len() * systems.len()) as u64);
     for clients in CLIENTS {
-        let per_client = if clients == 1 { opts.n(60, 8) } else { opts.n(1280 / clients, 4) };
+        // At least 40 rounds of every client: the closed loop's steady state, not its start.
+        let per_client =
+            if clients == 1 { opts.n(60, 8) } else { opts.n((2560 / clients).max(40), 4) };
         let load = Load { clients, per_client, value_len: 256 };
         let case = format!("slow disk ({ms} ms per durable request), {}", case_name(clients, 256));
         let (mut lat, mut rate) = measurements(SUITE, &case, &systems, base);
