@@ -141,10 +141,12 @@ pub struct ServeArgs {
         value_parser = clap::value_parser!(u64).range(1..=MAX_GROUPS)
     )]
     pub groups: u64,
-    /// Build a snapshot (and purge the log) after this many entries.
+    /// Build a snapshot (and purge the log) after this many entries, or sooner when the log's
+    /// segments take more than an eighth of the volume; never without room for it.
     #[arg(long, env = "VELLUM_SNAPSHOT_ENTRIES", default_value_t = 5000)]
     pub snapshot_entries: u64,
-    /// Log entries kept behind a snapshot (followers further behind get the snapshot).
+    /// Log entries kept behind a snapshot (followers further behind get the snapshot); fewer
+    /// when the log outgrows an eighth of the volume.
     #[arg(long, env = "VELLUM_SNAPSHOT_KEEP", default_value_t = 1000)]
     pub snapshot_keep: u64,
     /// Raft heartbeat interval in milliseconds (from 10).

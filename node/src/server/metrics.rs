@@ -51,6 +51,9 @@ pub const ARCHIVE_BYTES: &str = "vellum_archive_bytes_total";
 pub const ARCHIVE_FAILURES: &str = "vellum_archive_failures_total";
 pub const ARCHIVE_AGE: &str = "vellum_archive_seconds_since_last";
 pub const ARCHIVE_INDEX: &str = "vellum_archive_last_index";
+pub const VOLUME_FREE_BYTES: &str = "vellum_volume_free_bytes";
+pub const VOLUME_RESERVE_BYTES: &str = "vellum_volume_reserve_bytes";
+pub const WRITES_REFUSED_NO_SPACE: &str = "vellum_writes_refused_no_space_total";
 
 /// The Prometheus text content type Prometheus 2 and 3 both accept.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -123,6 +126,21 @@ fn describe() {
         "Seconds since the last archive this node wrote or found (since start when none)."
     );
     describe_gauge!(ARCHIVE_INDEX, "Log index of the newest archived snapshot this node knows.");
+    describe_gauge!(
+        VOLUME_FREE_BYTES,
+        Unit::Bytes,
+        "Bytes the volume's allocator can still hand out (the space guard's last look)."
+    );
+    describe_gauge!(
+        VOLUME_RESERVE_BYTES,
+        Unit::Bytes,
+        "Free bytes the node keeps for its next snapshots (applied state plus three log \
+         segments); below it, client puts are refused with 507."
+    );
+    describe_counter!(
+        WRITES_REFUSED_NO_SPACE,
+        "Client puts refused (507) because the volume's free space was below the reserve."
+    );
     describe_gauge!(
         CORE_RUNNING,
         "1 while openraft's core task runs, 0 once it stopped (a storage error or a panic; \

@@ -43,6 +43,7 @@ pub(crate) mod metrics;
 mod network;
 mod raft_api;
 mod rpc_check;
+pub(crate) mod space;
 mod transport;
 
 use std::sync::Arc;
@@ -108,7 +109,10 @@ fn raft_config(args: &ServeArgs) -> Result<Arc<Config>, CliError> {
         election_timeout_min,
         election_timeout_max,
         install_snapshot_timeout: 10_000,
-        snapshot_policy: SnapshotPolicy::LogsSinceLast(args.snapshot_entries.max(10)),
+        // The space guard asks for snapshots, every `--snapshot-entries` and when the log
+        // outgrows its share of the volume, and only when the volume has room for one: a
+        // snapshot write that finds it full stops the Raft core (`space.rs`).
+        snapshot_policy: SnapshotPolicy::Never,
         max_in_snapshot_log_to_keep: args.snapshot_keep,
         snapshot_max_chunk_size: 1 << 20,
         // Hand the leader's appended entries to replication as soon as `append` returns,
@@ -686,6 +690,15 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         })
         .collect();
     groups::spawn_compactor(Arc::clone(&groups), log_core.clone(), stop_rx.clone());
+    let space = Arc::new(space::Space::default());
+    space::spawn_guard(
+        args.snapshot_entries.max(10),
+        Arc::clone(&space),
+        Arc::clone(&groups),
+        log_core.clone(),
+        volume.clone(),
+        stop_rx.clone(),
+    );
     let rebalance = Arc::new(tokio::sync::Notify::new());
     groups::spawn_balancer(
         Arc::clone(&groups),
@@ -710,6 +723,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         auth,
         book,
         volume: volume.clone(),
+        space,
     };
     let rpc_limits = raft_api::RpcLimits {
         max_entry_bytes,

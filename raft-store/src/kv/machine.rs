@@ -52,6 +52,9 @@ pub(crate) struct State<F: Flavor> {
     pub(crate) last_applied: Option<F::LogId>,
     pub(crate) membership: F::Membership,
     data: BTreeMap<String, Vec<u8>>,
+    /// Bytes of the keys and values in `data`: about what the next snapshot of this state
+    /// takes on the volume (the node keeps room for it, `KvReaderOf::bytes`).
+    bytes: u64,
     snapshots_built: u64,
 }
 
@@ -61,9 +64,15 @@ impl<F: Flavor> Default for State<F> {
             last_applied: None,
             membership: F::Membership::default(),
             data: BTreeMap::new(),
+            bytes: 0,
             snapshots_built: 0,
         }
     }
+}
+
+/// Bytes of a key and its value.
+fn pair_bytes(key: &str, value: &[u8]) -> u64 {
+    (key.len() + value.len()) as u64
 }
 
 impl<F: Flavor> State<F> {
@@ -73,14 +82,27 @@ impl<F: Flavor> State<F> {
         for op in ops {
             match op {
                 KvOp::Put { key, value } => {
-                    self.data.insert(key, value);
+                    let added = pair_bytes(&key, &value);
+                    let key_len = key.len();
+                    if let Some(old) = self.data.insert(key, value) {
+                        self.bytes -= (key_len + old.len()) as u64;
+                    }
+                    self.bytes += added;
                 }
                 KvOp::Delete { key } => {
-                    self.data.remove(&key);
+                    if let Some(old) = self.data.remove(&key) {
+                        self.bytes -= pair_bytes(&key, &old);
+                    }
                 }
             }
         }
         n
+    }
+
+    /// Replaces the map (a snapshot's).
+    pub(crate) fn set_data(&mut self, data: BTreeMap<String, Vec<u8>>) {
+        self.bytes = data.iter().map(|(k, v)| pair_bytes(k, v)).sum();
+        self.data = data;
     }
 }
 
@@ -143,6 +165,11 @@ impl<F: Flavor> KvReaderOf<F> {
         self.read().data.len()
     }
 
+    /// Bytes of the keys and values in the map: about what its next snapshot takes.
+    pub fn bytes(&self) -> u64 {
+        self.read().bytes
+    }
+
     /// Whether the map is empty.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -199,7 +226,7 @@ impl<F: Flavor> KvMachine<F> {
             let snap: SnapshotData<F> = decode(&bytes)?;
             state.last_applied = snap.last_applied;
             state.membership = snap.membership;
-            state.data = snap.data;
+            state.set_data(snap.data);
         }
         Ok(KvMachine {
             state: Arc::new(RwLock::new(state)),
@@ -274,7 +301,7 @@ impl<F: Flavor> KvMachine<F> {
         let mut s = self.write_state();
         s.last_applied = last;
         s.membership = membership;
-        s.data = snap.data;
+        s.set_data(snap.data);
         Ok(())
     }
 
@@ -317,4 +344,28 @@ impl<F: Flavor> KvMachine<F> {
     #[cfg(not(test))]
     #[allow(clippy::unused_self)] // the test build's hook reads `self`
     fn stage(&self, _stage: &'static str) {}
+}
+
+#[cfg(all(test, feature = "openraft-v010"))]
+mod tests {
+    use super::*;
+    use crate::v010::V010;
+
+    fn put(key: &str, value: &[u8]) -> KvOp {
+        KvOp::Put { key: key.into(), value: value.to_vec() }
+    }
+
+    #[test]
+    fn the_byte_count_follows_puts_overwrites_deletes_and_snapshots() {
+        let mut s = State::<V010>::default();
+        s.apply_ops(vec![put("a", b"1234"), put("bb", b"12")]);
+        assert_eq!(s.bytes, 5 + 4);
+        s.apply_ops(vec![put("a", b"1")]);
+        assert_eq!(s.bytes, 2 + 4, "an overwrite counts the new value only");
+        s.apply_ops(vec![KvOp::Delete { key: "bb".into() }, KvOp::Delete { key: "zz".into() }]);
+        assert_eq!(s.bytes, 2, "a delete of a missing key changes nothing");
+        let snapshot = BTreeMap::from([("k".to_string(), vec![0u8; 10])]);
+        s.set_data(snapshot);
+        assert_eq!(s.bytes, 11);
+    }
 }

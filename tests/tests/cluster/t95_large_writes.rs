@@ -1,6 +1,8 @@
 //! A burst of large client writes must not kill the log: 64 concurrent 1 MiB PUTs (64 MiB,
-//! eight of the 8 MiB log segments a 128 MiB volume gets) all commit, values larger than a
+//! four of the 16 MiB log segments a 256 MiB volume gets) all commit, values larger than a
 //! segment (80 MiB) get 413 before they reach Raft, and every node keeps serving afterwards.
+//! The volume holds the 64 MiB map twice (a snapshot is written beside the current one): on
+//! a volume that cannot, later puts get 507 instead (`t180_full_volume.rs`).
 
 use std::time::Duration;
 
@@ -26,6 +28,9 @@ fn declared_put(port: u16, path: &str, len: usize) -> u16 {
 #[test]
 fn a_burst_of_large_writes_commits_and_oversized_values_get_413() {
     let mut c = Cluster::new(3);
+    for n in &mut c.nodes {
+        n.extra.extend(["--volume-size".to_string(), "256MiB".to_string()]);
+    }
     c.start_all();
     c.wait_ready();
     let leader = c.leader();

@@ -48,6 +48,12 @@ pub enum ApiError {
     Internal(String),
     /// What this route does is not built for a node of several Raft groups (`--groups`).
     NotWithGroups(&'static str),
+    /// The volume's free space is below what the next snapshots need: puts are refused
+    /// until keys are deleted or the volume has more space.
+    NoSpace {
+        free: u64,
+        reserve: u64,
+    },
 }
 
 impl From<Refused> for ApiError {
@@ -118,6 +124,18 @@ impl IntoResponse for ApiError {
                 json!({
                     "error": "not_with_groups",
                     "reason": format!("{what} is not built yet for a cluster of several Raft groups (--groups > 1)"),
+                }),
+            ),
+            ApiError::NoSpace { free, reserve } => (
+                StatusCode::INSUFFICIENT_STORAGE,
+                json!({
+                    "error": "no_space",
+                    "reason": format!(
+                        "the volume has {free} bytes free and the next snapshots need {reserve}: \
+                         puts are refused until keys are deleted or the volume has more space"
+                    ),
+                    "free": free,
+                    "reserve": reserve,
                 }),
             ),
         };

@@ -78,6 +78,8 @@ pub struct AppState {
     pub book: Arc<vellum_raft_store::member::PeerBook>,
     /// The node's volume: `GET /v1/cluster/snapshot` reads the current snapshot from it.
     pub volume: vellum_engine::Volume,
+    /// Whether the volume has room for puts (the space guard's last look).
+    pub space: Arc<crate::server::space::Space>,
 }
 
 /// Who leads, as this node sees it.
