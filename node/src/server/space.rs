@@ -17,13 +17,17 @@
 //!   applied state's bytes of every group, plus three log segments: [`reserve`]; not while
 //!   a purge is about to free segments), this node refuses client puts (HTTP 507), and takes
 //!   them again once there is room. Deletes pass (they free space) until less than one
-//!   segment is left. The state a snapshot writes is the whole map, so a volume must hold
+//!   segment is left. Known limit: when the map has grown so that its next snapshot no
+//!   longer fits, deletes (of missing keys above all: they cost log blocks and free nothing)
+//!   can use up that room, and the node ends read-only (every write 507) until the volume
+//!   has more space; it stays up and serves reads. The state a snapshot writes is the whole map, so a volume must hold
 //!   the map twice: a full volume says so to the client instead of killing the node.
 //! - **Room first.** The guard also takes over openraft's count policy (`--snapshot-entries`,
 //!   openraft's own is `Never`): a snapshot is asked for only while the volume has room for
 //!   it (the group's map and one segment, less than the puts' reserve, so that a snapshot
-//!   still fits once puts stop), since a snapshot write that finds the volume full is as
-//!   fatal as an append.
+//!   still fits once puts stop; the room of snapshots asked for and not yet built is held
+//!   back, so that several groups never share the same free bytes), since a snapshot write
+//!   that finds the volume full is as fatal as an append.
 //!
 //! Invariants: the guard only asks for what openraft does by itself (a snapshot; a purge of
 //! entries a snapshot covers); a put is refused before it is proposed, never after; the
@@ -45,6 +49,12 @@ use super::metrics::{VOLUME_FREE_BYTES, VOLUME_RESERVE_BYTES, WRITES_REFUSED_NO_
 pub const SPACE_EVERY: Duration = Duration::from_millis(100);
 /// The least time between two snapshot requests of one group (one builds meanwhile).
 const SNAPSHOT_PAUSE: Duration = Duration::from_secs(1);
+/// Log segments a purge leaves allocated: the one being written and the purged ones the log
+/// recycles as spares (`LogConfig::recycled_segments`, 2 by default).
+const KEPT_SEGMENTS: u64 = 3;
+/// The longest the room of a snapshot asked for is held back while it is not seen built
+/// (openraft ignores an ask while that group builds one, or a build may have failed).
+const BUILD_HELD: Duration = Duration::from_secs(60);
 /// Log segments of room kept beside the snapshots for puts to be taken: what the log may
 /// take between the look that stops puts and the purge after the snapshot that follows
 /// (its spare and recycled segments are already allocated, so not counted free).
@@ -90,13 +100,17 @@ impl Space {
     }
 
     /// Judges the last look: `free` bytes, the `reserve` puts need, the log's `segment`, and
-    /// whether a purge is `purging` (about to free segments a new snapshot covers).
-    fn set(&self, free: u64, reserve: u64, segment: u64, purging: bool) {
+    /// the bytes a purge about to run will free (`reclaimable`: log segments a new snapshot
+    /// covers, beyond the ones the log keeps).
+    fn set(&self, free: u64, reserve: u64, segment: u64, reclaimable: u64) {
         self.free.store(free, Ordering::Relaxed);
         self.reserve.store(reserve, Ordering::Relaxed);
-        // While a purge is about to free segments, the log's own slack is enough.
-        let puts = free >= reserve || (purging && free >= RESERVE_SEGMENTS * segment);
-        let was = self.puts.swap(puts, Ordering::AcqRel);
+        // Once refused, puts wait for a segment more than the reserve, so that a volume at
+        // the edge does not flip at every look.
+        let was = self.puts.load(Ordering::Acquire);
+        let want = if was { reserve } else { reserve + segment };
+        let puts = free.saturating_add(reclaimable) >= want;
+        self.puts.store(puts, Ordering::Release);
         if was && !puts {
             tracing::warn!(
                 free,
@@ -151,6 +165,10 @@ pub fn spawn_guard(
         // Per group: when a snapshot was last asked for, and the purge last asked for.
         let mut asked: BTreeMap<u64, Instant> = BTreeMap::new();
         let mut purged: BTreeMap<u64, u64> = BTreeMap::new();
+        // Snapshots asked for and not yet seen built, per group: the room each was given
+        // and the snapshot index it replaces. Their bytes are not all allocated yet, so the
+        // room they take is held back from the next asks.
+        let mut building: BTreeMap<u64, (u64, u64, Instant)> = BTreeMap::new();
         loop {
             tokio::select! {
                 () = tokio::time::sleep(SPACE_EVERY) => {}
@@ -166,12 +184,22 @@ pub fn spawn_guard(
             let free_bytes = free.saturating_mul(block);
             // A purge of entries a new snapshot covers is about to free log segments: the
             // free space is low only for the moment (the snapshot is written, the log not
-            // yet purged), and puts are not refused for it.
+            // yet purged), and what the purge frees counts for the puts' reserve.
             let mut purging = false;
             // The segments, not the entries' bytes: every durable write takes whole blocks,
             // so a run of small writes (deletes, one at a time) fills segments many times
             // faster than its entries' bytes grow.
             let over = log.space().0 > budget;
+            building.retain(|id, (_, was, at)| {
+                let now = groups
+                    .iter()
+                    .find(|g| g.id == *id)
+                    .and_then(|g| g.raft.metrics().borrow_watched().snapshot)
+                    .map_or(0, |s| s.index);
+                now <= *was && at.elapsed() < BUILD_HELD
+            });
+            let mut room =
+                free_bytes.saturating_sub(building.values().map(|(need, _, _)| need).sum());
             for g in groups.iter() {
                 let Ok(handle) = log.group(g.id) else { continue };
                 let m = g.raft.metrics().borrow_watched().clone();
@@ -193,7 +221,9 @@ pub fn spawn_guard(
                     }
                     continue;
                 }
+                // Nothing applied past the snapshot: a new one would cover nothing more.
                 if !(by_count || by_bytes)
+                    || applied <= snapshot
                     || asked.get(&g.id).is_some_and(|t| t.elapsed() < SNAPSHOT_PAUSE)
                 {
                     continue;
@@ -202,10 +232,11 @@ pub fn spawn_guard(
                 // A snapshot write that finds the volume full stops the Raft core: ask only
                 // for one that fits (the map's bytes and a segment of slack).
                 let need = g.kv.bytes() + SNAPSHOT_SLACK_SEGMENTS * segment;
-                if free_bytes < need {
+                if room < need {
                     tracing::warn!(
                         group = g.id,
                         free = free_bytes,
+                        room,
                         need,
                         "no room on the volume for this group's next snapshot: its log is not \
                          compacted until keys are deleted or the volume has more space"
@@ -220,12 +251,18 @@ pub fn spawn_guard(
                     segments_over_budget = over,
                     "snapshot"
                 );
+                room -= need;
+                building.insert(g.id, (need, snapshot, Instant::now()));
                 if let Err(e) = g.raft.trigger().snapshot().await {
                     tracing::warn!(group = g.id, error = %e, "snapshot for the volume's space");
                 }
             }
             let state: u64 = groups.iter().map(|g| g.kv.bytes()).sum();
-            space.set(free_bytes, reserve(state, segment), segment, purging);
+            // A purge keeps the segment being written and turns up to `KEPT_SEGMENTS` of the
+            // others into spares; it frees the rest.
+            let reclaimable =
+                if purging { log.space().0.saturating_sub(KEPT_SEGMENTS * segment) } else { 0 };
+            space.set(free_bytes, reserve(state, segment), segment, reclaimable);
         }
     });
 }
@@ -245,14 +282,17 @@ mod tests {
     fn puts_are_refused_below_the_reserve_and_deletes_below_a_segment() {
         let space = Space::default();
         assert_eq!(space.refusal(true), None);
-        space.set(10, reserve(5, 2), 2, false);
+        space.set(10, reserve(5, 2), 2, 0);
         assert_eq!(space.refusal(true), Some((10, 11)), "puts stop below the reserve");
         assert_eq!(space.refusal(false), None, "deletes go on: they free space");
-        space.set(1, reserve(5, 2), 2, false);
+        space.set(1, reserve(5, 2), 2, 0);
         assert_eq!(space.refusal(false), Some((1, 11)), "below a segment, deletes stop too");
-        space.set(10, 11, 2, true);
-        assert_eq!(space.refusal(true), None, "not while a purge is about to free segments");
-        space.set(11, 11, 2, false);
+        space.set(8, 11, 2, 5);
+        assert_eq!(space.refusal(true), None, "what a purge about to run frees counts");
+        space.set(1, 11, 2, 0);
+        space.set(11, 11, 2, 0);
+        assert!(space.refusal(true).is_some(), "once refused, the reserve and a segment more");
+        space.set(13, 11, 2, 0);
         assert_eq!((space.refusal(true), space.refusal(false)), (None, None));
     }
 }

