@@ -185,6 +185,49 @@ pub enum ClusterCommand {
         /// The node id to remove.
         id: u64,
     },
+    /// Add a node to a cluster of several Raft groups (`serve --groups`) and move its share
+    /// of the groups' replicas onto it: it joins group 0 (every member's group) as a
+    /// learner, is promoted once caught up, then `spread` moves replicas of the other groups
+    /// from the members holding most to it, one group at a time.
+    AddNode {
+        /// The new node's id (never one removed before).
+        id: u64,
+        /// Its API address, HOST:PORT.
+        api_addr: String,
+        /// Its Raft address, IP:PORT.
+        raft_addr: String,
+        /// Join group 0 only; move no replica (later: `vellum cluster spread`).
+        #[arg(long)]
+        no_spread: bool,
+        /// How long to wait for each catch-up (the new member, each moved replica).
+        #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+        wait: u64,
+    },
+    /// Move one Raft group's replica from one member to another (a member that holds none of
+    /// that group): the new replica joins as a learner and catches up, then takes the old
+    /// one's vote, and the old one is dropped. Group 0 holds every member and never moves.
+    Move {
+        /// The group.
+        group: u64,
+        /// The member whose replica moves away (it must be running).
+        from: u64,
+        /// The member that takes it.
+        to: u64,
+        /// How long to keep asking while the group elects or hands its leadership over.
+        #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+        wait: u64,
+    },
+    /// Spread the Raft groups' replicas over the members, until each holds as many as any
+    /// other, within one (after `add-node --no-spread`, or members added with `add`), then
+    /// spread the leaders (`rebalance`). Prints each move as it is done.
+    Spread {
+        /// Print the moves, make none.
+        #[arg(long)]
+        dry_run: bool,
+        /// How long to wait for each move.
+        #[arg(long, default_value_t = 60, value_name = "SECONDS")]
+        wait: u64,
+    },
     /// Spread the leaders of the Raft groups (`serve --groups`) over the voters now: every
     /// member hands the groups another voter should lead over to it, then this waits until
     /// each live voter leads as many groups as any other, within one.
@@ -480,6 +523,13 @@ pub async fn cluster(
         }
         ClusterCommand::Promote { id } => promote(&eps, id, access).await.map(|()| 0),
         ClusterCommand::Rebalance { wait } => rebalance(&eps, wait, access).await,
+        ClusterCommand::AddNode { id, api_addr, raft_addr, no_spread, wait } => {
+            add_node(&eps, (id, &api_addr, &raft_addr), !no_spread, wait, access).await
+        }
+        ClusterCommand::Move { group, from, to, wait } => {
+            move_replica(&eps, (group, from, to), wait, access).await.map(|_| 0)
+        }
+        ClusterCommand::Spread { dry_run, wait } => spread(&eps, dry_run, wait, access).await,
     }
 }
 
@@ -595,6 +645,24 @@ async fn add(
     wait_secs: u64,
     access: &Access,
 ) -> Result<i32, CliError> {
+    add_to(endpoints, (id, api_addr, raft_addr), "", learner_only, wait_secs, access).await?;
+    if !learner_only {
+        promote(endpoints, id, access).await?;
+    }
+    Ok(0)
+}
+
+/// Adds node `id` as a learner (of every group, or as `query` says), then unless
+/// `learner_only` waits until its matched index reaches the leader's last log index (at most
+/// `wait_secs`).
+async fn add_to(
+    endpoints: &[String],
+    (id, api_addr, raft_addr): (u64, &str, &str),
+    query: &str,
+    learner_only: bool,
+    wait_secs: u64,
+    access: &Access,
+) -> Result<(), CliError> {
     let (b, c, v) = leader(endpoints, access).await?;
     if id_list(&v["voters"]).contains(&id) || id_list(&v["learners"]).contains(&id) {
         return Err(CliError::Usage(format!(
@@ -603,7 +671,7 @@ async fn add(
     }
     let body = serde_json::json!({ "id": id, "api_addr": api_addr, "raft_addr": raft_addr });
     let resp = c
-        .post(format!("{b}/v1/cluster/learners"))
+        .post(format!("{b}/v1/cluster/learners{query}"))
         .json(&body)
         .send()
         .await
@@ -613,11 +681,13 @@ async fn add(
     }
     println!("node {id} added as a learner");
     if learner_only {
-        return Ok(0);
+        return Ok(());
     }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(wait_secs);
     loop {
-        let (_, s) = get_status(std::slice::from_ref(&b), access).await?;
+        // The leader's own status: it may have changed since the learner was added.
+        let (now, _, _) = leader(endpoints, access).await?;
+        let (_, s) = get_status(std::slice::from_ref(&now), access).await?;
         let last = s["last_log_index"].as_u64().unwrap_or(0);
         let matched = s["replication"][id.to_string()].as_u64();
         if matched.is_some_and(|m| m >= last) {
@@ -632,12 +702,21 @@ async fn add(
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
-    promote(endpoints, id, access).await?;
-    Ok(0)
+    Ok(())
 }
 
 /// Makes learner `id` a voter: the voter set becomes the current one plus `id`.
 async fn promote(endpoints: &[String], id: u64, access: &Access) -> Result<(), CliError> {
+    promote_in(endpoints, id, "", access).await
+}
+
+/// [`promote`] in every group, or as `query` says (`?group=0`).
+async fn promote_in(
+    endpoints: &[String],
+    id: u64,
+    query: &str,
+    access: &Access,
+) -> Result<(), CliError> {
     let (b, c, v) = leader(endpoints, access).await?;
     let mut voters = id_list(&v["voters"]);
     if voters.contains(&id) {
@@ -651,7 +730,7 @@ async fn promote(endpoints: &[String], id: u64, access: &Access) -> Result<(), C
     }
     voters.push(id);
     let resp = c
-        .put(format!("{b}/v1/cluster/members"))
+        .put(format!("{b}/v1/cluster/members{query}"))
         .json(&serde_json::json!({ "members": voters }))
         .send()
         .await
@@ -718,6 +797,114 @@ async fn status(endpoints: &[String], json: bool, access: &Access) -> Result<i32
         );
     }
     Ok(0)
+}
+
+/// `vellum cluster add-node`: `id` joins group 0 as a learner (`?group=0`), is promoted once
+/// caught up, then (with `spread_after`) takes its share of the other groups' replicas.
+async fn add_node(
+    endpoints: &[String],
+    (id, api_addr, raft_addr): (u64, &str, &str),
+    spread_after: bool,
+    wait_secs: u64,
+    access: &Access,
+) -> Result<i32, CliError> {
+    let (_, v) = get_status(endpoints, access).await?;
+    if v["groups"].as_array().map_or(0, Vec::len) < 2 {
+        return Err(CliError::Usage(
+            "this cluster runs one Raft group: add members with vellum cluster add".into(),
+        ));
+    }
+    if id_list(&v["voters"]).contains(&id) {
+        println!("node {id} is a member already");
+    } else {
+        if !id_list(&v["learners"]).contains(&id) {
+            let new = (id, api_addr, raft_addr);
+            add_to(endpoints, new, "?group=0", false, wait_secs, access).await?;
+        }
+        promote_in(endpoints, id, "?group=0", access).await?;
+    }
+    if !spread_after {
+        println!("no replica moved (--no-spread): vellum cluster spread moves them");
+        return Ok(0);
+    }
+    spread(endpoints, false, wait_secs, access).await
+}
+
+/// Moves group `group`'s replica from `from` to `to` (`POST /v1/cluster/move`), asking again
+/// while every endpoint answers 503 (an election, a leader handing over), at most
+/// `wait_secs`.
+async fn move_replica(
+    endpoints: &[String],
+    (group, from, to): (u64, u64, u64),
+    wait_secs: u64,
+    access: &Access,
+) -> Result<serde_json::Value, CliError> {
+    let body = serde_json::json!({ "group": group, "from": from, "to": to });
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(wait_secs);
+    loop {
+        let attempt =
+            send(endpoints, access, &|c, b| c.post(format!("{b}/v1/cluster/move")).json(&body))
+                .await;
+        match attempt {
+            Ok((e, resp)) if resp.status().is_success() => {
+                let v = resp.json().await.map_err(|err| unreachable(&e, &err))?;
+                println!("group {group}: replica moved from node {from} to node {to}");
+                return Ok(v);
+            }
+            Ok((_, resp)) => return Err(failure(resp).await),
+            Err(CliError::Unreachable(why)) => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(CliError::Unreachable(format!(
+                        "group {group}'s replica did not move from node {from} to node {to} \
+                         in {wait_secs} s: {why}"
+                    )));
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// `vellum cluster spread`: plans the replica moves that spread the groups over the members
+/// (`groups::replica_plan`, from the status), makes them one after another, then spreads the
+/// leaders.
+async fn spread(
+    endpoints: &[String],
+    dry_run: bool,
+    wait_secs: u64,
+    access: &Access,
+) -> Result<i32, CliError> {
+    let (_, v) = get_status(endpoints, access).await?;
+    let groups = v["groups"].as_array().map(Vec::as_slice).unwrap_or_default();
+    if groups.len() < 2 {
+        return Err(CliError::Usage("this cluster runs one Raft group: nothing to spread".into()));
+    }
+    let sets: Vec<Vec<u64>> = groups.iter().map(|g| id_list(&g["voters"])).collect();
+    if sets.iter().any(Vec::is_empty) {
+        return Err(CliError::Unreachable(
+            "the status does not name every group's voters yet; retry in a moment".into(),
+        ));
+    }
+    let members = id_list(&v["voters"]);
+    let plan = crate::server::groups::replica_plan(&sets, &members);
+    if plan.is_empty() {
+        println!("the replicas are spread already ({} groups over nodes {members:?})", sets.len());
+    }
+    let total = plan.len();
+    for (i, (g, from, to)) in plan.into_iter().enumerate() {
+        print!("move {}/{total}: ", i + 1);
+        if dry_run {
+            println!("group {g}, node {from} -> node {to}");
+            continue;
+        }
+        let _ = std::io::stdout().flush();
+        move_replica(endpoints, (g, from, to), wait_secs, access).await?;
+    }
+    if dry_run || total == 0 {
+        return Ok(0);
+    }
+    rebalance(endpoints, wait_secs, access).await
 }
 
 /// `vellum backup`: the leader's snapshot covering a linearizable read, checked (it decodes,

@@ -10,14 +10,21 @@
 //! - The volume records G as its log's group set, exactly `0..G` ([`shape`]): a volume whose
 //!   groups hold raft state refuses another G in one line; one without raft state (a first
 //!   start, or one a power cut interrupted while its groups were being created) is reshaped.
-//! - Every group has the same members: a membership change runs on every group through its
-//!   leader (`http::cluster::every_group`), group 0 last for a removal; the member checks
-//!   (`member.rs`) read group 0's membership.
+//! - Group 0 holds every member of the cluster: its membership is the cluster's (who may
+//!   speak Raft at all, who is removed for good: `member.rs`). A membership change without
+//!   a group runs on every group through its leader (`http::cluster::every_group`), group 0
+//!   last for a removal. Any other group's replicas may sit on some members only: `vellum
+//!   cluster move` swaps one replica ([`replica_plan`] spreads them over the members), and
+//!   each group's Raft authority is its own membership. A member that holds no replica of a
+//!   group routes its keys through the directory (`directory.rs`).
 //! - Every Raft RPC names its group and the sender's G (`x-vellum-group: g/G`); a member with
 //!   another G is refused (400 `groups_mismatch`): it would hash keys elsewhere.
-//! - Leaders spread ([`assignment`]): the voters in id order, group g prefers voter g mod N;
-//!   the groups of a voter its leaders do not hear from go to the live voter leading fewest,
-//!   so each live voter leads G/N groups, within one. A leader hands a group it should not
+//! - Leaders spread ([`assignment`]): in group order, each group prefers its voter that
+//!   leads fewest groups so far (the lowest id on a tie: with the same voters everywhere,
+//!   group g prefers voter g mod N), and a group moves to another of its voters while that
+//!   one leads two fewer; the groups of a voter its leaders do not hear from go
+//!   to the group's live voter leading fewest. With the same voters in every group each live
+//!   voter leads G/N groups, within one. A leader hands a group it should not
 //!   lead to the one that should (openraft's leader transfer), at most once per
 //!   [`TRANSFER_PAUSE`] per group, so views that differ for a moment cannot make leadership
 //!   flap.
@@ -33,6 +40,7 @@ use vellum_raft_store::v010::openraft::async_runtime::WatchReceiver;
 use vellum_raft_store::v010::{KvBatcher, KvReader, KvStateMachine, LogStore, TypeConfig};
 
 use super::KvRaft;
+use super::directory::Directory;
 
 /// The header of a Raft RPC that names its group and the sender's group count: `g/G`.
 pub const GROUP_HEADER: &str = "x-vellum-group";
@@ -172,43 +180,106 @@ pub fn spawn_ready(
     });
 }
 
-/// Which voter should lead each of `groups` groups: group g prefers `voters[g % N]` (voters
-/// in id order); a group whose preferred voter is not `alive` goes to the live voter with the
-/// fewest groups so far (the lowest id on a tie). Every live voter gets `groups / live` or
-/// one more.
-pub fn assignment(groups: u64, voters: &[u64], alive: &BTreeSet<u64>) -> Vec<u64> {
-    let mut voters = voters.to_vec();
-    voters.sort_unstable();
-    voters.dedup();
-    let live: Vec<u64> = voters.iter().copied().filter(|v| alive.contains(v)).collect();
-    if live.is_empty() {
-        return Vec::new();
-    }
-    let mut target: Vec<Option<u64>> = (0..groups)
-        .map(|g| {
-            let preferred = voters[usize::try_from(g).unwrap_or(0) % voters.len()];
-            alive.contains(&preferred).then_some(preferred)
+/// Which voter should lead each group, from each group's voters (`sets[g]`) and the voters
+/// known to be `silent` (see the module header): `None` for a group with no voter that is not
+/// silent. Deterministic: members that see the same sets agree.
+pub fn assignment(sets: &[Vec<u64>], silent: &BTreeSet<u64>) -> Vec<Option<u64>> {
+    let sets: Vec<Vec<u64>> = sets
+        .iter()
+        .map(|s| {
+            let mut s = s.clone();
+            s.sort_unstable();
+            s.dedup();
+            s
         })
         .collect();
-    let mut load: BTreeMap<u64, u64> = live.iter().map(|v| (*v, 0)).collect();
+    let least = |load: &BTreeMap<u64, u64>, set: &[u64], ok: &dyn Fn(u64) -> bool| {
+        set.iter()
+            .copied()
+            .filter(|v| ok(*v))
+            .min_by_key(|v| (load.get(v).copied().unwrap_or(0), *v))
+    };
+    // As if every voter were live: greedy, then a group moves from a voter to another of its
+    // voters leading two fewer while one does (each move lowers the sum of squared loads, so
+    // this ends).
+    let mut load: BTreeMap<u64, u64> = BTreeMap::new();
+    let mut ideal = Vec::with_capacity(sets.len());
+    for set in &sets {
+        let pick = least(&load, set, &|_| true);
+        if let Some(v) = pick {
+            *load.entry(v).or_default() += 1;
+        }
+        ideal.push(pick);
+    }
+    'improve: loop {
+        for (t, set) in ideal.iter_mut().zip(&sets) {
+            let Some(v) = *t else { continue };
+            let Some(u) = least(&load, set, &|_| true) else { continue };
+            if load.get(&u).copied().unwrap_or(0) + 1 < load.get(&v).copied().unwrap_or(0) {
+                *load.entry(v).or_default() -= 1;
+                *load.entry(u).or_default() += 1;
+                *t = Some(u);
+                continue 'improve;
+            }
+        }
+        break;
+    }
+    // The groups of silent voters go to their live voters leading fewest; the others stay.
+    let mut target: Vec<Option<u64>> =
+        ideal.iter().map(|t| t.filter(|v| !silent.contains(v))).collect();
+    let mut load: BTreeMap<u64, u64> = BTreeMap::new();
     for t in target.iter().flatten() {
         *load.entry(*t).or_default() += 1;
     }
-    for t in &mut target {
+    for (t, set) in target.iter_mut().zip(&sets) {
         if t.is_none() {
-            let (least, _) = load
-                .iter()
-                .min_by_key(|(id, n)| (**n, **id))
-                .map_or((live[0], 0), |(a, b)| (*a, *b));
-            *load.entry(least).or_default() += 1;
-            *t = Some(least);
+            *t = least(&load, set, &|v| !silent.contains(&v));
+            if let Some(v) = *t {
+                *load.entry(v).or_default() += 1;
+            }
         }
     }
-    target.into_iter().map(|t| t.unwrap_or(live[0])).collect()
+    target
+}
+
+/// The replica moves (`(group, from, to)`, in order) that spread the replicas of groups
+/// `1..` (`sets[g]`: group g's voters; group 0 holds every member and never moves) over
+/// `members`, until each holds as many as any other, within one: each move takes a replica
+/// from the member holding most (the highest id on a tie) to the one holding fewest (the
+/// lowest id), of the lowest group the first holds and the second does not.
+pub fn replica_plan(sets: &[Vec<u64>], members: &[u64]) -> Vec<(u64, u64, u64)> {
+    let mut sets: Vec<BTreeSet<u64>> = sets.iter().map(|s| s.iter().copied().collect()).collect();
+    let mut held: BTreeMap<u64, usize> = members.iter().map(|m| (*m, 0)).collect();
+    for set in sets.iter().skip(1) {
+        for v in set {
+            if let Some(n) = held.get_mut(v) {
+                *n += 1;
+            }
+        }
+    }
+    let mut plan = Vec::new();
+    // Each move narrows the spread, so this ends; the bound is a second guard.
+    for _ in 0..sets.len() * members.len().max(1) {
+        let Some((&from, &most)) = held.iter().max_by_key(|(id, n)| (**n, **id)) else { break };
+        let Some((&to, &fewest)) = held.iter().min_by_key(|(id, n)| (**n, **id)) else { break };
+        if most <= fewest + 1 {
+            break;
+        }
+        let Some(g) = (1..sets.len()).find(|g| sets[*g].contains(&from) && !sets[*g].contains(&to))
+        else {
+            break;
+        };
+        sets[g].remove(&from);
+        sets[g].insert(to);
+        *held.entry(from).or_default() -= 1;
+        *held.entry(to).or_default() += 1;
+        plan.push((g as u64, from, to));
+    }
+    plan
 }
 
 /// The voters a leader heard from within `window` (itself included), from its metrics.
-fn heard_from(
+pub(crate) fn heard_from(
     m: &vellum_raft_store::v010::openraft::RaftMetrics<TypeConfig>,
     me: u64,
     window: Duration,
@@ -268,6 +339,7 @@ pub fn spawn_compactor(
 /// and at once when `kick` is notified (`vellum cluster rebalance`). Ends with `stop`.
 pub fn spawn_balancer(
     groups: Arc<[Group]>,
+    directory: Arc<Directory>,
     me: u64,
     election_timeout: Duration,
     kick: Arc<tokio::sync::Notify>,
@@ -287,7 +359,7 @@ pub fn spawn_balancer(
             if *stop.borrow() {
                 return;
             }
-            balance_once(&groups, me, election_timeout * 2, &mut last).await;
+            balance_once(&groups, &directory, me, election_timeout * 2, &mut last).await;
         }
     });
 }
@@ -295,6 +367,7 @@ pub fn spawn_balancer(
 /// One look at the groups this node leads; transfers those that another voter should lead.
 async fn balance_once(
     groups: &[Group],
+    directory: &Directory,
     me: u64,
     window: Duration,
     last: &mut BTreeMap<u64, Instant>,
@@ -309,17 +382,22 @@ async fn balance_once(
             m.last_log_index.unwrap_or(0).saturating_sub(m.last_applied.map_or(0, |l| l.index));
         metrics::gauge!(GROUP_APPLY_LAG, "group" => g.id.to_string()).set(lag as f64);
     }
-    let Some(&first) = led.first() else { return };
-    // The groups share their members; the live ones are those any group led here hears.
-    let membership = metrics[first].membership_config.membership().clone();
-    let voters: Vec<u64> = membership.voter_ids().collect();
-    let mut alive = BTreeSet::new();
-    for i in &led {
-        alive.extend(heard_from(&metrics[*i], me, window));
+    if led.is_empty() {
+        return;
     }
-    let target = assignment(groups.len() as u64, &voters, &alive);
+    // Each group's voters: from its Raft here where this node votes in it, from the
+    // directory otherwise. Silent: a voter of a group led here that no group led here heard.
+    let sets: Vec<Vec<u64>> =
+        groups.iter().zip(&metrics).map(|(g, m)| directory.resolve(g.id, me, m).voters).collect();
+    let mut heard = BTreeSet::new();
+    for i in &led {
+        heard.extend(heard_from(&metrics[*i], me, window));
+    }
+    let silent: BTreeSet<u64> =
+        led.iter().flat_map(|i| sets[*i].iter().copied()).filter(|v| !heard.contains(v)).collect();
+    let target = assignment(&sets, &silent);
     for i in led {
-        let Some(&to) = target.get(i) else { continue };
+        let Some(Some(to)) = target.get(i).copied() else { continue };
         let group = &groups[i];
         if to == me || last.get(&group.id).is_some_and(|t| t.elapsed() < TRANSFER_PAUSE) {
             continue;
@@ -361,11 +439,18 @@ mod tests {
         assert!(seen.iter().all(|n| (100..300).contains(n)), "{seen:?}");
     }
 
+    /// `assignment` with the same `voters` in each of `groups` groups, the voters not in
+    /// `alive` silent.
+    fn uniform(groups: usize, voters: &[u64], alive: &BTreeSet<u64>) -> Vec<u64> {
+        let silent = voters.iter().copied().filter(|v| !alive.contains(v)).collect();
+        assignment(&vec![voters.to_vec(); groups], &silent).into_iter().flatten().collect()
+    }
+
     #[test]
     fn leaders_spread_within_one_over_the_live_voters() {
         let all = BTreeSet::from([1, 2, 3]);
-        for groups in [1u64, 2, 3, 16, 17, 256] {
-            let t = assignment(groups, &[3, 1, 2], &all);
+        for groups in [1usize, 2, 3, 16, 17, 256] {
+            let t = uniform(groups, &[3, 1, 2], &all);
             let c = counts(&t);
             let (lo, hi) = (c.values().min().copied(), c.values().max().copied());
             assert!(hi.unwrap() - lo.unwrap_or(0) <= 1, "{groups}: {c:?}");
@@ -373,7 +458,7 @@ mod tests {
             assert!(t.iter().enumerate().all(|(g, v)| *v == [1, 2, 3][g % 3]));
         }
         // Voter 3 gone: its groups spread over 1 and 2, within one.
-        let t = assignment(16, &[1, 2, 3], &BTreeSet::from([1, 2]));
+        let t = uniform(16, &[1, 2, 3], &BTreeSet::from([1, 2]));
         let c = counts(&t);
         assert_eq!(c.len(), 2, "{c:?}");
         assert_eq!(c[&1] + c[&2], 16);
@@ -382,7 +467,39 @@ mod tests {
         assert!(
             t.iter().enumerate().filter(|(g, _)| g % 3 != 2).all(|(g, v)| *v == [1, 2, 3][g % 3])
         );
-        assert!(assignment(4, &[1, 2], &BTreeSet::new()).is_empty());
+        assert!(uniform(4, &[1, 2], &BTreeSet::new()).is_empty());
+    }
+
+    #[test]
+    fn replicas_spread_over_new_members_and_leaders_follow() {
+        for (groups, members) in [(16usize, 4u64), (16, 5), (16, 6), (8, 4), (64, 5)] {
+            let mut sets = vec![vec![1, 2, 3]; groups];
+            let all: Vec<u64> = (1..=members).collect();
+            sets[0] = all.clone();
+            let plan = replica_plan(&sets, &all);
+            for (g, from, to) in &plan {
+                let set = &mut sets[*g as usize];
+                assert!(*g > 0, "group 0 never moves");
+                assert!(set.contains(from) && !set.contains(to), "{g}: {from} -> {to}");
+                set.retain(|v| v != from);
+                set.push(*to);
+            }
+            let held: Vec<usize> =
+                all.iter().map(|m| sets[1..].iter().filter(|s| s.contains(m)).count()).collect();
+            let (lo, hi) = (held.iter().min().unwrap(), held.iter().max().unwrap());
+            assert!(hi - lo <= 1, "{groups} groups on {members}: {held:?}");
+            assert!(sets.iter().skip(1).all(|s| s.len() == 3), "three replicas each");
+            assert!(replica_plan(&sets, &all).is_empty(), "a spread plan is stable");
+            // Leaders follow: each member leads about as many groups as any other.
+            let t: Vec<u64> =
+                assignment(&sets, &BTreeSet::new()).into_iter().map(Option::unwrap).collect();
+            let c = counts(&t);
+            let (lo, hi) = (c.values().min().unwrap(), c.values().max().unwrap());
+            assert_eq!(c.len(), members as usize, "every member leads some: {c:?}");
+            assert!(hi - lo <= 1, "{groups} groups on {members}: leaders {c:?}");
+        }
+        // Nothing to spread: the same members everywhere.
+        assert!(replica_plan(&vec![vec![1, 2, 3]; 16], &[1, 2, 3]).is_empty());
     }
 
     #[test]

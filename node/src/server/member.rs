@@ -23,11 +23,18 @@
 //! might be the one that counted this node's old votes, so the node waits for it. If one
 //! knows the id, the node refuses to start as that member.
 //!
-//! Raft authority comes from membership, not from the CA ([`authority`]): `append` and
-//! `snapshot` are taken only from a voter or learner of this node's effective or committed
-//! membership (the union: a joint change in progress locks out no member), `vote` only from
-//! a voter of either; a node with no membership yet (a fresh joiner) takes `append` and
-//! `snapshot` from any sender, as a leader it has not heard of yet must reach it. Ids on the
+//! Raft authority comes from membership, not from the CA ([`authority`]), and per Raft group
+//! (`groups.rs`: on a node of several groups, a group's replicas may sit on some members
+//! only): `append` and `snapshot` of group g are taken only from a voter or learner of this
+//! node's effective or committed membership of g (the union: a joint change in progress
+//! locks out no member), `vote` only from a voter of either. A node that does not vote in g
+//! as it sees it (g's membership here is empty, names it as a learner or leaves it out: a
+//! replica being added, moved away or coming back) takes g's `append` and `snapshot` from a
+//! member of the cluster (group 0's membership, which every member belongs to), as a leader
+//! it has not heard of yet must reach it. A node that does not vote in the cluster (a fresh
+//! joiner with no membership, or a learner catching up through entries older than the
+//! member that now leads) takes them from any sender: it counts in no quorum meanwhile. Ids
+//! on the
 //! operator's deny list (`--deny-peer`) and ids removed from the cluster (recorded durably in
 //! the peer book once they leave both memberships) are refused always. The check runs before
 //! the sender is admitted, so a refused sender never enters the peer book.
@@ -170,24 +177,22 @@ impl Authority {
         a
     }
 
-    fn is_empty(&self) -> bool {
-        self.voters.is_empty() && self.learners.is_empty()
-    }
-
     /// Every member id.
     pub fn all(&self) -> BTreeSet<u64> {
         self.voters.union(&self.learners).copied().collect()
     }
 }
 
-/// Whether `from` may send `kind` to a node with membership `members` (see the module
-/// header). `denied`/`removed`: whether the id is on the deny list / removed for good.
+/// Whether `from` may send `kind` of a group to node `me`, whose membership of that group
+/// is `group` and of group 0 (the cluster's) is `cluster` (see the module header).
+/// `denied`/`removed`: whether the id is on the deny list / removed for good.
 pub fn authority(
     kind: RpcKind,
     from: u64,
-    denied: bool,
-    removed: bool,
-    members: &Authority,
+    (denied, removed): (bool, bool),
+    me: u64,
+    group: &Authority,
+    cluster: &Authority,
 ) -> Result<(), Unauthorized> {
     if denied {
         return Err(Unauthorized::Denied);
@@ -195,17 +200,23 @@ pub fn authority(
     if removed {
         return Err(Unauthorized::Removed);
     }
+    let member_of = |a: &Authority| a.voters.contains(&from) || a.learners.contains(&from);
+    // A learner's view of a group may be one the group left behind (a replica moved away
+    // keeps its learner seat until it is dropped, and may not hear that): only a voter's
+    // view holds back senders it does not name.
+    let replica_here = group.voters.contains(&me);
     match kind {
-        RpcKind::Vote if members.voters.contains(&from) => Ok(()),
-        RpcKind::Vote if members.learners.contains(&from) => Err(Unauthorized::NotVoter),
+        RpcKind::Vote if group.voters.contains(&from) => Ok(()),
+        RpcKind::Vote if group.learners.contains(&from) => Err(Unauthorized::NotVoter),
         RpcKind::Vote => Err(Unauthorized::NotMember),
-        // A node with no membership yet: the leader that is adding it is not known to it.
-        RpcKind::Append | RpcKind::Snapshot if members.is_empty() => Ok(()),
-        RpcKind::Append | RpcKind::Snapshot
-            if members.voters.contains(&from) || members.learners.contains(&from) =>
-        {
-            Ok(())
-        }
+        RpcKind::Append | RpcKind::Snapshot if member_of(group) => Ok(()),
+        // A node that does not vote in the cluster yet (no membership at all, or a learner
+        // catching up through memberships older than its leader): the leader that is adding
+        // it may be one it has not heard of. It counts in no quorum meanwhile.
+        RpcKind::Append | RpcKind::Snapshot if !cluster.voters.contains(&me) => Ok(()),
+        // No replica of this group here (yet, or any more): a member of the cluster that
+        // leads the group now may be one this node's view of the group does not name.
+        RpcKind::Append | RpcKind::Snapshot if !replica_here && member_of(cluster) => Ok(()),
         RpcKind::Append | RpcKind::Snapshot => Err(Unauthorized::NotMember),
     }
 }
@@ -246,8 +257,9 @@ pub struct Guard {
     /// `--deny-peer`.
     deny: BTreeSet<u64>,
     fatal: watch::Sender<Option<String>>,
-    /// Raft's metrics, once Raft runs (membership and state for the checks).
-    metrics: OnceLock<MetricsRx>,
+    /// Each Raft group's metrics (by group id), once Raft runs: membership and state for the
+    /// checks. Group 0's membership is the cluster's.
+    metrics: OnceLock<Vec<MetricsRx>>,
     /// The peers that claimed this node lost its state, with the incarnation they named.
     claims: Mutex<BTreeMap<u64, Incarnation>>,
 }
@@ -264,9 +276,16 @@ impl Guard {
         (Arc::new(guard), rx)
     }
 
-    /// Judges requests against Raft's membership from now on.
-    pub fn attach(&self, metrics: MetricsRx) {
-        let _ = self.metrics.set(metrics);
+    /// Judges requests against the groups' memberships from now on (`groups[g]`: group g's
+    /// metrics; at least group 0).
+    pub fn attach(&self, groups: Vec<MetricsRx>) {
+        assert!(!groups.is_empty(), "a node runs at least one Raft group");
+        let _ = self.metrics.set(groups);
+    }
+
+    /// Group 0's metrics (the cluster's membership), once Raft runs.
+    fn cluster(&self) -> Option<&MetricsRx> {
+        self.metrics.get().and_then(|all| all.first())
     }
 
     fn claims(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Incarnation>> {
@@ -279,13 +298,20 @@ impl Guard {
         self.deny.contains(&peer) || self.book.is_removed(peer)
     }
 
-    /// Whether `from` may send `kind` now (see [`authority`]); before Raft runs nobody may.
-    pub fn authorize(&self, kind: RpcKind, from: u64) -> Result<(), Unauthorized> {
-        let members = match self.metrics.get() {
-            Some(rx) => Authority::of(&rx.borrow_watched()),
-            None => return Err(Unauthorized::NotMember),
-        };
-        authority(kind, from, self.deny.contains(&from), self.book.is_removed(from), &members)?;
+    /// Whether `from` may send `kind` of group `group` now (see [`authority`]); before Raft
+    /// runs nobody may. A group this node does not run is judged as group 0 (its RPC is
+    /// refused as `unknown_group` after that).
+    pub fn authorize(&self, kind: RpcKind, from: u64, group: u64) -> Result<(), Unauthorized> {
+        let Some(all) = self.metrics.get() else { return Err(Unauthorized::NotMember) };
+        let cluster = Authority::of(&all[0].borrow_watched());
+        let of_group = usize::try_from(group)
+            .ok()
+            .filter(|g| *g > 0)
+            .and_then(|g| all.get(g))
+            .map(|rx| Authority::of(&rx.borrow_watched()));
+        let flags = (self.deny.contains(&from), self.book.is_removed(from));
+        let me = self.me.node_id;
+        authority(kind, from, flags, me, of_group.as_ref().unwrap_or(&cluster), &cluster)?;
         if self.claims().contains_key(&from) {
             return Err(Unauthorized::ClaimedStale);
         }
@@ -296,7 +322,7 @@ impl Guard {
     /// its state, if one peer alone cannot forge that (see the module header). Stops the
     /// node, or refuses `peer` from now on (logged once per peer).
     pub fn stale_claim(&self, peer: u64, known: Incarnation) -> Verdict {
-        let (no_state, joint) = match self.metrics.get() {
+        let (no_state, joint) = match self.cluster() {
             Some(rx) => {
                 let m = rx.borrow_watched();
                 (
@@ -507,21 +533,21 @@ mod tests {
             m.last_log_index = Some(10);
         }
         let (tx, rx) = TypeConfig::watch_channel(m);
-        guard.attach(rx);
+        guard.attach(vec![rx]);
         (guard, fatal, tx)
     }
 
     #[tokio::test]
     async fn one_peers_claim_refuses_that_peer_a_majority_stops_the_node() {
         let (guard, fatal, _tx) = guard(true);
-        assert_eq!(guard.authorize(RpcKind::Append, 2), Ok(()));
-        assert_eq!(guard.authorize(RpcKind::Append, 7), Err(Unauthorized::Denied));
-        assert_eq!(guard.authorize(RpcKind::Vote, 9), Err(Unauthorized::NotMember));
+        assert_eq!(guard.authorize(RpcKind::Append, 2, 0), Ok(()));
+        assert_eq!(guard.authorize(RpcKind::Append, 7, 0), Err(Unauthorized::Denied));
+        assert_eq!(guard.authorize(RpcKind::Vote, 9, 0), Err(Unauthorized::NotMember));
         let other = Incarnation([9; 16]);
         assert_eq!(guard.stale_claim(2, other), Verdict::Refused);
         assert!(fatal.borrow().is_none(), "one peer's word stopped the node");
-        assert_eq!(guard.authorize(RpcKind::Append, 2), Err(Unauthorized::ClaimedStale));
-        assert_eq!(guard.authorize(RpcKind::Append, 3), Ok(()));
+        assert_eq!(guard.authorize(RpcKind::Append, 2, 0), Err(Unauthorized::ClaimedStale));
+        assert_eq!(guard.authorize(RpcKind::Append, 3, 0), Ok(()));
         assert_eq!(guard.stale_claim(2, other), Verdict::Refused, "the same peer again");
         assert!(fatal.borrow().is_none());
         assert_eq!(guard.stale_claim(3, other), Verdict::Stopping);
@@ -539,26 +565,60 @@ mod tests {
         ids.iter().copied().collect()
     }
 
+    const OK: (bool, bool) = (false, false);
+
     #[test]
     fn raft_authority_comes_from_membership() {
         let members = Authority { voters: set(&[1, 2, 3]), learners: set(&[4]) };
+        let judge = |kind, from, flags| authority(kind, from, flags, 1, &members, &members);
         for kind in [RpcKind::Append, RpcKind::Snapshot, RpcKind::Vote] {
-            assert_eq!(authority(kind, 2, false, false, &members), Ok(()));
-            assert_eq!(authority(kind, 9, false, false, &members), Err(Unauthorized::NotMember));
-            assert_eq!(authority(kind, 2, true, false, &members), Err(Unauthorized::Denied));
-            assert_eq!(authority(kind, 2, false, true, &members), Err(Unauthorized::Removed));
+            assert_eq!(judge(kind, 2, OK), Ok(()));
+            assert_eq!(judge(kind, 9, OK), Err(Unauthorized::NotMember));
+            assert_eq!(judge(kind, 2, (true, false)), Err(Unauthorized::Denied));
+            assert_eq!(judge(kind, 2, (false, true)), Err(Unauthorized::Removed));
         }
-        assert_eq!(authority(RpcKind::Append, 4, false, false, &members), Ok(()));
-        assert_eq!(
-            authority(RpcKind::Vote, 4, false, false, &members),
-            Err(Unauthorized::NotVoter)
-        );
+        assert_eq!(judge(RpcKind::Append, 4, OK), Ok(()));
+        assert_eq!(judge(RpcKind::Vote, 4, OK), Err(Unauthorized::NotVoter));
         // A node with no membership yet takes appends and snapshots from anyone, no vote.
         let none = Authority::default();
-        assert_eq!(authority(RpcKind::Append, 9, false, false, &none), Ok(()));
-        assert_eq!(authority(RpcKind::Snapshot, 9, false, false, &none), Ok(()));
-        assert_eq!(authority(RpcKind::Vote, 9, false, false, &none), Err(Unauthorized::NotMember));
-        assert_eq!(authority(RpcKind::Append, 9, true, false, &none), Err(Unauthorized::Denied));
+        let fresh = |kind, from, flags| authority(kind, from, flags, 1, &none, &none);
+        assert_eq!(fresh(RpcKind::Append, 9, OK), Ok(()));
+        assert_eq!(fresh(RpcKind::Snapshot, 9, OK), Ok(()));
+        assert_eq!(fresh(RpcKind::Vote, 9, OK), Err(Unauthorized::NotMember));
+        assert_eq!(fresh(RpcKind::Append, 9, (true, false)), Err(Unauthorized::Denied));
+    }
+
+    #[test]
+    fn raft_authority_is_per_group() {
+        // Node 1 of a cluster of 1..=5; group g's replicas are on 1, 4 and 5 only.
+        let cluster = Authority { voters: set(&[1, 2, 3, 4, 5]), learners: set(&[]) };
+        let g = Authority { voters: set(&[1, 4, 5]), learners: set(&[]) };
+        let judge = |kind, from| authority(kind, from, OK, 1, &g, &cluster);
+        assert_eq!(judge(RpcKind::Vote, 4), Ok(()));
+        assert_eq!(judge(RpcKind::Append, 5), Ok(()));
+        // A member of the cluster that holds no replica of g speaks no Raft of g here.
+        assert_eq!(judge(RpcKind::Vote, 2), Err(Unauthorized::NotMember));
+        assert_eq!(judge(RpcKind::Append, 2), Err(Unauthorized::NotMember));
+        assert_eq!(judge(RpcKind::Snapshot, 3), Err(Unauthorized::NotMember));
+        // Node 2 holds no replica of g (being added, or moved away): g's leader may be one
+        // its view does not name, so a member of the cluster may append; no vote, and never
+        // a sender outside the cluster.
+        let on_2 = |kind, from| authority(kind, from, OK, 2, &g, &cluster);
+        assert_eq!(on_2(RpcKind::Append, 3), Ok(()));
+        assert_eq!(on_2(RpcKind::Snapshot, 3), Ok(()));
+        assert_eq!(on_2(RpcKind::Vote, 3), Err(Unauthorized::NotMember));
+        assert_eq!(on_2(RpcKind::Append, 9), Err(Unauthorized::NotMember));
+        let empty = Authority::default();
+        let unheard = |kind, from| authority(kind, from, OK, 2, &empty, &cluster);
+        assert_eq!(unheard(RpcKind::Append, 4), Ok(()));
+        assert_eq!(unheard(RpcKind::Append, 9), Err(Unauthorized::NotMember));
+        assert_eq!(unheard(RpcKind::Vote, 4), Err(Unauthorized::NotMember));
+        // A learner of the cluster (node 6, joining) takes appends from a leader its view of
+        // the membership may not name yet; it never takes a vote from outside.
+        let joining = Authority { voters: set(&[1, 2, 3]), learners: set(&[6]) };
+        let on_6 = |kind, from| authority(kind, from, OK, 6, &joining, &joining);
+        assert_eq!(on_6(RpcKind::Append, 5), Ok(()));
+        assert_eq!(on_6(RpcKind::Vote, 5), Err(Unauthorized::NotMember));
     }
 
     #[test]

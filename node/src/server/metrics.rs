@@ -318,10 +318,14 @@ pub fn spawn_raft_watch(
                 leader = m.current_leader;
             }
             let leading = m.state == ServerState::Leader;
+            // A group this node does not vote in (its replica moved away, or not here yet)
+            // waits for no leader of its own: the node routes its keys elsewhere.
+            let voter = group == 0 || crate::server::directory::votes_in(&m, m.id);
             ready.store(
-                m.current_leader.is_some()
-                    && applied >= startup_commit
-                    && (!leading || m.last_quorum_acked.is_some()),
+                !voter
+                    || (m.current_leader.is_some()
+                        && applied >= startup_commit
+                        && (!leading || m.last_quorum_acked.is_some())),
                 Ordering::Release,
             );
             if rx.changed().await.is_err() {

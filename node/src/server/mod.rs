@@ -35,6 +35,7 @@
 mod archiver;
 mod codec;
 pub mod config;
+pub(crate) mod directory;
 pub(crate) mod groups;
 pub mod http;
 pub mod listener;
@@ -657,7 +658,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         }
         return Err(refused);
     }
-    guard.attach(raft.metrics());
+    guard.attach(rafts.iter().map(Raft::metrics).collect());
     member::spawn_removal_watch(Arc::clone(&guard), raft.metrics());
     let ready = Arc::new(AtomicBool::new(false));
     let mut core_stopped = health.watch();
@@ -699,9 +700,18 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         volume.clone(),
         stop_rx.clone(),
     );
+    let directory = Arc::new(directory::Directory::default());
+    directory::spawn_poll(
+        Arc::clone(&directory),
+        rafts.clone(),
+        args.id,
+        reach.peers.clone(),
+        stop_rx.clone(),
+    );
     let rebalance = Arc::new(tokio::sync::Notify::new());
     groups::spawn_balancer(
         Arc::clone(&groups),
+        Arc::clone(&directory),
         args.id,
         Duration::from_millis(raft_config.election_timeout_min),
         Arc::clone(&rebalance),
@@ -714,6 +724,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         id: args.id,
         raft: raft.clone(),
         groups,
+        directory,
         rebalance,
         limits,
         ready,

@@ -144,6 +144,7 @@ pub fn router(slot: Arc<Slot>, rpc_bytes: usize) -> Router {
         .route("/raft/transfer", post(transfer))
         .route("/raft/member/{id}", get(knowledge))
         .route("/raft/members", get(members))
+        .route("/raft/groups", get(groups))
         .layer(DefaultBodyLimit::max(rpc_bytes))
         .layer(axum::middleware::from_fn_with_state(rpc_bytes, declared_too_large))
         .merge(snapshots)
@@ -220,7 +221,15 @@ async fn authorize(
     else {
         return next.run(req).await;
     };
-    match s.guard.authorize(kind, from) {
+    // The group it names (`x-vellum-group`); one that does not parse is refused by the
+    // handler (400 `bad_group`) and judged as group 0's here.
+    let group = req
+        .headers()
+        .get(super::groups::GROUP_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(super::groups::parse_header)
+        .map_or(0, |(g, _)| g);
+    match s.guard.authorize(kind, from, group) {
         Ok(()) => next.run(req).await,
         Err(why) => {
             tracing::debug!(from, path = %req.uri().path(), error = why.code(), "refused a Raft RPC");
@@ -583,6 +592,22 @@ async fn members(State(slot): State<Arc<Slot>>) -> Response {
         .map(|(id, n)| (*id, n.raft_addr.clone()))
         .collect();
     Json(member::Members { members }).into_response()
+}
+
+/// The Raft groups this member votes in, as it sees them (`GET /raft/groups`): what a member
+/// that holds no replica of some group learns their leaders from (`directory.rs`).
+async fn groups(State(slot): State<Arc<Slot>>) -> Response {
+    let Some(s) = slot.ready.get() else { return not_ready() };
+    let me = s.guard.me.node_id;
+    let groups = s
+        .rafts
+        .iter()
+        .enumerate()
+        .filter_map(|(g, raft)| {
+            super::directory::view(g as u64, me, &raft.metrics().borrow_watched())
+        })
+        .collect();
+    Json(super::directory::Views { groups }).into_response()
 }
 
 async fn knowledge(State(slot): State<Arc<Slot>>, Path(id): Path<u64>) -> Response {

@@ -19,6 +19,7 @@ mod t150_client_cli;
 mod t160_archive;
 mod t170_groups;
 mod t180_full_volume;
+mod t190_moves;
 mod t20_membership;
 mod t30_crash_restart;
 mod t35_lost_quorum;

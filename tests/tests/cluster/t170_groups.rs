@@ -49,7 +49,7 @@ fn wait_spread(c: &Cluster, node: &Node, ids: &[u64], within: Duration) -> Vec<u
 }
 
 /// Writes `range` through the running nodes in turn from 8 threads; the keys acknowledged.
-fn write_all(c: &Cluster, range: std::ops::Range<usize>) -> Vec<usize> {
+pub(crate) fn write_all(c: &Cluster, range: std::ops::Range<usize>) -> Vec<usize> {
     let running: Vec<&Node> = c.nodes.iter().filter(|n| n.is_running()).collect();
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..8)
@@ -80,7 +80,7 @@ fn write_all(c: &Cluster, range: std::ops::Range<usize>) -> Vec<usize> {
 /// The acknowledged keys `node` does not read back linearizably. A read answered 5xx (a
 /// group electing, or a view that still names a dead leader) is retried for a while: only a
 /// 404 or another value is a lost write.
-fn lost(c: &Cluster, node: &Node, acked: &[usize]) -> Vec<usize> {
+pub(crate) fn lost(c: &Cluster, node: &Node, acked: &[usize]) -> Vec<usize> {
     let read_back = |k: usize| {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {

@@ -1,11 +1,14 @@
 //! `GET /v1/cluster/status`, `POST /v1/cluster/learners`, `PUT /v1/cluster/members`,
-//! `DELETE /v1/cluster/members/{id}`, `POST /v1/cluster/rebalance`.
+//! `DELETE /v1/cluster/members/{id}`, `POST /v1/cluster/rebalance`, `POST /v1/cluster/move`.
 //!
-//! The status is group 0's (the membership's) at its top level, and lists every Raft group
-//! (`groups`: leader, term, applied index) on a node of several (`--groups`). On such a
-//! node a membership change runs on every group, each through its leader (`every_group`), so
-//! the groups keep the same members; backups are built for one group and answer 501
-//! (`not_with_groups`) rather than save group 0 alone.
+//! The status is group 0's (the cluster's membership) at its top level, and lists every Raft
+//! group (`groups`: leader, term, applied index, voters, learners) on a node of several
+//! (`--groups`); a group this node does not vote in is shown as the directory heard it from
+//! its voters (`directory.rs`). On such a node a membership change without `?group=N` runs
+//! on every group, each through its leader (`every_group`); a move ([`move_replica`]) changes
+//! one group's replicas, on its leader: learner, catch up, swap the voters, drop the old
+//! replica. Backups are built for one group and answer 501 (`not_with_groups`) rather than
+//! save group 0 alone.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -53,6 +56,16 @@ pub struct GroupStatus {
     pub role: String,
     pub last_log_index: Option<u64>,
     pub applied_index: Option<u64>,
+    /// The group's voters and learners (its replicas).
+    #[serde(default)]
+    pub voters: Vec<u64>,
+    #[serde(default)]
+    pub learners: Vec<u64>,
+    /// Whether this node's Raft of the group may campaign: a voter of the effective or of
+    /// the committed membership as it knows them (a replica moved away stops once it knows
+    /// the change committed).
+    #[serde(default)]
+    pub electable: bool,
 }
 
 fn role_name(state: ServerState) -> &'static str {
@@ -76,13 +89,20 @@ pub async fn status(State(s): State<AppState>) -> Response {
         .iter()
         .map(|g| {
             let m = g.raft.metrics().borrow_watched().clone();
+            let view = s.directory.resolve(g.id, s.id, &m);
+            let electable = m.membership_config.membership().voter_ids().any(|v| v == s.id)
+                || m.committed_membership_config.membership().voter_ids().any(|v| v == s.id);
+            let here = view.voters.contains(&s.id) || view.learners.contains(&s.id);
             GroupStatus {
                 group: g.id,
-                leader: m.current_leader,
-                term: m.current_term,
-                role: role_name(m.state).into(),
+                leader: view.leader,
+                term: view.term,
+                role: if here { role_name(m.state) } else { "none" }.into(),
                 last_log_index: m.last_log_index,
                 applied_index: m.last_applied.map(|l| l.index),
+                voters: view.voters,
+                learners: view.learners,
+                electable,
             }
         })
         .collect();
@@ -247,7 +267,7 @@ fn target(s: &AppState, group: Option<u64>) -> Target {
                     ApiError::BadRequest(format!("no group {g}")).into_response(),
                 );
             };
-            match s.leader_of(&group.raft) {
+            match s.leader_of(group) {
                 Leader::Me => Target::One(group.raft.clone()),
                 // Forwarded here as the group's leader, which this node is not (any more).
                 Leader::Other(id, _) => {
@@ -286,28 +306,12 @@ where
     let mut absent = 0;
     for g in order {
         let group = &s.groups[g];
-        let resp = match s.leader_of(&group.raft) {
+        let resp = match s.leader_of(group) {
             Leader::Me => local(group.raft.clone()).await,
             Leader::Other(_, node) => {
                 let sep = if path.contains('?') { '&' } else { '?' };
                 let url = format!("{}{path}{sep}group={g}", s.http.base(&node.api_addr));
-                let mut req = s.http.client.request(method.clone(), url);
-                if let Some(a) = headers.get(axum::http::header::AUTHORIZATION) {
-                    req = req.header(axum::http::header::AUTHORIZATION, a.clone());
-                }
-                if let Some(b) = &body {
-                    req = req.json(b);
-                }
-                match req.send().await {
-                    Ok(r) => {
-                        let (status, hdrs) = (r.status(), r.headers().clone());
-                        match r.bytes().await {
-                            Ok(b) => super::relay(status, &hdrs, b),
-                            Err(e) => ApiError::BadGateway(e.to_string()).into_response(),
-                        }
-                    }
-                    Err(e) => ApiError::BadGateway(e.to_string()).into_response(),
-                }
+                forward(s, headers, method.clone(), url, body.as_ref()).await
             }
             Leader::Unknown(leader) => ApiError::NoLeader { leader }.into_response(),
         };
@@ -330,6 +334,34 @@ where
     }
     let first = indexes.first().map(|v| v["index"].clone()).unwrap_or_default();
     Json(serde_json::json!({ "index": first, "groups": indexes })).into_response()
+}
+
+/// Sends a cluster request on to another member with the caller's `Authorization`, and
+/// relays its answer.
+async fn forward(
+    s: &AppState,
+    headers: &HeaderMap,
+    method: reqwest::Method,
+    url: String,
+    body: Option<&serde_json::Value>,
+) -> Response {
+    let mut req = s.http.client.request(method, url).header(super::FORWARDED, s.id.to_string());
+    if let Some(a) = headers.get(axum::http::header::AUTHORIZATION) {
+        req = req.header(axum::http::header::AUTHORIZATION, a.clone());
+    }
+    if let Some(b) = body {
+        req = req.json(b);
+    }
+    match req.send().await {
+        Ok(r) => {
+            let (status, hdrs) = (r.status(), r.headers().clone());
+            match r.bytes().await {
+                Ok(b) => super::relay(status, &hdrs, b),
+                Err(e) => ApiError::BadGateway(e.to_string()).into_response(),
+            }
+        }
+        Err(e) => ApiError::BadGateway(e.to_string()).into_response(),
+    }
 }
 
 pub async fn add_learner(
@@ -440,6 +472,210 @@ pub async fn remove_member(
             let order = (0..s.groups.len()).rev().collect();
             every_group(&s, &headers, order, call, true, remove).await
         }
+    }
+}
+
+/// `POST /v1/cluster/move`: move group `group`'s replica on node `from` to node `to`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Move {
+    pub group: u64,
+    pub from: u64,
+    pub to: u64,
+}
+
+/// How recently the group's leader must have heard from the replica that moves away: a move
+/// needs it running, so that it learns it is no longer a voter (a replica that never hears
+/// of the move would go on asking for votes).
+const MOVE_HEARD_WITHIN: std::time::Duration = std::time::Duration::from_secs(3);
+/// How long a leader whose own replica moves waits for the leadership it hands over.
+const HANDOVER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// `POST /v1/cluster/move` (`vellum cluster move`, `vellum cluster spread`): on group
+/// `group`'s leader (forwarded there once), moves its replica from node `from` to node `to`
+/// (a member of the cluster that holds no replica of the group): `to` joins as a learner and
+/// catches up (openraft's blocking `add_learner`), the voters become the old ones with `to`
+/// in place of `from`, `from` kept as a learner so that it hears it no longer votes, then
+/// dropped. When the leader is `from` itself, it hands its leadership to another voter first
+/// and answers 503 (`no_leader`, naming the new leader): the caller asks again. Safe to
+/// repeat: a move already done answers what it did, one half done is finished. Group 0 holds
+/// every member and never moves.
+pub async fn move_replica(
+    State(s): State<AppState>,
+    headers: HeaderMap,
+    body: Result<Json<Move>, JsonRejection>,
+) -> Response {
+    let Json(req) = match body {
+        Ok(b) => b,
+        Err(e) => return ApiError::BadRequest(e.body_text()).into_response(),
+    };
+    let Move { group: g, from, to } = req;
+    let Some(group) = usize::try_from(g).ok().and_then(|i| s.groups.get(i)) else {
+        return ApiError::BadRequest(format!("no group {g} (groups 0..{})", s.groups.len()))
+            .into_response();
+    };
+    if g == 0 {
+        return ApiError::BadRequest(
+            "group 0 holds every member of the cluster and does not move: add and remove \
+             members with vellum cluster add-node / remove"
+                .into(),
+        )
+        .into_response();
+    }
+    if from == to {
+        return ApiError::BadRequest("a replica moves to another node".into()).into_response();
+    }
+    let raft = match s.leader_of(group) {
+        Leader::Me => group.raft.clone(),
+        Leader::Other(_, node) if !headers.contains_key(super::FORWARDED) => {
+            let url = format!("{}/v1/cluster/move", s.http.base(&node.api_addr));
+            let body = serde_json::to_value(&req).ok();
+            return forward(&s, &headers, reqwest::Method::POST, url, body.as_ref()).await;
+        }
+        Leader::Other(id, _) => return ApiError::NoLeader { leader: Some(id) }.into_response(),
+        Leader::Unknown(leader) => return ApiError::NoLeader { leader }.into_response(),
+    };
+    let m = raft.metrics().borrow_watched().clone();
+    let membership = m.membership_config.membership().clone();
+    let voters: BTreeSet<u64> = membership.voter_ids().collect();
+    let learners: BTreeSet<u64> = membership.learner_ids().collect();
+    let done = |index: Option<u64>| {
+        Json(serde_json::json!({ "group": g, "from": from, "to": to, "index": index }))
+            .into_response()
+    };
+    if voters.contains(&to) && !voters.contains(&from) {
+        // Moved already; only the old replica's learner seat may be left.
+        if !learners.contains(&from) {
+            return done(None);
+        }
+        let r = raft.change_membership(Change::RemoveNodes(BTreeSet::from([from])), false).await;
+        return changed_then(r, done);
+    }
+    if !voters.contains(&from) {
+        return ApiError::BadRequest(format!("node {from} holds no replica of group {g}"))
+            .into_response();
+    }
+    if voters.contains(&to) {
+        return ApiError::BadRequest(format!("node {to} holds a replica of group {g} already"))
+            .into_response();
+    }
+    let Some(node) = s.nodes().remove(&to) else {
+        return ApiError::BadRequest(format!(
+            "node {to} is not a member of the cluster: add it first (vellum cluster add-node)"
+        ))
+        .into_response();
+    };
+    if from == s.id {
+        return hand_over(&s, &raft, &voters, from).await;
+    }
+    if !crate::server::groups::heard_from(&m, s.id, MOVE_HEARD_WITHIN).contains(&from) {
+        return ApiError::Unavailable(format!(
+            "the leader of group {g} has not heard from node {from} within {MOVE_HEARD_WITHIN:?}: \
+             a replica moves away only from a running node (a node that is gone for good is \
+             removed with vellum cluster remove)"
+        ))
+        .into_response();
+    }
+    tracing::info!(group = g, from, to, "moving a replica: the new one joins as a learner");
+    if let Err(r) = changed_ok(raft.add_learner(to, node, true).await) {
+        return *r;
+    }
+    let mut next = voters.clone();
+    next.remove(&from);
+    next.insert(to);
+    tracing::info!(group = g, from, to, "moving a replica: swapping the voters");
+    if let Err(r) = changed_ok(raft.change_membership(next, true).await) {
+        return *r;
+    }
+    settle(&s, &headers, g, from).await;
+    let r = raft.change_membership(Change::RemoveNodes(BTreeSet::from([from])), false).await;
+    tracing::info!(group = g, from, to, ok = r.is_ok(), "moved a replica");
+    changed_then(r, done)
+}
+
+/// How long a move waits for the old replica to know that it no longer votes.
+const SETTLE_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Waits (at most [`SETTLE_WAIT`]) until node `from`'s status says its replica of group `g`
+/// is not `electable`: it holds the committed membership in which it is a learner. Dropped
+/// before that, it would never hear that the change committed (a group replicates to its
+/// members only), and would campaign in the group for ever.
+async fn settle(s: &AppState, headers: &HeaderMap, g: u64, from: u64) {
+    let Some(node) = s.nodes().remove(&from) else { return };
+    let url = format!("{}/v1/cluster/status", s.http.base(&node.api_addr));
+    let deadline = tokio::time::Instant::now() + SETTLE_WAIT;
+    while tokio::time::Instant::now() < deadline {
+        let mut req = s.http.client.get(&url);
+        if let Some(a) = headers.get(axum::http::header::AUTHORIZATION) {
+            req = req.header(axum::http::header::AUTHORIZATION, a.clone());
+        }
+        if let Ok(r) = req.send().await
+            && let Ok(status) = r.json::<Status>().await
+            && status.groups.iter().any(|x| x.group == g && !x.electable)
+        {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    tracing::warn!(
+        group = g,
+        from,
+        "the replica that moved away did not confirm that it no longer votes: dropping it anyway"
+    );
+}
+
+/// The leader's own replica moves: hands the group's leadership to another voter heard from
+/// lately, waits (at most [`HANDOVER_WAIT`]) until another leads, and answers 503 naming it.
+async fn hand_over(s: &AppState, raft: &KvRaft, voters: &BTreeSet<u64>, me: u64) -> Response {
+    let m = raft.metrics().borrow_watched().clone();
+    let heard = crate::server::groups::heard_from(&m, me, MOVE_HEARD_WITHIN);
+    let Some(&to) = voters.iter().find(|v| **v != me && heard.contains(v)) else {
+        return ApiError::Unavailable(
+            "no other voter of the group is heard from: its leader cannot hand over".into(),
+        )
+        .into_response();
+    };
+    tracing::info!(to, "moving this leader's replica: handing the group's leadership over first");
+    if let Err(e) = raft.trigger().transfer_leader(to).await {
+        return ApiError::Internal(format!("leader transfer: {e}")).into_response();
+    }
+    let deadline = tokio::time::Instant::now() + HANDOVER_WAIT;
+    let mut rx = raft.metrics();
+    loop {
+        let leader = rx.borrow_watched().current_leader;
+        if leader.is_some_and(|l| l != me) {
+            return ApiError::NoLeader { leader }.into_response();
+        }
+        if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
+            let _ = s;
+            return ApiError::NoLeader { leader: None }.into_response();
+        }
+    }
+}
+
+/// A membership change's failure as the answer to send, or `Ok` to go on.
+fn changed_ok(
+    result: Result<
+        ClientWriteResponse<TypeConfig>,
+        RaftError<TypeConfig, ClientWriteError<TypeConfig>>,
+    >,
+) -> Result<(), Box<Response>> {
+    match result {
+        Ok(_) => Ok(()),
+        Err(e) => Err(Box::new(changed(Err(e), ApiError::BadRequest))),
+    }
+}
+
+/// A membership change's answer: `done` with its index, or its failure.
+fn changed_then(
+    result: Result<
+        ClientWriteResponse<TypeConfig>,
+        RaftError<TypeConfig, ClientWriteError<TypeConfig>>,
+    >,
+    done: impl FnOnce(Option<u64>) -> Response,
+) -> Response {
+    match result {
+        Ok(r) => done(Some(r.log_id.index)),
+        Err(e) => changed(Err(e), ApiError::BadRequest),
     }
 }
 

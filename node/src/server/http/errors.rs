@@ -48,6 +48,9 @@ pub enum ApiError {
     Internal(String),
     /// What this route does is not built for a node of several Raft groups (`--groups`).
     NotWithGroups(&'static str),
+    /// What the request needs is not there now (a node down, no voter to hand over to): it
+    /// may work later, as the reason says.
+    Unavailable(String),
     /// The volume's free space is below what the next snapshots need: puts are refused
     /// until keys are deleted or the volume has more space.
     NoSpace {
@@ -126,6 +129,9 @@ impl IntoResponse for ApiError {
                     "reason": format!("{what} is not built yet for a cluster of several Raft groups (--groups > 1)"),
                 }),
             ),
+            ApiError::Unavailable(why) => {
+                (StatusCode::SERVICE_UNAVAILABLE, json!({ "error": "unavailable", "reason": why }))
+            }
             ApiError::NoSpace { free, reserve } => (
                 StatusCode::INSUFFICIENT_STORAGE,
                 json!({

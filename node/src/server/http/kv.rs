@@ -34,8 +34,8 @@ use vellum_raft_store::v010::openraft::errors::{
 };
 
 use super::{ApiError, AppState, FORWARDED, Leader, relay};
-use crate::server::KvRaft;
 use crate::server::groups::Group;
+use vellum_raft_store::v010::openraft::async_runtime::WatchReceiver;
 
 #[derive(Debug, Default, Clone, Deserialize)]
 pub struct Params {
@@ -197,7 +197,7 @@ async fn write_inner(
         KvOp::Put { key, .. } | KvOp::Delete { key } => key.clone(),
     };
     let group = s.group_for(&key).clone();
-    let leader = match s.leader_of(&group.raft) {
+    let leader = match s.leader_of(&group) {
         Leader::Me => match propose(&s, &group, op).await {
             Ok(r) => return r,
             // Not the leader (any more), or not a writable one yet: where openraft says.
@@ -254,7 +254,7 @@ pub async fn delete(
 /// index first; a follower forwards the request (or redirects it) to the leader.
 async fn read(
     s: &AppState,
-    raft: &KvRaft,
+    group: &Group,
     method: Method,
     uri: &OriginalUri,
     params: &Params,
@@ -265,8 +265,12 @@ async fn read(
         // The local state machine no longer follows the log: nothing is served from it.
         return ApiError::RaftStopped.into_response();
     }
+    let raft = &group.raft;
     match params.consistency.as_deref() {
-        Some("local") => return answer(s),
+        // A node that holds no replica of the group (moved to other members) has no state
+        // of it to answer from: the leader answers.
+        Some("local") if holds_replica(s, group) => return answer(s),
+        Some("local") => {}
         None | Some("linearizable") => {}
         Some(other) => {
             return ApiError::BadRequest(format!(
@@ -275,7 +279,7 @@ async fn read(
             .into_response();
         }
     }
-    let leader = match s.leader_of(raft) {
+    let leader = match s.leader_of(group) {
         Leader::Me => match raft.ensure_linearizable(ReadPolicy::ReadIndex).await {
             Ok(_) => return answer(s),
             Err(RaftError::APIError(LinearizableReadError::ForwardToLeader(f))) => {
@@ -286,6 +290,12 @@ async fn read(
         other => other,
     };
     to_leader(s, leader, method, uri, params, headers, Bytes::new()).await
+}
+
+/// Whether this node holds a voting replica of `group`, as it sees it (a learner's state may
+/// be one the group left behind: it may not have heard that it was dropped).
+fn holds_replica(s: &AppState, group: &Group) -> bool {
+    crate::server::directory::votes_in(&group.raft.metrics().borrow_watched(), s.id)
 }
 
 fn value_response(value: Option<Vec<u8>>) -> Response {
@@ -307,8 +317,7 @@ pub async fn get(
         return e.into_response();
     }
     let group = s.group_for(&key).clone();
-    read(&s, &group.raft, method, &uri, &params, &headers, |_| value_response(group.kv.get(&key)))
-        .await
+    read(&s, &group, method, &uri, &params, &headers, |_| value_response(group.kv.get(&key))).await
 }
 
 /// The body of a prefix read: `limit` pairs at most from `group` under `prefix`.
@@ -358,7 +367,7 @@ pub async fn list(
         None => None,
     };
     if let Some(group) = one {
-        return read(&s, &group.raft, method, &uri, &params, &headers, |_| {
+        return read(&s, &group, method, &uri, &params, &headers, |_| {
             list_response(&group, &prefix, limit)
         })
         .await;
@@ -390,7 +399,7 @@ async fn list_groups(
                 return ApiError::Internal("a group's prefix read URI".into()).into_response();
             };
             let prefix = params.prefix.clone().unwrap_or_default();
-            read(&s, &group.raft, method, &OriginalUri(one), &params, &headers, |_| {
+            read(&s, &group, method, &OriginalUri(one), &params, &headers, |_| {
                 list_response(&group, &prefix, limit)
             })
             .await

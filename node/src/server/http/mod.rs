@@ -57,12 +57,14 @@ pub struct Limits {
 #[derive(Clone)]
 pub struct AppState {
     pub id: u64,
-    /// Group 0's Raft: the membership (every group has group 0's members) and the routes that
-    /// are built for one group (backup).
+    /// Group 0's Raft: the cluster's membership (every member belongs to group 0) and the
+    /// routes that are built for one group (backup).
     pub raft: KvRaft,
     /// The node's Raft groups (`--groups`), by id: a key is read and written in
     /// [`AppState::group_for`]'s.
     pub groups: Arc<[Group]>,
+    /// The leaders of the groups this node holds no replica of (`directory.rs`).
+    pub directory: Arc<crate::server::directory::Directory>,
     /// Wakes the balancer of group leaders (`POST /v1/cluster/rebalance`).
     pub rebalance: Arc<tokio::sync::Notify>,
     pub limits: Limits,
@@ -97,12 +99,23 @@ impl AppState {
 
     /// Who leads group 0 (the membership's group).
     pub fn leader(&self) -> Leader {
-        self.leader_of(&self.raft)
+        self.leader_of(&self.groups[0])
     }
 
-    /// Who leads the group of `raft`.
-    pub fn leader_of(&self, raft: &KvRaft) -> Leader {
-        let m = raft.metrics().borrow_watched().clone();
+    /// Who leads `group`: as its Raft here sees it, or, when this node does not vote in it
+    /// (its replicas were moved to other members), as the directory heard from its voters.
+    pub fn leader_of(&self, group: &Group) -> Leader {
+        let m = group.raft.metrics().borrow_watched().clone();
+        if group.id != 0
+            && !crate::server::directory::votes_in(&m, self.id)
+            && let Some(view) = self.directory.get(group.id)
+        {
+            return match (view.leader, view.leader_node) {
+                (Some(id), _) if id == self.id => Leader::Unknown(Some(id)),
+                (Some(id), Some(node)) => Leader::Other(id, node),
+                (leader, _) => Leader::Unknown(leader),
+            };
+        }
         match m.current_leader {
             Some(id) if id == self.id => Leader::Me,
             Some(id) => match m.membership_config.membership().get_node(&id) {
@@ -150,6 +163,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/kv/{*key}", get(kv::get).put(kv::put).delete(kv::delete))
         .route("/v1/cluster/status", get(cluster::status))
         .route("/v1/cluster/rebalance", post(cluster::rebalance))
+        .route("/v1/cluster/move", post(cluster::move_replica))
         .route("/v1/cluster/learners", post(cluster::add_learner))
         .route("/v1/cluster/members", put(cluster::change_members))
         .route("/v1/cluster/members/{id}", axum::routing::delete(cluster::remove_member))
