@@ -23,6 +23,7 @@ use super::CliError;
 use crate::security::exposure::is_loopback_endpoint;
 use crate::security::tls;
 use crate::security::tokens::BearerToken;
+use crate::server::groups::Step;
 
 /// How the client proves who it is and checks whom it talks to.
 #[derive(clap::Args, Debug, Clone, Default)]
@@ -217,11 +218,16 @@ pub enum ClusterCommand {
         #[arg(long, default_value_t = 60, value_name = "SECONDS")]
         wait: u64,
     },
-    /// Spread the Raft groups' replicas over the members, until each holds as many as any
-    /// other, within one (after `add-node --no-spread`, or members added with `add`), then
-    /// spread the leaders (`rebalance`). Prints each move as it is done.
+    /// Give every Raft group (but group 0, which holds every member) the same number of
+    /// replicas and spread them over the members, until each holds as many as any other,
+    /// within one: after `add-node --no-spread`, after members added with `add` (every
+    /// group), after a `remove` left groups a replica short. Then spread the leaders
+    /// (`rebalance`). Prints each step as it is done.
     Spread {
-        /// Print the moves, make none.
+        /// Replicas per group (default: the most any group has now).
+        #[arg(long)]
+        replicas: Option<usize>,
+        /// Print the steps, make none.
         #[arg(long)]
         dry_run: bool,
         /// How long to wait for each move.
@@ -527,9 +533,12 @@ pub async fn cluster(
             add_node(&eps, (id, &api_addr, &raft_addr), !no_spread, wait, access).await
         }
         ClusterCommand::Move { group, from, to, wait } => {
-            move_replica(&eps, (group, from, to), wait, access).await.map(|_| 0)
+            let step = Step { group, from: Some(from), to: Some(to) };
+            move_replica(&eps, step, wait, access).await.map(|_| 0)
         }
-        ClusterCommand::Spread { dry_run, wait } => spread(&eps, dry_run, wait, access).await,
+        ClusterCommand::Spread { replicas, dry_run, wait } => {
+            spread(&eps, replicas, dry_run, wait, access).await
+        }
     }
 }
 
@@ -788,6 +797,15 @@ async fn status(endpoints: &[String], json: bool, access: &Access) -> Result<i32
     }
     let groups = v["groups"].as_array().map_or(0, Vec::len);
     if groups > 1 {
+        let sets: Vec<Vec<u64>> = v["groups"]
+            .as_array()
+            .map(|a| a.iter().skip(1).map(|g| id_list(&g["voters"])).collect())
+            .unwrap_or_default();
+        let held: Vec<String> = voters
+            .iter()
+            .map(|id| format!("node {id}: {}", sets.iter().filter(|s| s.contains(id)).count()))
+            .collect();
+        println!("replicas of groups 1..{}: {}", groups - 1, held.join(", "));
         let (counts, leaderless) = leader_counts(&v);
         let shown: Vec<String> = counts.iter().map(|(id, n)| format!("node {id}: {n}")).collect();
         println!(
@@ -827,19 +845,29 @@ async fn add_node(
         println!("no replica moved (--no-spread): vellum cluster spread moves them");
         return Ok(0);
     }
-    spread(endpoints, false, wait_secs, access).await
+    spread(endpoints, None, false, wait_secs, access).await
 }
 
-/// Moves group `group`'s replica from `from` to `to` (`POST /v1/cluster/move`), asking again
-/// while every endpoint answers 503 (an election, a leader handing over), at most
-/// `wait_secs`.
+/// What a step does, for the user.
+fn describe(step: Step) -> String {
+    let g = step.group;
+    match (step.from, step.to) {
+        (Some(f), Some(t)) => format!("group {g}: replica moved from node {f} to node {t}"),
+        (None, Some(t)) => format!("group {g}: replica added on node {t}"),
+        (Some(f), None) => format!("group {g}: replica dropped from node {f}"),
+        (None, None) => format!("group {g}: nothing"),
+    }
+}
+
+/// Makes `step` (`POST /v1/cluster/move`), asking again while every endpoint answers 503
+/// (an election, a leader handing over), at most `wait_secs`.
 async fn move_replica(
     endpoints: &[String],
-    (group, from, to): (u64, u64, u64),
+    step: Step,
     wait_secs: u64,
     access: &Access,
 ) -> Result<serde_json::Value, CliError> {
-    let body = serde_json::json!({ "group": group, "from": from, "to": to });
+    let body = serde_json::json!({ "group": step.group, "from": step.from, "to": step.to });
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(wait_secs);
     loop {
         let attempt =
@@ -848,15 +876,15 @@ async fn move_replica(
         match attempt {
             Ok((e, resp)) if resp.status().is_success() => {
                 let v = resp.json().await.map_err(|err| unreachable(&e, &err))?;
-                println!("group {group}: replica moved from node {from} to node {to}");
+                println!("{}", describe(step));
                 return Ok(v);
             }
             Ok((_, resp)) => return Err(failure(resp).await),
             Err(CliError::Unreachable(why)) => {
                 if std::time::Instant::now() >= deadline {
                     return Err(CliError::Unreachable(format!(
-                        "group {group}'s replica did not move from node {from} to node {to} \
-                         in {wait_secs} s: {why}"
+                        "not done in {wait_secs} s ({}): {why}",
+                        describe(step)
                     )));
                 }
                 tokio::time::sleep(std::time::Duration::from_millis(300)).await;
@@ -866,42 +894,68 @@ async fn move_replica(
     }
 }
 
-/// `vellum cluster spread`: plans the replica moves that spread the groups over the members
-/// (`groups::replica_plan`, from the status), makes them one after another, then spreads the
-/// leaders.
+/// `vellum cluster spread`: plans the steps that give every group `replicas` replicas spread
+/// over the members (`groups::replica_plan`, from a fresh status), makes the first, and plans
+/// again from the status after it, until nothing is left to do (at most one step per group
+/// and member, twice over); then spreads the leaders.
 async fn spread(
     endpoints: &[String],
+    replicas: Option<usize>,
     dry_run: bool,
     wait_secs: u64,
     access: &Access,
 ) -> Result<i32, CliError> {
-    let (_, v) = get_status(endpoints, access).await?;
-    let groups = v["groups"].as_array().map(Vec::as_slice).unwrap_or_default();
-    if groups.len() < 2 {
-        return Err(CliError::Usage("this cluster runs one Raft group: nothing to spread".into()));
-    }
-    let sets: Vec<Vec<u64>> = groups.iter().map(|g| id_list(&g["voters"])).collect();
-    if sets.iter().any(Vec::is_empty) {
-        return Err(CliError::Unreachable(
-            "the status does not name every group's voters yet; retry in a moment".into(),
-        ));
-    }
-    let members = id_list(&v["voters"]);
-    let plan = crate::server::groups::replica_plan(&sets, &members);
-    if plan.is_empty() {
-        println!("the replicas are spread already ({} groups over nodes {members:?})", sets.len());
-    }
-    let total = plan.len();
-    for (i, (g, from, to)) in plan.into_iter().enumerate() {
-        print!("move {}/{total}: ", i + 1);
-        if dry_run {
-            println!("group {g}, node {from} -> node {to}");
-            continue;
+    let mut replicas = replicas;
+    let mut done = 0;
+    loop {
+        let (e, resp) =
+            send(endpoints, access, &|c, b| c.get(format!("{b}/v1/cluster/status?fresh=1")))
+                .await?;
+        if !resp.status().is_success() {
+            return Err(failure(resp).await);
         }
+        let v: serde_json::Value = resp.json().await.map_err(|err| unreachable(&e, &err))?;
+        let groups = v["groups"].as_array().map(Vec::as_slice).unwrap_or_default();
+        if groups.len() < 2 {
+            return Err(CliError::Usage(
+                "this cluster runs one Raft group: nothing to spread".into(),
+            ));
+        }
+        let sets: Vec<Vec<u64>> = groups.iter().map(|g| id_list(&g["voters"])).collect();
+        if sets.iter().any(Vec::is_empty) {
+            return Err(CliError::Unreachable(
+                "the status does not name every group's voters yet; retry in a moment".into(),
+            ));
+        }
+        let members = id_list(&v["voters"]);
+        let want =
+            *replicas.get_or_insert_with(|| sets[1..].iter().map(Vec::len).max().unwrap_or(3));
+        let plan = crate::server::groups::replica_plan(&sets, &members, want);
+        if plan.is_empty() || dry_run {
+            if plan.is_empty() && done == 0 {
+                println!(
+                    "the replicas are spread already ({} groups, {want} replicas each, over \
+                     nodes {members:?})",
+                    sets.len()
+                );
+            }
+            for (i, step) in plan.iter().enumerate() {
+                println!("step {}/{}: {} (dry run)", i + 1, plan.len(), describe(*step));
+            }
+            break;
+        }
+        if done > 2 * sets.len() * members.len().max(1) {
+            return Err(CliError::Unreachable(format!(
+                "the replicas are not spread after {done} steps: the members' views keep \
+                 changing; see vellum cluster status"
+            )));
+        }
+        done += 1;
+        print!("step {done} (of {} planned now): ", done - 1 + plan.len());
         let _ = std::io::stdout().flush();
-        move_replica(endpoints, (g, from, to), wait_secs, access).await?;
+        move_replica(endpoints, plan[0], wait_secs, access).await?;
     }
-    if dry_run || total == 0 {
+    if dry_run || done == 0 {
         return Ok(0);
     }
     rebalance(endpoints, wait_secs, access).await

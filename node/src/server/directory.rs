@@ -102,12 +102,39 @@ fn fresher(old: &View, new: &View) -> View {
 }
 
 /// The groups this member learned of from the others (see the module header).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Directory {
     entries: RwLock<BTreeMap<u64, View>>,
+    /// Asks the poll for a round now ([`Directory::refresh`]).
+    kick: tokio::sync::Notify,
+    /// Rounds of the poll done so far.
+    rounds: tokio::sync::watch::Sender<u64>,
 }
 
+impl Default for Directory {
+    fn default() -> Directory {
+        Directory {
+            entries: RwLock::default(),
+            kick: tokio::sync::Notify::new(),
+            rounds: tokio::sync::watch::channel(0).0,
+        }
+    }
+}
+
+/// How long [`Directory::refresh`] waits for a round.
+const REFRESH_WAIT: Duration = Duration::from_secs(3);
+
 impl Directory {
+    /// Asks the other members now and waits (at most [`REFRESH_WAIT`]) until they answered:
+    /// for an answer that must not lag a change just made (`vellum cluster spread` plans
+    /// from the status).
+    pub async fn refresh(&self) {
+        let mut rx = self.rounds.subscribe();
+        let seen = *rx.borrow_and_update();
+        self.kick.notify_one();
+        let _ = tokio::time::timeout(REFRESH_WAIT, rx.wait_for(|n| *n > seen)).await;
+    }
+
     /// The freshest view of `group` heard from its voters, if any.
     pub fn get(&self, group: u64) -> Option<View> {
         self.entries.read().unwrap_or_else(std::sync::PoisonError::into_inner).get(&group).cloned()
@@ -151,12 +178,14 @@ pub fn spawn_poll(
         loop {
             tokio::select! {
                 () = tokio::time::sleep(POLL_EVERY) => {}
+                () = directory.kick.notified() => {}
                 _ = stop.changed() => return,
             }
             if *stop.borrow() {
                 return;
             }
             if rafts.iter().all(|r| votes_in(&r.metrics().borrow_watched(), me)) {
+                directory.rounds.send_modify(|n| *n += 1);
                 continue;
             }
             let members: Vec<(u64, KvNode)> = {
@@ -178,6 +207,7 @@ pub fn spawn_poll(
                     directory.merge(views.groups);
                 }
             }
+            directory.rounds.send_modify(|n| *n += 1);
         }
     });
 }

@@ -51,6 +51,10 @@ pub const GROUPS_LED: &str = "vellum_raft_groups_led";
 pub const GROUP_APPLY_LAG: &str = "vellum_raft_group_apply_lag_entries";
 /// Bytes a group's live entries take in the node's log.
 pub const GROUP_LOG_BYTES: &str = "vellum_raft_group_log_bytes";
+/// The groups this node holds a voting replica of.
+pub const GROUPS_VOTING: &str = "vellum_raft_groups_voting";
+/// Replica moves (`vellum cluster move`, `spread`) this node completed as a group's leader.
+pub const REPLICA_MOVES: &str = "vellum_raft_replica_moves_total";
 
 /// How often a node looks at the groups its log wants compacted, and the least time between
 /// two snapshots it asks of one group for that.
@@ -242,12 +246,24 @@ pub fn assignment(sets: &[Vec<u64>], silent: &BTreeSet<u64>) -> Vec<Option<u64>>
     target
 }
 
-/// The replica moves (`(group, from, to)`, in order) that spread the replicas of groups
-/// `1..` (`sets[g]`: group g's voters; group 0 holds every member and never moves) over
-/// `members`, until each holds as many as any other, within one: each move takes a replica
-/// from the member holding most (the highest id on a tie) to the one holding fewest (the
-/// lowest id), of the lowest group the first holds and the second does not.
-pub fn replica_plan(sets: &[Vec<u64>], members: &[u64]) -> Vec<(u64, u64, u64)> {
+/// One step of a replica plan: group `group`'s replica on `from` moves to `to`; without
+/// `from`, a replica is added on `to`; without `to`, the one on `from` is dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Step {
+    pub group: u64,
+    pub from: Option<u64>,
+    pub to: Option<u64>,
+}
+
+/// The steps (in order) that give every group `1..` (`sets[g]`: group g's voters; group 0
+/// holds every member and never moves) `replicas` replicas (at most one per member of
+/// `members`) and spread them until each member holds as many as any other, within one:
+/// groups short of replicas get one on the member holding fewest (the lowest id on a tie),
+/// groups over lose the one on the member holding most (the highest id); then each move
+/// takes a replica from the member holding most to the one holding fewest, of the lowest
+/// group the first holds and the second does not.
+pub fn replica_plan(sets: &[Vec<u64>], members: &[u64], replicas: usize) -> Vec<Step> {
+    let replicas = replicas.clamp(1, members.len().max(1));
     let mut sets: Vec<BTreeSet<u64>> = sets.iter().map(|s| s.iter().copied().collect()).collect();
     let mut held: BTreeMap<u64, usize> = members.iter().map(|m| (*m, 0)).collect();
     for set in sets.iter().skip(1) {
@@ -258,6 +274,33 @@ pub fn replica_plan(sets: &[Vec<u64>], members: &[u64]) -> Vec<(u64, u64, u64)> 
         }
     }
     let mut plan = Vec::new();
+    for (g, set) in sets.iter_mut().enumerate().skip(1) {
+        while set.len() < replicas {
+            let Some(to) = held
+                .iter()
+                .filter(|(m, _)| !set.contains(m))
+                .min_by_key(|(id, n)| (**n, **id))
+                .map(|(m, _)| *m)
+            else {
+                break;
+            };
+            set.insert(to);
+            *held.entry(to).or_default() += 1;
+            plan.push(Step { group: g as u64, from: None, to: Some(to) });
+        }
+        while set.len() > replicas {
+            let Some(from) =
+                set.iter().copied().max_by_key(|m| (held.get(m).copied().unwrap_or(0), *m))
+            else {
+                break;
+            };
+            set.remove(&from);
+            if let Some(n) = held.get_mut(&from) {
+                *n -= 1;
+            }
+            plan.push(Step { group: g as u64, from: Some(from), to: None });
+        }
+    }
     // Each move narrows the spread, so this ends; the bound is a second guard.
     for _ in 0..sets.len() * members.len().max(1) {
         let Some((&from, &most)) = held.iter().max_by_key(|(id, n)| (**n, **id)) else { break };
@@ -273,7 +316,7 @@ pub fn replica_plan(sets: &[Vec<u64>], members: &[u64]) -> Vec<(u64, u64, u64)> 
         sets[g].insert(to);
         *held.entry(from).or_default() -= 1;
         *held.entry(to).or_default() += 1;
-        plan.push((g as u64, from, to));
+        plan.push(Step { group: g as u64, from: Some(from), to: Some(to) });
     }
     plan
 }
@@ -377,6 +420,8 @@ async fn balance_once(
     let led: Vec<usize> =
         (0..groups.len()).filter(|i| metrics[*i].state == ServerState::Leader).collect();
     metrics::gauge!(GROUPS_LED).set(led.len() as f64);
+    let voting = metrics.iter().filter(|m| super::directory::votes_in(m, me)).count();
+    metrics::gauge!(GROUPS_VOTING).set(voting as f64);
     for (g, m) in groups.iter().zip(&metrics) {
         let lag =
             m.last_log_index.unwrap_or(0).saturating_sub(m.last_applied.map_or(0, |l| l.index));
@@ -470,26 +515,41 @@ mod tests {
         assert!(uniform(4, &[1, 2], &BTreeSet::new()).is_empty());
     }
 
+    /// `sets` after `plan`, each step checked against the sets it applies to.
+    fn apply(mut sets: Vec<Vec<u64>>, plan: &[Step]) -> Vec<Vec<u64>> {
+        for step in plan {
+            let set = &mut sets[step.group as usize];
+            assert!(step.group > 0, "group 0 never moves");
+            if let Some(from) = step.from {
+                assert!(set.contains(&from), "{step:?} on {set:?}");
+                set.retain(|v| *v != from);
+            }
+            if let Some(to) = step.to {
+                assert!(!set.contains(&to), "{step:?} on {set:?}");
+                set.push(to);
+            }
+        }
+        sets
+    }
+
+    fn held(sets: &[Vec<u64>], members: &[u64]) -> Vec<usize> {
+        members.iter().map(|m| sets[1..].iter().filter(|s| s.contains(m)).count()).collect()
+    }
+
     #[test]
     fn replicas_spread_over_new_members_and_leaders_follow() {
         for (groups, members) in [(16usize, 4u64), (16, 5), (16, 6), (8, 4), (64, 5)] {
             let mut sets = vec![vec![1, 2, 3]; groups];
             let all: Vec<u64> = (1..=members).collect();
             sets[0] = all.clone();
-            let plan = replica_plan(&sets, &all);
-            for (g, from, to) in &plan {
-                let set = &mut sets[*g as usize];
-                assert!(*g > 0, "group 0 never moves");
-                assert!(set.contains(from) && !set.contains(to), "{g}: {from} -> {to}");
-                set.retain(|v| v != from);
-                set.push(*to);
-            }
-            let held: Vec<usize> =
-                all.iter().map(|m| sets[1..].iter().filter(|s| s.contains(m)).count()).collect();
+            let plan = replica_plan(&sets, &all, 3);
+            assert!(plan.iter().all(|s| s.from.is_some() && s.to.is_some()), "moves only");
+            let sets = apply(sets, &plan);
+            let held = held(&sets, &all);
             let (lo, hi) = (held.iter().min().unwrap(), held.iter().max().unwrap());
             assert!(hi - lo <= 1, "{groups} groups on {members}: {held:?}");
             assert!(sets.iter().skip(1).all(|s| s.len() == 3), "three replicas each");
-            assert!(replica_plan(&sets, &all).is_empty(), "a spread plan is stable");
+            assert!(replica_plan(&sets, &all, 3).is_empty(), "a spread plan is stable");
             // Leaders follow: each member leads about as many groups as any other.
             let t: Vec<u64> =
                 assignment(&sets, &BTreeSet::new()).into_iter().map(Option::unwrap).collect();
@@ -499,7 +559,32 @@ mod tests {
             assert!(hi - lo <= 1, "{groups} groups on {members}: leaders {c:?}");
         }
         // Nothing to spread: the same members everywhere.
-        assert!(replica_plan(&vec![vec![1, 2, 3]; 16], &[1, 2, 3]).is_empty());
+        assert!(replica_plan(&vec![vec![1, 2, 3]; 16], &[1, 2, 3], 3).is_empty());
+    }
+
+    #[test]
+    fn a_removed_member_s_replicas_are_added_back_and_extra_ones_dropped() {
+        // Node 4 of 1..=4 was removed: its groups have two replicas left.
+        let mut sets = vec![vec![1, 2, 3, 4]; 16];
+        for (g, set) in sets.iter_mut().enumerate().skip(1) {
+            *set = [1u64, 2, 3, 4].iter().copied().filter(|m| *m != (g % 4) as u64 + 1).collect();
+        }
+        let members = [1u64, 2, 3];
+        sets[0] = members.to_vec();
+        for set in sets.iter_mut().skip(1) {
+            set.retain(|m| *m != 4);
+        }
+        let plan = replica_plan(&sets, &members, 3);
+        assert!(plan.iter().all(|s| s.from.is_none()), "additions only: {plan:?}");
+        let sets = apply(sets, &plan);
+        assert!(sets.iter().skip(1).all(|s| s.len() == 3));
+        // Every group on every member (`cluster add` of a 4th): one replica each dropped.
+        let all = vec![1u64, 2, 3, 4];
+        let plan = replica_plan(&vec![all.clone(); 16], &all, 3);
+        let sets = apply(vec![all.clone(); 16], &plan);
+        assert!(sets.iter().skip(1).all(|s| s.len() == 3));
+        let held = held(&sets, &all);
+        assert!(held.iter().max().unwrap() - held.iter().min().unwrap() <= 1, "{held:?}");
     }
 
     #[test]

@@ -105,6 +105,14 @@ fn describe() {
         Unit::Bytes,
         "Per Raft group: bytes its live entries take in this node's log."
     );
+    describe_gauge!(
+        super::groups::GROUPS_VOTING,
+        "Raft groups this node holds a voting replica of (--groups; see vellum cluster spread)."
+    );
+    describe_counter!(
+        super::groups::REPLICA_MOVES,
+        "Replica moves, additions and drops this node completed as the group's leader."
+    );
     describe_histogram!(
         HTTP_DURATION,
         Unit::Seconds,

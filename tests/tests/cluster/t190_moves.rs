@@ -1,10 +1,12 @@
 //! Scale-out of a sharded cluster (`serve --groups 8`) by moving group replicas: a 4th node
-//! added with `vellum cluster add-node` takes its share of the groups' replicas (learner,
-//! catch up, swap the voters, drop the old replica), so that every member holds as many as
-//! any other, within one, with three replicas per group; members that hold no replica of a
-//! key's group still serve it (forwarded through the directory of group leaders); `kill -9`
-//! of the new node leaves every group a quorum and writes go on; a 5th node spreads the
-//! replicas again; every acknowledged write reads back through every node.
+//! added with `vellum cluster add-node` while clients write takes its share of the groups'
+//! replicas (learner, catch up, swap the voters, drop the old replica), so that every member
+//! holds as many as any other, within one, with three replicas per group; members that hold
+//! no replica of a key's group still serve it (forwarded through the directory of group
+//! leaders); a 5th node spreads the replicas again; `kill -9` of a node leaves every group a
+//! quorum and writes go on; after `vellum cluster remove` of a dead node, `vellum cluster
+//! spread` gives its groups a third replica back; every acknowledged write reads back
+//! through every node.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -29,24 +31,35 @@ fn held(sets: &[Vec<u64>], members: &[u64]) -> BTreeMap<u64, usize> {
     members.iter().map(|m| (*m, sets[1..].iter().filter(|s| s.contains(m)).count())).collect()
 }
 
-/// Adds node `id` (already started with `--standby`) through `vellum cluster add-node`.
-fn add_node(c: &Cluster, id: u64) {
-    let node = c.by_ref(id);
+/// Runs `vellum cluster ARGS --endpoints NODE-1`; its standard output, once it succeeded.
+fn cluster_cli(c: &Cluster, args: &[String]) -> String {
     let out = std::process::Command::new(vellum_bin())
-        .args(["cluster", "add-node", &id.to_string()])
-        .arg(format!("127.0.0.1:{}", node.api))
-        .arg(format!("127.0.0.1:{}", node.raft))
+        .arg("cluster")
+        .args(args)
         .args(["--endpoints", &format!("127.0.0.1:{}", c.by_ref(1).api)])
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
     assert!(
         out.status.success(),
-        "cluster add-node {id}: {stdout} {}; {}",
+        "cluster {args:?}: {stdout} {}; {}",
         String::from_utf8_lossy(&out.stderr),
         c.logs()
     );
-    eprintln!("add-node {id}:\n{stdout}");
+    eprintln!("cluster {args:?}:\n{stdout}");
+    stdout
+}
+
+/// Adds node `id` (already started with `--standby`) through `vellum cluster add-node`.
+fn add_node(c: &Cluster, id: u64) {
+    let node = c.by_ref(id);
+    let args = [
+        "add-node".to_string(),
+        id.to_string(),
+        format!("127.0.0.1:{}", node.api),
+        format!("127.0.0.1:{}", node.raft),
+    ];
+    let stdout = cluster_cli(c, &args);
     assert!(stdout.contains("replica moved"), "add-node {id} moved replicas: {stdout}");
 }
 
@@ -94,7 +107,15 @@ fn a_fourth_and_fifth_node_take_their_share_of_the_replicas() {
         let mut node = Cluster::node(c.dir.path(), id, api, raft, extra);
         node.start();
         c.nodes.push(node);
-        add_node(&c, id);
+        // Clients write meanwhile (through the new node too: 503 until it has joined).
+        let from = acked.len();
+        let during = std::thread::scope(|s| {
+            let writer = s.spawn(|| write_all(&c, from..from + 200));
+            add_node(&c, id);
+            writer.join().unwrap()
+        });
+        assert_eq!(during.len(), 200, "writes go on during the moves; {}", c.logs());
+        acked.extend(during);
         c.wait_ready();
         let members: Vec<u64> = (1..=id).collect();
         let sets = wait_placed(&c, &members);
@@ -128,4 +149,20 @@ fn a_fourth_and_fifth_node_take_their_share_of_the_replicas() {
     let gone = lost(&c, c.by_ref(4), &acked);
     assert!(gone.is_empty(), "{} acknowledged writes lost after the restart", gone.len());
     wait_placed(&c, &[1, 2, 3, 4, 5]);
+
+    phase("node 4 dies for good and is removed; spread gives its groups a replica back");
+    c.by_id(4).kill();
+    cluster_cli(&c, &["remove".into(), "4".into()]);
+    c.nodes.retain(|n| n.id != 4);
+    let stdout = cluster_cli(&c, &["spread".into()]);
+    assert!(stdout.contains("replica added"), "{stdout}");
+    let sets = wait_placed(&c, &[1, 2, 3, 5]);
+    eprintln!("voters per group after the removal: {sets:?}");
+    let from = acked.len();
+    acked.extend(write_all(&c, from..from + 200));
+    assert_eq!(acked.len(), from + 200, "writes go on without node 4; {}", c.logs());
+    for n in &c.nodes {
+        let gone = lost(&c, n, &acked);
+        assert!(gone.is_empty(), "{} writes lost, read through node {}", gone.len(), n.id);
+    }
 }

@@ -20,6 +20,19 @@ fn a_lagging_follower_catches_up_by_snapshot() {
     for k in 0..400 {
         assert!(c.put(writer, &format!("s{k}"), &"v".repeat(k % 300)));
     }
+    // The node's space guard snapshots and purges on its own clock (every 100 ms): wait
+    // until the leader's log no longer holds what the stopped follower lacks.
+    let leader_node = c.by_ref(leader);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status: serde_json::Value =
+            c.get(&leader_node.url("/v1/cluster/status")).unwrap().json().unwrap();
+        if status["purged_index"].as_u64().is_some_and(|i| i > 300) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the leader did not purge its log: {status}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     phase(&format!("restart node {lagging}: it must install the snapshot"));
     c.by_id(lagging).start();
     let deadline = Instant::now() + Duration::from_secs(60);

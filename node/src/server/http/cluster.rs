@@ -78,7 +78,18 @@ fn role_name(state: ServerState) -> &'static str {
     }
 }
 
-pub async fn status(State(s): State<AppState>) -> Response {
+/// `?fresh`: on a node of several groups, ask the other members for the groups this node
+/// holds no replica of before answering (`directory.rs`), rather than answer what the last
+/// poll heard (at most a second old).
+#[derive(Debug, Default, Deserialize)]
+pub struct StatusParams {
+    fresh: Option<String>,
+}
+
+pub async fn status(State(s): State<AppState>, Query(p): Query<StatusParams>) -> Response {
+    if p.fresh.is_some() && s.groups.len() > 1 {
+        s.directory.refresh().await;
+    }
     let m = s.raft.metrics().borrow_watched().clone();
     let membership = m.membership_config.membership();
     let voters: BTreeSet<u64> = membership.voter_ids().collect();
@@ -286,6 +297,10 @@ fn target(s: &AppState, group: Option<u64>) -> Target {
     }
 }
 
+/// How long a membership change of every group waits for a group that has no reachable
+/// leader.
+const GROUP_LEADER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// A membership change of every group of a node of several: on each group's leader (here,
 /// or forwarded there with `?group=N` and the caller's `Authorization`), one group after
 /// another in `order`. Answers group 0's index and every group's, or the first failure: the
@@ -306,14 +321,24 @@ where
     let mut absent = 0;
     for g in order {
         let group = &s.groups[g];
-        let resp = match s.leader_of(group) {
-            Leader::Me => local(group.raft.clone()).await,
-            Leader::Other(_, node) => {
-                let sep = if path.contains('?') { '&' } else { '?' };
-                let url = format!("{}{path}{sep}group={g}", s.http.base(&node.api_addr));
-                forward(s, headers, method.clone(), url, body.as_ref()).await
+        // A group whose leader just died (the member being removed, say) answers 502 or 503
+        // until it elects another: asked again for a while.
+        let deadline = tokio::time::Instant::now() + GROUP_LEADER_WAIT;
+        let resp = loop {
+            let resp = match s.leader_of(group) {
+                Leader::Me => local(group.raft.clone()).await,
+                Leader::Other(_, node) => {
+                    let sep = if path.contains('?') { '&' } else { '?' };
+                    let url = format!("{}{path}{sep}group={g}", s.http.base(&node.api_addr));
+                    forward(s, headers, method.clone(), url, body.as_ref()).await
+                }
+                Leader::Unknown(leader) => ApiError::NoLeader { leader }.into_response(),
+            };
+            let retry = matches!(resp.status().as_u16(), 502 | 503);
+            if !retry || tokio::time::Instant::now() >= deadline {
+                break resp;
             }
-            Leader::Unknown(leader) => ApiError::NoLeader { leader }.into_response(),
+            tokio::time::sleep(std::time::Duration::from_millis(250)).await;
         };
         if absent_done && resp.status() == axum::http::StatusCode::NOT_FOUND {
             absent += 1;
@@ -475,12 +500,15 @@ pub async fn remove_member(
     }
 }
 
-/// `POST /v1/cluster/move`: move group `group`'s replica on node `from` to node `to`.
+/// `POST /v1/cluster/move`: move group `group`'s replica on node `from` to node `to`; without
+/// `from`, add a replica on `to`; without `to`, drop the one on `from`.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Move {
     pub group: u64,
-    pub from: u64,
-    pub to: u64,
+    #[serde(default)]
+    pub from: Option<u64>,
+    #[serde(default)]
+    pub to: Option<u64>,
 }
 
 /// How recently the group's leader must have heard from the replica that moves away: a move
@@ -494,11 +522,13 @@ const HANDOVER_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
 /// `group`'s leader (forwarded there once), moves its replica from node `from` to node `to`
 /// (a member of the cluster that holds no replica of the group): `to` joins as a learner and
 /// catches up (openraft's blocking `add_learner`), the voters become the old ones with `to`
-/// in place of `from`, `from` kept as a learner so that it hears it no longer votes, then
-/// dropped. When the leader is `from` itself, it hands its leadership to another voter first
-/// and answers 503 (`no_leader`, naming the new leader): the caller asks again. Safe to
-/// repeat: a move already done answers what it did, one half done is finished. Group 0 holds
-/// every member and never moves.
+/// in place of `from`, `from` kept as a learner until it knows the change committed
+/// ([`settle`]: else it would never hear it, and campaign for ever), then dropped. Without
+/// `from` the new replica is added; without `to` the old one is dropped (never the last).
+/// When the leader is `from` itself, it hands its leadership to another voter first and
+/// answers 503 (`no_leader`, naming the new leader): the caller asks again. Safe to repeat:
+/// a move already done answers what it did, one half done is finished. Group 0 holds every
+/// member and never moves.
 pub async fn move_replica(
     State(s): State<AppState>,
     headers: HeaderMap,
@@ -521,8 +551,9 @@ pub async fn move_replica(
         )
         .into_response();
     }
-    if from == to {
-        return ApiError::BadRequest("a replica moves to another node".into()).into_response();
+    if from.is_none() && to.is_none() || from == to {
+        return ApiError::BadRequest("a move names a node to move from, to, or both".into())
+            .into_response();
     }
     let raft = match s.leader_of(group) {
         Leader::Me => group.raft.clone(),
@@ -542,53 +573,75 @@ pub async fn move_replica(
         Json(serde_json::json!({ "group": g, "from": from, "to": to, "index": index }))
             .into_response()
     };
-    if voters.contains(&to) && !voters.contains(&from) {
-        // Moved already; only the old replica's learner seat may be left.
-        if !learners.contains(&from) {
-            return done(None);
-        }
-        let r = raft.change_membership(Change::RemoveNodes(BTreeSet::from([from])), false).await;
+    let from_gone = from.is_none_or(|f| !voters.contains(&f));
+    if from_gone && to.is_none_or(|t| voters.contains(&t)) {
+        // Done already; only the old replica's learner seat may be left.
+        let Some(f) = from.filter(|f| learners.contains(f)) else { return done(None) };
+        let r = raft.change_membership(Change::RemoveNodes(BTreeSet::from([f])), false).await;
         return changed_then(r, done);
     }
-    if !voters.contains(&from) {
-        return ApiError::BadRequest(format!("node {from} holds no replica of group {g}"))
+    if let Some(f) = from.filter(|f| !voters.contains(f)) {
+        return ApiError::BadRequest(format!("node {f} holds no replica of group {g}"))
             .into_response();
     }
-    if voters.contains(&to) {
-        return ApiError::BadRequest(format!("node {to} holds a replica of group {g} already"))
+    if let Some(t) = to.filter(|t| voters.contains(t)) {
+        return ApiError::BadRequest(format!("node {t} holds a replica of group {g} already"))
             .into_response();
-    }
-    let Some(node) = s.nodes().remove(&to) else {
-        return ApiError::BadRequest(format!(
-            "node {to} is not a member of the cluster: add it first (vellum cluster add-node)"
-        ))
-        .into_response();
-    };
-    if from == s.id {
-        return hand_over(&s, &raft, &voters, from).await;
-    }
-    if !crate::server::groups::heard_from(&m, s.id, MOVE_HEARD_WITHIN).contains(&from) {
-        return ApiError::Unavailable(format!(
-            "the leader of group {g} has not heard from node {from} within {MOVE_HEARD_WITHIN:?}: \
-             a replica moves away only from a running node (a node that is gone for good is \
-             removed with vellum cluster remove)"
-        ))
-        .into_response();
-    }
-    tracing::info!(group = g, from, to, "moving a replica: the new one joins as a learner");
-    if let Err(r) = changed_ok(raft.add_learner(to, node, true).await) {
-        return *r;
     }
     let mut next = voters.clone();
-    next.remove(&from);
-    next.insert(to);
-    tracing::info!(group = g, from, to, "moving a replica: swapping the voters");
-    if let Err(r) = changed_ok(raft.change_membership(next, true).await) {
+    next.extend(to);
+    if let Some(f) = from {
+        next.remove(&f);
+    }
+    if next.is_empty() {
+        return ApiError::BadRequest(format!("group {g}'s last replica is not dropped"))
+            .into_response();
+    }
+    let node = match to {
+        None => None,
+        Some(t) => match s.nodes().remove(&t) {
+            Some(node) => Some((t, node)),
+            None => {
+                return ApiError::BadRequest(format!(
+                    "node {t} is not a member of the cluster: add it first (vellum cluster \
+                     add-node)"
+                ))
+                .into_response();
+            }
+        },
+    };
+    if let Some(f) = from {
+        if f == s.id {
+            return hand_over(&raft, &voters, f).await;
+        }
+        if !crate::server::groups::heard_from(&m, s.id, MOVE_HEARD_WITHIN).contains(&f) {
+            return ApiError::Unavailable(format!(
+                "the leader of group {g} has not heard from node {f} within \
+                 {MOVE_HEARD_WITHIN:?}: a replica moves away only from a running node (a \
+                 node that is gone for good is removed with vellum cluster remove)"
+            ))
+            .into_response();
+        }
+    }
+    if let Some((t, node)) = node {
+        tracing::info!(group = g, ?from, to = t, "replica move: the new one joins as a learner");
+        if let Err(r) = changed_ok(raft.add_learner(t, node, true).await) {
+            return *r;
+        }
+    }
+    tracing::info!(group = g, ?from, ?to, "replica move: changing the voters");
+    let r = raft.change_membership(next, true).await;
+    let Some(f) = from else {
+        metrics::counter!(crate::server::groups::REPLICA_MOVES).increment(u64::from(r.is_ok()));
+        return changed_then(r, done);
+    };
+    if let Err(r) = changed_ok(r) {
         return *r;
     }
-    settle(&s, &headers, g, from).await;
-    let r = raft.change_membership(Change::RemoveNodes(BTreeSet::from([from])), false).await;
-    tracing::info!(group = g, from, to, ok = r.is_ok(), "moved a replica");
+    settle(&s, &headers, g, f).await;
+    let r = raft.change_membership(Change::RemoveNodes(BTreeSet::from([f])), false).await;
+    tracing::info!(group = g, from = f, ?to, ok = r.is_ok(), "replica move done");
+    metrics::counter!(crate::server::groups::REPLICA_MOVES).increment(u64::from(r.is_ok()));
     changed_then(r, done)
 }
 
@@ -625,7 +678,7 @@ async fn settle(s: &AppState, headers: &HeaderMap, g: u64, from: u64) {
 
 /// The leader's own replica moves: hands the group's leadership to another voter heard from
 /// lately, waits (at most [`HANDOVER_WAIT`]) until another leads, and answers 503 naming it.
-async fn hand_over(s: &AppState, raft: &KvRaft, voters: &BTreeSet<u64>, me: u64) -> Response {
+async fn hand_over(raft: &KvRaft, voters: &BTreeSet<u64>, me: u64) -> Response {
     let m = raft.metrics().borrow_watched().clone();
     let heard = crate::server::groups::heard_from(&m, me, MOVE_HEARD_WITHIN);
     let Some(&to) = voters.iter().find(|v| **v != me && heard.contains(v)) else {
@@ -646,7 +699,6 @@ async fn hand_over(s: &AppState, raft: &KvRaft, voters: &BTreeSet<u64>, me: u64)
             return ApiError::NoLeader { leader }.into_response();
         }
         if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
-            let _ = s;
             return ApiError::NoLeader { leader: None }.into_response();
         }
     }
