@@ -907,6 +907,7 @@ async fn spread(
 ) -> Result<i32, CliError> {
     let mut replicas = replicas;
     let mut done = 0;
+    let mut refused = 0;
     loop {
         let (e, resp) =
             send(endpoints, access, &|c, b| c.get(format!("{b}/v1/cluster/status?fresh=1")))
@@ -953,7 +954,17 @@ async fn spread(
         done += 1;
         print!("step {done} (of {} planned now): ", done - 1 + plan.len());
         let _ = std::io::stdout().flush();
-        move_replica(endpoints, plan[0], wait_secs, access).await?;
+        // A step the group's leader refuses was planned from a view that changed meanwhile
+        // (a leader change in the middle of a step): plan again from a fresh status.
+        match move_replica(endpoints, plan[0], wait_secs, access).await {
+            Ok(_) => refused = 0,
+            Err(e) if refused < 3 => {
+                println!("not done ({e}); planning again");
+                refused += 1;
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
+            Err(e) => return Err(e),
+        }
     }
     if dry_run || done == 0 {
         return Ok(0);

@@ -32,6 +32,9 @@ use super::transport::PeerClients;
 
 /// How often a member that does not vote in every group asks the others.
 pub const POLL_EVERY: Duration = Duration::from_secs(1);
+/// The least time between two rounds, however often [`Directory::refresh`] asks: a status
+/// request with `?fresh` cannot make a member ask the others more often than this.
+const ROUND_GAP: Duration = Duration::from_millis(100);
 /// How long one member's answer may take.
 const ASK_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -176,8 +179,9 @@ pub fn spawn_poll(
     }
     tokio::spawn(async move {
         loop {
+            tokio::time::sleep(ROUND_GAP).await;
             tokio::select! {
-                () = tokio::time::sleep(POLL_EVERY) => {}
+                () = tokio::time::sleep(POLL_EVERY.saturating_sub(ROUND_GAP)) => {}
                 () = directory.kick.notified() => {}
                 _ = stop.changed() => return,
             }

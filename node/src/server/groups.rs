@@ -27,7 +27,7 @@
 //!   voter leads G/N groups, within one. A leader hands a group it should not
 //!   lead to the one that should (openraft's leader transfer), at most once per
 //!   [`TRANSFER_PAUSE`] per group, so views that differ for a moment cannot make leadership
-//!   flap.
+//!   flap, and never a group whose replicas it is moving ([`Moving`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -65,6 +65,41 @@ const COMPACT_PAUSE: Duration = Duration::from_secs(60);
 pub const TRANSFER_PAUSE: Duration = Duration::from_secs(3);
 /// How often a node looks at the spread of the groups it leads.
 const BALANCE_EVERY: Duration = Duration::from_secs(1);
+
+/// The groups whose replicas this node is moving as their leader (`POST /v1/cluster/move`):
+/// the balancer leaves their leadership alone meanwhile, or a transfer in the middle of a
+/// membership change would leave it to another leader (seen in a loaded test run: the move
+/// failed, half done).
+#[derive(Debug, Default)]
+pub struct Moving(std::sync::Mutex<BTreeSet<u64>>);
+
+/// A move in progress: the group leaves [`Moving`] when it is dropped.
+pub struct MoveGuard {
+    moving: Arc<Moving>,
+    group: u64,
+}
+
+impl Moving {
+    fn set(&self) -> std::sync::MutexGuard<'_, BTreeSet<u64>> {
+        self.0.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Marks `group` as moving until the guard is dropped; `None` if a move of it runs
+    /// already.
+    pub fn start(self: &Arc<Self>, group: u64) -> Option<MoveGuard> {
+        self.set().insert(group).then(|| MoveGuard { moving: Arc::clone(self), group })
+    }
+
+    pub fn contains(&self, group: u64) -> bool {
+        self.set().contains(&group)
+    }
+}
+
+impl Drop for MoveGuard {
+    fn drop(&mut self) {
+        self.moving.set().remove(&self.group);
+    }
+}
 
 /// One Raft group of this node.
 #[derive(Clone)]
@@ -383,6 +418,7 @@ pub fn spawn_compactor(
 pub fn spawn_balancer(
     groups: Arc<[Group]>,
     directory: Arc<Directory>,
+    moving: Arc<Moving>,
     me: u64,
     election_timeout: Duration,
     kick: Arc<tokio::sync::Notify>,
@@ -402,7 +438,7 @@ pub fn spawn_balancer(
             if *stop.borrow() {
                 return;
             }
-            balance_once(&groups, &directory, me, election_timeout * 2, &mut last).await;
+            balance_once(&groups, &directory, &moving, me, election_timeout * 2, &mut last).await;
         }
     });
 }
@@ -411,6 +447,7 @@ pub fn spawn_balancer(
 async fn balance_once(
     groups: &[Group],
     directory: &Directory,
+    moving: &Moving,
     me: u64,
     window: Duration,
     last: &mut BTreeMap<u64, Instant>,
@@ -444,7 +481,8 @@ async fn balance_once(
     for i in led {
         let Some(Some(to)) = target.get(i).copied() else { continue };
         let group = &groups[i];
-        if to == me || last.get(&group.id).is_some_and(|t| t.elapsed() < TRANSFER_PAUSE) {
+        let paused = last.get(&group.id).is_some_and(|t| t.elapsed() < TRANSFER_PAUSE);
+        if to == me || paused || moving.contains(group.id) {
             continue;
         }
         last.insert(group.id, Instant::now());

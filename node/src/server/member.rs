@@ -512,6 +512,7 @@ mod tests {
     #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
 
     use vellum_raft_store::v010::KvNode;
+    use vellum_raft_store::v010::openraft::async_runtime::WatchSender;
     use vellum_raft_store::v010::openraft::type_config::TypeConfigExt;
     use vellum_raft_store::v010::openraft::{Membership, StoredMembership};
 
@@ -552,6 +553,47 @@ mod tests {
         assert!(fatal.borrow().is_none());
         assert_eq!(guard.stale_claim(3, other), Verdict::Stopping);
         assert!(fatal.borrow().as_deref().is_some_and(|why| why.contains("lost its raft state")));
+    }
+
+    /// Raft metrics of a group whose voters are `voters`.
+    fn group_metrics(voters: &[u64]) -> RaftMetrics<TypeConfig> {
+        let mut m = RaftMetrics::<TypeConfig>::new_initial(1);
+        let nodes: BTreeMap<u64, KvNode> =
+            voters.iter().map(|id| (*id, KvNode::default())).collect();
+        let membership = Membership::new(vec![set(voters)], nodes).unwrap();
+        m.membership_config = Arc::new(StoredMembership::new(None, membership));
+        m
+    }
+
+    #[tokio::test]
+    async fn the_guard_judges_each_rpc_by_its_group() {
+        let volume = crate::server::tests::memory_volume(4 << 20);
+        let book = Arc::new(PeerBook::open(&volume, "/raft").unwrap());
+        let me = Identity { node_id: 1, incarnation: Incarnation([1; 16]) };
+        let (guard, _fatal) = Guard::new(me, book, BTreeSet::new());
+        // Group 0 (the cluster): 1..=4; group 1's replicas on 1, 2, 4; group 2's on 2, 3, 4
+        // (none here).
+        let (tx0, rx0) = TypeConfig::watch_channel(group_metrics(&[1, 2, 3, 4]));
+        let (tx1, rx1) = TypeConfig::watch_channel(group_metrics(&[1, 2, 4]));
+        let (tx2, rx2) = TypeConfig::watch_channel(group_metrics(&[2, 3, 4]));
+        guard.attach(vec![rx0, rx1, rx2]);
+        assert_eq!(guard.authorize(RpcKind::Vote, 3, 0), Ok(()));
+        assert_eq!(guard.authorize(RpcKind::Vote, 3, 1), Err(Unauthorized::NotMember));
+        assert_eq!(guard.authorize(RpcKind::Append, 3, 1), Err(Unauthorized::NotMember));
+        assert_eq!(guard.authorize(RpcKind::Vote, 4, 1), Ok(()));
+        // No replica of group 2 here: a member of the cluster may append (it may lead the
+        // group as this node's stale view does not say); a vote only from the group's voters
+        // as this node sees them; never a sender outside the cluster.
+        assert_eq!(guard.authorize(RpcKind::Append, 3, 2), Ok(()));
+        assert_eq!(guard.authorize(RpcKind::Vote, 3, 2), Ok(()));
+        tx2.send(group_metrics(&[2, 4])).unwrap();
+        assert_eq!(guard.authorize(RpcKind::Vote, 3, 2), Err(Unauthorized::NotMember));
+        assert_eq!(guard.authorize(RpcKind::Append, 3, 2), Ok(()));
+        assert_eq!(guard.authorize(RpcKind::Append, 9, 2), Err(Unauthorized::NotMember));
+        // A group this node does not run is judged as group 0 (the handler refuses it).
+        assert_eq!(guard.authorize(RpcKind::Vote, 3, 7), Ok(()));
+        assert_eq!(guard.authorize(RpcKind::Vote, 9, 7), Err(Unauthorized::NotMember));
+        drop((tx0, tx1, tx2));
     }
 
     #[tokio::test]

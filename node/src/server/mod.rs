@@ -709,9 +709,11 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         stop_rx.clone(),
     );
     let rebalance = Arc::new(tokio::sync::Notify::new());
+    let moving = Arc::new(groups::Moving::default());
     groups::spawn_balancer(
         Arc::clone(&groups),
         Arc::clone(&directory),
+        Arc::clone(&moving),
         args.id,
         Duration::from_millis(raft_config.election_timeout_min),
         Arc::clone(&rebalance),
@@ -725,6 +727,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         raft: raft.clone(),
         groups,
         directory,
+        moving,
         rebalance,
         limits,
         ready,

@@ -1,4 +1,4 @@
-//! Scale-out of a sharded cluster (`serve --groups 8`) by moving group replicas: a 4th node
+//! Scale-out of a sharded cluster (`serve --groups 16`) by moving group replicas: a 4th node
 //! added with `vellum cluster add-node` while clients write takes its share of the groups'
 //! replicas (learner, catch up, swap the voters, drop the old replica), so that every member
 //! holds as many as any other, within one, with three replicas per group; members that hold
@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use crate::harness::{Cluster, Node, phase, vellum_bin};
 use crate::t170_groups::{lost, write_all};
 
-const GROUPS: usize = 8;
+const GROUPS: usize = 16;
 
 /// Each group's voters as `node` reports them.
 fn voters(c: &Cluster, node: &Node) -> Option<Vec<Vec<u64>>> {
@@ -94,7 +94,7 @@ fn a_fourth_and_fifth_node_take_their_share_of_the_replicas() {
     for n in &mut c.nodes {
         n.extra.extend(["--groups".into(), GROUPS.to_string()]);
     }
-    phase("start 3 nodes of 8 groups; 200 writes");
+    phase("start 3 nodes of 16 groups; 200 writes");
     c.start_all();
     c.wait_ready();
     let mut acked = write_all(&c, 0..200);

@@ -565,7 +565,19 @@ pub async fn move_replica(
         Leader::Other(id, _) => return ApiError::NoLeader { leader: Some(id) }.into_response(),
         Leader::Unknown(leader) => return ApiError::NoLeader { leader }.into_response(),
     };
-    let m = raft.metrics().borrow_watched().clone();
+    let Some(_moving) = s.moving.start(g) else {
+        return ApiError::Unavailable(format!("a move of group {g} runs already")).into_response();
+    };
+    let mut m = raft.metrics().borrow_watched().clone();
+    if let Some(last) = m.membership_config.membership().get_joint_config().get(1).cloned() {
+        // A change left joint (its leader lost the leadership in the middle): finish it at
+        // the configuration it was going to, before anything else.
+        tracing::info!(group = g, voters = ?last, "finishing a membership change left joint");
+        if let Err(r) = changed_ok(raft.change_membership(last, true).await) {
+            return *r;
+        }
+        m = raft.metrics().borrow_watched().clone();
+    }
     let membership = m.membership_config.membership().clone();
     let voters: BTreeSet<u64> = membership.voter_ids().collect();
     let learners: BTreeSet<u64> = membership.learner_ids().collect();

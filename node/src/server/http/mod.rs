@@ -65,6 +65,8 @@ pub struct AppState {
     pub groups: Arc<[Group]>,
     /// The leaders of the groups this node holds no replica of (`directory.rs`).
     pub directory: Arc<crate::server::directory::Directory>,
+    /// The groups whose replicas this node moves now (the balancer leaves them alone).
+    pub moving: Arc<crate::server::groups::Moving>,
     /// Wakes the balancer of group leaders (`POST /v1/cluster/rebalance`).
     pub rebalance: Arc<tokio::sync::Notify>,
     pub limits: Limits,
