@@ -55,6 +55,24 @@ fn knows(client: &reqwest::blocking::Client, raft: u16, id: u64) -> serde_json::
     client.get(url).send().unwrap().json::<serde_json::Value>().unwrap()["knows"].clone()
 }
 
+/// The incarnation the member at `raft` recorded for node `id`, once it has one: a member
+/// records a peer at its first contact, and two followers of a third node's leadership may
+/// not have spoken yet.
+fn incarnation(c: &Cluster, client: &reqwest::blocking::Client, raft: u16, id: u64) -> String {
+    let mut known = None;
+    eventually(&format!("the member at {raft} knows node {id}"), c, || {
+        let url = format!("https://127.0.0.1:{raft}/raft/member/{id}");
+        known = client
+            .get(url)
+            .send()
+            .ok()
+            .and_then(|r| r.json::<serde_json::Value>().ok())
+            .and_then(|v| v["knows"].as_str().map(str::to_string));
+        known.is_some()
+    });
+    known.unwrap()
+}
+
 /// `GET /v1/cluster/status` of `node`.
 fn status(c: &Cluster, node: &crate::harness::Node) -> serde_json::Value {
     c.get(&node.url("/v1/cluster/status")).unwrap().json().unwrap()
@@ -166,7 +184,7 @@ fn deny_peer_refuses_a_members_raft_rpcs() {
     c.by_id(3).start();
     let two = as_node(&pki, 2);
     let (raft1, raft3) = (c.by_ref(1).raft, c.by_ref(3).raft);
-    let from2 = format!("2:{}", knows(&two, raft1, 2).as_str().unwrap());
+    let from2 = format!("2:{}", incarnation(&c, &two, raft1, 2));
     // Until its Raft runs, node 3 answers 503 (or nothing): then it refuses node 2.
     eventually("node 3 refuses node 2's vote", &c, || {
         let a = post_raw(&two, raft3, "vote", &from2, "3:-", vote_body(2, 1, false));
@@ -189,20 +207,20 @@ fn one_member_cannot_evict_another_a_majority_of_voters_can() {
     phase("node 2 addresses node 1 by a made-up incarnation: node 1 keeps serving");
     let (raft1, made_up) = (c.by_ref(1).raft, "0123456789abcdef0123456789abcdef");
     let two = as_node(&pki, 2);
-    let from2 = format!("2:{}", knows(&two, raft1, 2).as_str().unwrap());
+    let from2 = format!("2:{}", incarnation(&c, &two, raft1, 2));
     let claim = append_body(2, 1);
     let forged = post_raw(&two, raft1, "append", &from2, &format!("1:{made_up}"), claim).unwrap();
     assert_eq!(forged.status, 409, "{forged:?}");
     assert!(c.by_id(1).wait_exit(Duration::from_secs(2)).is_none(), "node 1 exited: {}", c.logs());
     eventually("node 1 still serves k", &c, || c.read(c.by_ref(1), "k", true).is_some());
-    let to1 = format!("1:{}", knows(&two, c.by_ref(2).raft, 1).as_str().unwrap());
+    let to1 = format!("1:{}", incarnation(&c, &two, c.by_ref(2).raft, 1));
     let after = post_raw(&two, raft1, "append", &from2, &to1, append_body(2, 1)).unwrap();
     assert_refused(&after, "claimed_stale", "node 2 after its claim");
     assert!(c.by_ref(1).log_text().contains("a peer claims this node lost its state"));
 
     phase("node 3 says the same: a majority of the voters, and node 1 stops (exit code 3)");
     let three = as_node(&pki, 3);
-    let from3 = format!("3:{}", knows(&three, raft1, 3).as_str().unwrap());
+    let from3 = format!("3:{}", incarnation(&c, &three, raft1, 3));
     let claim = append_body(3, 1);
     let forged = post_raw(&three, raft1, "append", &from3, &format!("1:{made_up}"), claim);
     assert_eq!(forged.unwrap().status, 409);
