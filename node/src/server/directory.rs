@@ -27,7 +27,6 @@ use vellum_raft_store::v010::openraft::RaftMetrics;
 use vellum_raft_store::v010::openraft::async_runtime::WatchReceiver;
 use vellum_raft_store::v010::{KvNode, TypeConfig};
 
-use super::KvRaft;
 use super::transport::PeerClients;
 
 /// How often a member that does not vote in every group asks the others.
@@ -166,15 +165,15 @@ impl Directory {
 }
 
 /// Asks the other members of the cluster for the groups they vote in, every [`POLL_EVERY`],
-/// while this member does not vote in every group of `rafts` (by group id). Ends with `stop`.
+/// while this member does not vote in every group of `groups`. Ends with `stop`.
 pub fn spawn_poll(
     directory: Arc<Directory>,
-    rafts: Vec<KvRaft>,
+    groups: Arc<super::groups::Table>,
     me: u64,
     peers: PeerClients,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
-    if rafts.len() < 2 {
+    if groups.len() < 2 {
         return;
     }
     tokio::spawn(async move {
@@ -188,6 +187,7 @@ pub fn spawn_poll(
             if *stop.borrow() {
                 return;
             }
+            let rafts = groups.rafts();
             if rafts.iter().all(|r| votes_in(&r.metrics().borrow_watched(), me)) {
                 directory.rounds.send_modify(|n| *n += 1);
                 continue;

@@ -110,6 +110,58 @@ pub struct Group {
     pub kv: KvReader,
     /// Client writes of this group's keys go through it.
     pub proposer: KvBatcher,
+    /// Raised before this instance is stopped for a release (`release.rs`): its stop is no
+    /// fault of the node.
+    pub retired: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// The node's groups by id (`0..G`): each slot holds the group's running Raft instance, and
+/// a slot's instance is replaced when its replica is released (`release.rs`). Readers take a
+/// clone (a few `Arc`s) and hold no lock across an await.
+pub struct Table(Box<[std::sync::RwLock<Group>]>);
+
+impl Table {
+    pub fn new(groups: Vec<Group>) -> Table {
+        assert!(!groups.is_empty(), "a node runs at least one Raft group");
+        assert!(groups.iter().enumerate().all(|(i, g)| g.id == i as u64), "groups by id");
+        Table(groups.into_iter().map(std::sync::RwLock::new).collect())
+    }
+
+    /// G, the node's group count.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Group `g`, if the node runs it.
+    pub fn get(&self, g: usize) -> Option<Group> {
+        self.0
+            .get(g)
+            .map(|slot| slot.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone())
+    }
+
+    /// Group `g` of `0..G` (a key's group, [`group_of`], always is).
+    pub fn at(&self, g: usize) -> Group {
+        self.get(g).unwrap_or_else(|| panic!("group {g} of {}", self.len()))
+    }
+
+    /// Every group, in id order.
+    pub fn all(&self) -> Vec<Group> {
+        (0..self.len()).map(|g| self.at(g)).collect()
+    }
+
+    /// Every group's Raft, in id order.
+    pub fn rafts(&self) -> Vec<KvRaft> {
+        self.all().into_iter().map(|g| g.raft).collect()
+    }
+
+    /// Puts `group` in its slot, returning the instance it replaces.
+    pub fn replace(&self, group: Group) -> Group {
+        let slot = &self.0[usize::try_from(group.id).expect("a group id of 0..G")];
+        std::mem::replace(
+            &mut *slot.write().unwrap_or_else(std::sync::PoisonError::into_inner),
+            group,
+        )
+    }
 }
 
 /// The group of `key` among `groups` (FNV-1a of its bytes, modulo `groups`): stable across
@@ -378,7 +430,7 @@ pub(crate) fn heard_from(
 /// pinning old segments to rewrite) for a snapshot, after which openraft purges its log; and
 /// sets each group's [`GROUP_LOG_BYTES`]. Ends with `stop`.
 pub fn spawn_compactor(
-    groups: Arc<[Group]>,
+    groups: Arc<Table>,
     log: LogCore,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -392,14 +444,16 @@ pub fn spawn_compactor(
             if *stop.borrow() {
                 return;
             }
-            for g in groups.iter() {
+            for g in groups.all() {
                 if let Ok(handle) = log.group(g.id) {
                     let bytes = handle.live_bytes() as f64;
                     metrics::gauge!(GROUP_LOG_BYTES, "group" => g.id.to_string()).set(bytes);
                 }
             }
             for id in log.compact_wanted() {
-                let Some(group) = groups.iter().find(|g| g.id == id) else { continue };
+                let Some(group) = usize::try_from(id).ok().and_then(|g| groups.get(g)) else {
+                    continue;
+                };
                 if asked.get(&id).is_some_and(|t| t.elapsed() < COMPACT_PAUSE) {
                     continue;
                 }
@@ -416,7 +470,7 @@ pub fn spawn_compactor(
 /// Keeps the leaders of this node's groups spread over the voters: every [`BALANCE_EVERY`],
 /// and at once when `kick` is notified (`vellum cluster rebalance`). Ends with `stop`.
 pub fn spawn_balancer(
-    groups: Arc<[Group]>,
+    groups: Arc<Table>,
     directory: Arc<Directory>,
     moving: Arc<Moving>,
     me: u64,
@@ -438,7 +492,8 @@ pub fn spawn_balancer(
             if *stop.borrow() {
                 return;
             }
-            balance_once(&groups, &directory, &moving, me, election_timeout * 2, &mut last).await;
+            balance_once(&groups.all(), &directory, &moving, me, election_timeout * 2, &mut last)
+                .await;
         }
     });
 }

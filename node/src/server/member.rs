@@ -259,7 +259,7 @@ pub struct Guard {
     fatal: watch::Sender<Option<String>>,
     /// Each Raft group's metrics (by group id), once Raft runs: membership and state for the
     /// checks. Group 0's membership is the cluster's.
-    metrics: OnceLock<Vec<MetricsRx>>,
+    metrics: OnceLock<Vec<std::sync::RwLock<MetricsRx>>>,
     /// The peers that claimed this node lost its state, with the incarnation they named.
     claims: Mutex<BTreeMap<u64, Incarnation>>,
 }
@@ -280,12 +280,27 @@ impl Guard {
     /// metrics; at least group 0).
     pub fn attach(&self, groups: Vec<MetricsRx>) {
         assert!(!groups.is_empty(), "a node runs at least one Raft group");
-        let _ = self.metrics.set(groups);
+        let _ = self.metrics.set(groups.into_iter().map(std::sync::RwLock::new).collect());
+    }
+
+    /// Judges group `group`'s requests against `rx` from now on: the metrics of the group's
+    /// new Raft instance after its replica here was released (`release.rs`).
+    pub fn replace(&self, group: u64, rx: MetricsRx) {
+        let slot = self.metrics.get().and_then(|all| all.get(usize::try_from(group).ok()?));
+        if let Some(slot) = slot {
+            *slot.write().unwrap_or_else(std::sync::PoisonError::into_inner) = rx;
+        }
+    }
+
+    /// Group `g`'s metrics receiver, once Raft runs.
+    fn group_rx(&self, g: usize) -> Option<MetricsRx> {
+        let slot = self.metrics.get()?.get(g)?;
+        Some(slot.read().unwrap_or_else(std::sync::PoisonError::into_inner).clone())
     }
 
     /// Group 0's metrics (the cluster's membership), once Raft runs.
-    fn cluster(&self) -> Option<&MetricsRx> {
-        self.metrics.get().and_then(|all| all.first())
+    fn cluster(&self) -> Option<MetricsRx> {
+        self.group_rx(0)
     }
 
     fn claims(&self) -> std::sync::MutexGuard<'_, BTreeMap<u64, Incarnation>> {
@@ -302,12 +317,12 @@ impl Guard {
     /// runs nobody may. A group this node does not run is judged as group 0 (its RPC is
     /// refused as `unknown_group` after that).
     pub fn authorize(&self, kind: RpcKind, from: u64, group: u64) -> Result<(), Unauthorized> {
-        let Some(all) = self.metrics.get() else { return Err(Unauthorized::NotMember) };
-        let cluster = Authority::of(&all[0].borrow_watched());
+        let Some(rx) = self.cluster() else { return Err(Unauthorized::NotMember) };
+        let cluster = Authority::of(&rx.borrow_watched());
         let of_group = usize::try_from(group)
             .ok()
             .filter(|g| *g > 0)
-            .and_then(|g| all.get(g))
+            .and_then(|g| self.group_rx(g))
             .map(|rx| Authority::of(&rx.borrow_watched()));
         let flags = (self.deny.contains(&from), self.book.is_removed(from));
         let me = self.me.node_id;

@@ -253,7 +253,7 @@ impl Health {
     }
 
     /// Records the core's stop, once: the gauges, the counter, the log line.
-    fn core_stopped(&self, why: &str, ready: &AtomicBool) {
+    pub fn core_stopped(&self, why: &str, ready: &AtomicBool) {
         ready.store(false, Ordering::Release);
         metrics::gauge!(CORE_RUNNING).set(0.0);
         metrics::gauge!(HAS_LEADER).set(0.0);
@@ -286,6 +286,7 @@ pub fn spawn_raft_watch(
     startup_commit: u64,
     ready: Arc<AtomicBool>,
     health: Arc<Health>,
+    retired: Arc<AtomicBool>,
 ) {
     metrics::gauge!(CORE_RUNNING).set(1.0);
     metrics::counter!(CORE_STOPPED).increment(0);
@@ -296,7 +297,10 @@ pub fn spawn_raft_watch(
         loop {
             let m = rx.borrow_and_update().clone();
             if let Err(fatal) = &m.running_state {
-                health.core_stopped(&fatal.to_string(), &ready);
+                // A released replica's instance is stopped on purpose (`release.rs`).
+                if !retired.load(Ordering::Acquire) {
+                    health.core_stopped(&fatal.to_string(), &ready);
+                }
                 return;
             }
             let last = m.last_log_index.unwrap_or(0);
@@ -338,7 +342,9 @@ pub fn spawn_raft_watch(
             );
             if rx.changed().await.is_err() {
                 // The core task ended without saying why (a panic drops its sender).
-                health.core_stopped("the Raft core task ended (panicked)", &ready);
+                if !retired.load(Ordering::Acquire) {
+                    health.core_stopped("the Raft core task ended (panicked)", &ready);
+                }
                 return;
             }
         }

@@ -43,6 +43,7 @@ mod member;
 pub(crate) mod metrics;
 mod network;
 mod raft_api;
+mod release;
 mod rpc_check;
 pub(crate) mod space;
 mod transport;
@@ -55,10 +56,8 @@ use axum::http::HeaderValue;
 use vellum_raft_store::member::{Identity, PeerBook};
 use vellum_raft_store::v010::openraft::errors::{InitializeError, RaftError};
 use vellum_raft_store::v010::openraft::{Config, Raft, SnapshotPolicy};
-use vellum_raft_store::v010::{KvBatcher, KvStateMachine, LogStore, TypeConfig, open_store};
-use vellum_raft_store::{
-    BatchLimits, Error as StoreError, KvBatching, LogConfig, open_volume_with,
-};
+use vellum_raft_store::v010::{KvStateMachine, LogStore, TypeConfig, open_store};
+use vellum_raft_store::{BatchLimits, Error as StoreError, LogConfig, open_volume_with};
 
 use crate::error::CliError;
 use crate::security::{exposure, tokens};
@@ -618,6 +617,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         let (v, core, d, n, at) =
             (volume.clone(), log_core.clone(), dir.clone(), args.groups, args.volume.clone());
         tokio::task::spawn_blocking(move || {
+            release::finish(&core, &v, &d)?;
             groups::shape(&core, &v, &d, n, &at)?;
             groups::open_rest(&v, &core, &d, n)
         })
@@ -625,19 +625,31 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         .map_err(|e| fail("opening the raft groups")(e.to_string()))?
         .map_err(CliError::Usage)?
     };
-    let mut rafts = Vec::with_capacity(stores.len() + 1);
-    let mut readers = Vec::with_capacity(stores.len() + 1);
-    let mut startup = Vec::with_capacity(stores.len() + 1);
+    let count = stores.len() + 1;
+    let ready = Arc::new(AtomicBool::new(false));
+    let launch = release::Launch {
+        id: args.id,
+        config: Arc::clone(&raft_config),
+        guard: Arc::clone(&guard),
+        peers: reach.peers.clone(),
+        groups: args.groups,
+        batching: batch_limits(&limits),
+        latency: log_core.disk_latency(),
+        health: Arc::clone(&health),
+        // One group: the node's flag itself; several: the node is ready when each is.
+        ready: if count == 1 {
+            vec![Arc::clone(&ready)]
+        } else {
+            (0..count).map(|_| Arc::new(AtomicBool::new(false))).collect()
+        },
+    };
+    let mut rafts = Vec::with_capacity(count);
+    let mut readers = Vec::with_capacity(count);
+    let mut startup = Vec::with_capacity(count);
     for (group, (log, sm)) in std::iter::once((log, sm)).chain(stores).enumerate() {
-        let group = group as u64;
         startup.push(log.committed_index().unwrap_or(0));
         readers.push(sm.reader());
-        let network =
-            network::Network::new(Arc::clone(&guard), reach.peers.clone(), group, args.groups);
-        let raft = Raft::new(args.id, Arc::clone(&raft_config), network, log, sm)
-            .await
-            .map_err(|e| fail(&format!("starting raft group {group}"))(e.to_string()))?;
-        rafts.push(raft);
+        rafts.push(launch.raft(group as u64, log, sm).await.map_err(fail("starting raft"))?);
     }
     let raft = rafts[0].clone();
     let refused = if lone { lone_cluster(&args, &rafts).await.err() } else { None };
@@ -660,36 +672,22 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     }
     guard.attach(rafts.iter().map(Raft::metrics).collect());
     member::spawn_removal_watch(Arc::clone(&guard), raft.metrics());
-    let ready = Arc::new(AtomicBool::new(false));
     let mut core_stopped = health.watch();
-    let mut group_ready = Vec::with_capacity(rafts.len());
-    for (group, (raft, commit)) in rafts.iter().zip(&startup).enumerate() {
-        // One group: the node's flag itself; several: the node is ready when each is.
-        let flag =
-            if rafts.len() == 1 { Arc::clone(&ready) } else { Arc::new(AtomicBool::new(false)) };
-        group_ready.push(Arc::clone(&flag));
-        metrics::spawn_raft_watch(raft.clone(), group as u64, *commit, flag, Arc::clone(&health));
-    }
-    if rafts.len() > 1 {
-        groups::spawn_ready(group_ready, Arc::clone(&ready), stop_rx.clone());
-    }
-    let batching = batch_limits(&limits);
-    let groups: Arc<[groups::Group]> = rafts
+    let table: Vec<groups::Group> = rafts
         .iter()
         .zip(readers)
         .enumerate()
-        .map(|(id, (raft, kv))| groups::Group {
-            id: id as u64,
-            raft: raft.clone(),
-            kv,
-            proposer: KvBatcher::start_paced(
-                raft.clone(),
-                KvBatching,
-                batching,
-                log_core.disk_latency(),
-            ),
-        })
+        .map(|(id, (raft, kv))| launch.group(id as u64, raft.clone(), kv))
         .collect();
+    for ((group, commit), flag) in table.iter().zip(&startup).zip(&launch.ready) {
+        let (raft, retired) = (group.raft.clone(), Arc::clone(&group.retired));
+        let (flag, health) = (Arc::clone(flag), Arc::clone(&health));
+        metrics::spawn_raft_watch(raft, group.id, *commit, flag, health, retired);
+    }
+    if rafts.len() > 1 {
+        groups::spawn_ready(launch.ready.clone(), Arc::clone(&ready), stop_rx.clone());
+    }
+    let groups = Arc::new(groups::Table::new(table));
     groups::spawn_compactor(Arc::clone(&groups), log_core.clone(), stop_rx.clone());
     let space = Arc::new(space::Space::default());
     space::spawn_guard(
@@ -703,7 +701,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     let directory = Arc::new(directory::Directory::default());
     directory::spawn_poll(
         Arc::clone(&directory),
-        rafts.clone(),
+        Arc::clone(&groups),
         args.id,
         reach.peers.clone(),
         stop_rx.clone(),
@@ -717,6 +715,15 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         args.id,
         Duration::from_millis(raft_config.election_timeout_min),
         Arc::clone(&rebalance),
+        stop_rx.clone(),
+    );
+    release::spawn(
+        launch,
+        Arc::clone(&groups),
+        Arc::clone(&directory),
+        log_core.clone(),
+        volume.clone(),
+        dir.clone(),
         stop_rx.clone(),
     );
 
@@ -743,7 +750,7 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         max_entry_bytes,
         snapshot_bytes: raft_api::snapshot_body_limit(capacity),
     };
-    slot.ready(rafts.clone(), guard, rpc_limits);
+    slot.ready(Arc::clone(&state.groups), guard, rpc_limits);
     let api_srv = transport::spawn(
         api_listener,
         http::router(state.clone()),
@@ -814,10 +821,11 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     };
     tracing::info!("shutting down");
     health.begin_shutdown();
-    for raft in &rafts {
+    drop(rafts);
+    // The table's instances: a released group's is not the one started above.
+    for raft in state.groups.rafts() {
         let _ = raft.shutdown().await;
     }
-    drop(rafts);
     let _ = stop_tx.send(true);
     let _ = tokio::join!(raft_srv, api_srv);
     if let Some(srv) = metrics_srv {
@@ -1105,8 +1113,10 @@ mod tests {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicU64, Ordering};
 
+    use vellum_raft_store::KvBatching;
     use vellum_raft_store::batcher::{Submit, SubmitResult, Written};
     use vellum_raft_store::log::{LogCore, LogEntry, LogIo};
+    use vellum_raft_store::v010::KvBatcher;
     use vellum_raft_store::v010::openraft::entry::RaftEntry;
     use vellum_raft_store::v010::openraft::impls::leader_id_adv::LeaderId;
     use vellum_raft_store::v010::{Entry, LogId, Proposals010};

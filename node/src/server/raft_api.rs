@@ -74,7 +74,7 @@ type SnapshotRpc = (VoteOf<TypeConfig>, SnapshotMetaOf<TypeConfig>, Vec<u8>);
 /// The Raft side of a started node.
 pub struct RpcState {
     /// The node's Raft groups, by id (`0..G`).
-    rafts: Vec<KvRaft>,
+    groups: Arc<super::groups::Table>,
     guard: Arc<Guard>,
     limits: RpcLimits,
 }
@@ -126,9 +126,8 @@ impl Slot {
     }
 
     /// Serves Raft RPCs from now on.
-    pub fn ready(&self, rafts: Vec<KvRaft>, guard: Arc<Guard>, limits: RpcLimits) {
-        assert!(!rafts.is_empty(), "a node runs at least one Raft group");
-        let _ = self.ready.set(RpcState { rafts, guard, limits });
+    pub fn ready(&self, groups: Arc<super::groups::Table>, guard: Arc<Guard>, limits: RpcLimits) {
+        let _ = self.ready.set(RpcState { groups, guard, limits });
     }
 }
 
@@ -398,7 +397,7 @@ async fn check(s: &RpcState, headers: &HeaderMap, sender: Option<u64>) -> Result
 
 /// The Raft group an RPC names (`x-vellum-group`), or the 400 that refuses it.
 fn group_raft(s: &RpcState, headers: &HeaderMap) -> Result<KvRaft, Box<Response>> {
-    let groups = s.rafts.len() as u64;
+    let groups = s.groups.len() as u64;
     let named = match headers.get(super::groups::GROUP_HEADER) {
         None => None,
         Some(v) => match v.to_str().ok().and_then(super::groups::parse_header) {
@@ -423,7 +422,7 @@ fn group_raft(s: &RpcState, headers: &HeaderMap) -> Result<KvRaft, Box<Response>
             &json!({ "error": "groups_mismatch", "theirs": theirs, "ours": groups }),
         )));
     }
-    usize::try_from(group).ok().and_then(|g| s.rafts.get(g)).cloned().ok_or_else(|| {
+    usize::try_from(group).ok().and_then(|g| s.groups.get(g)).map(|g| g.raft).ok_or_else(|| {
         Box::new(refuse(
             StatusCode::BAD_REQUEST,
             &json!({ "error": "unknown_group", "group": group }),
@@ -584,7 +583,7 @@ async fn snapshot_inner(
 /// The current members of this node's configuration (503 until Raft runs).
 async fn members(State(slot): State<Arc<Slot>>) -> Response {
     let Some(s) = slot.ready.get() else { return not_ready() };
-    let metrics = s.rafts[0].metrics().borrow_watched().clone();
+    let metrics = s.groups.at(0).raft.metrics().borrow_watched().clone();
     let members = metrics
         .membership_config
         .membership()
@@ -600,12 +599,10 @@ async fn groups(State(slot): State<Arc<Slot>>) -> Response {
     let Some(s) = slot.ready.get() else { return not_ready() };
     let me = s.guard.me.node_id;
     let groups = s
-        .rafts
+        .groups
+        .all()
         .iter()
-        .enumerate()
-        .filter_map(|(g, raft)| {
-            super::directory::view(g as u64, me, &raft.metrics().borrow_watched())
-        })
+        .filter_map(|g| super::directory::view(g.id, me, &g.raft.metrics().borrow_watched()))
         .collect();
     Json(super::directory::Views { groups }).into_response()
 }

@@ -42,7 +42,7 @@ use std::time::{Duration, Instant};
 use vellum_raft_store::log::LogCore;
 use vellum_raft_store::v010::openraft::async_runtime::WatchReceiver;
 
-use super::groups::Group;
+use super::groups::Table;
 use super::metrics::{VOLUME_FREE_BYTES, VOLUME_RESERVE_BYTES, WRITES_REFUSED_NO_SPACE};
 
 /// How often the guard looks.
@@ -152,7 +152,7 @@ pub fn reserve(state: u64, segment: u64) -> u64 {
 pub fn spawn_guard(
     every: u64,
     space: Arc<Space>,
-    groups: Arc<[Group]>,
+    groups: Arc<Table>,
     log: LogCore,
     volume: vellum_engine::Volume,
     mut stop: tokio::sync::watch::Receiver<bool>,
@@ -190,8 +190,9 @@ pub fn spawn_guard(
             // so a run of small writes (deletes, one at a time) fills segments many times
             // faster than its entries' bytes grow.
             let over = log.space().0 > budget;
+            let all = groups.all();
             building.retain(|id, (_, was, at)| {
-                let now = groups
+                let now = all
                     .iter()
                     .find(|g| g.id == *id)
                     .and_then(|g| g.raft.metrics().borrow_watched().snapshot)
@@ -200,7 +201,7 @@ pub fn spawn_guard(
             });
             let mut room =
                 free_bytes.saturating_sub(building.values().map(|(need, _, _)| need).sum());
-            for g in groups.iter() {
+            for g in &all {
                 let Ok(handle) = log.group(g.id) else { continue };
                 let m = g.raft.metrics().borrow_watched().clone();
                 let applied = m.last_applied.map_or(0, |a| a.index);
@@ -257,7 +258,7 @@ pub fn spawn_guard(
                     tracing::warn!(group = g.id, error = %e, "snapshot for the volume's space");
                 }
             }
-            let state: u64 = groups.iter().map(|g| g.kv.bytes()).sum();
+            let state: u64 = all.iter().map(|g| g.kv.bytes()).sum();
             // A purge keeps the segment being written and turns up to `KEPT_SEGMENTS` of the
             // others into spares; it frees the rest.
             let reclaimable =

@@ -5,8 +5,9 @@
 //! no replica of a key's group still serve it (forwarded through the directory of group
 //! leaders); a 5th node spreads the replicas again; `kill -9` of a node leaves every group a
 //! quorum and writes go on; after `vellum cluster remove` of a dead node, `vellum cluster
-//! spread` gives its groups a third replica back; every acknowledged write reads back
-//! through every node.
+//! spread` gives its groups a third replica back; a member that gave a replica away
+//! releases it (its entries, snapshot and map go) and takes it back afresh; every
+//! acknowledged write reads back through every node.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -88,6 +89,44 @@ fn wait_placed(c: &Cluster, members: &[u64]) -> Vec<Vec<u64>> {
     }
 }
 
+/// Waits until every running node has released the replicas it no longer holds (`sets`:
+/// each group's voters): its status shows no log and no applied state for those groups
+/// (the status of those that still show some, on a timeout).
+fn wait_released(c: &Cluster, sets: &[Vec<u64>]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut held_on = Vec::new();
+        for n in c.nodes.iter().filter(|n| n.is_running()) {
+            let Some(v) = c.get(&n.url("/v1/cluster/status")).and_then(|r| r.json().ok()) else {
+                held_on.push((n.id, None));
+                continue;
+            };
+            let v: serde_json::Value = v;
+            for (g, set) in sets.iter().enumerate().skip(1) {
+                let s = &v["groups"][g];
+                let learner = s["learners"]
+                    .as_array()
+                    .is_some_and(|l| l.iter().any(|x| x.as_u64() == Some(n.id)));
+                if !set.contains(&n.id)
+                    && !learner
+                    && (!s["applied_index"].is_null() || !s["last_log_index"].is_null())
+                {
+                    held_on.push((n.id, Some(s.to_string())));
+                }
+            }
+        }
+        if held_on.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "replicas not released in 30 s (node, group): {held_on:?}; {}",
+            c.logs()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 #[test]
 fn a_fourth_and_fifth_node_take_their_share_of_the_replicas() {
     let mut c = Cluster::new(3);
@@ -121,6 +160,8 @@ fn a_fourth_and_fifth_node_take_their_share_of_the_replicas() {
         let sets = wait_placed(&c, &members);
         eprintln!("voters per group with {id} members: {sets:?}");
         assert!(held(&sets, &members)[&id] >= (GROUPS - 1) * 3 / members.len());
+        // The members that gave replicas away drop their state of those groups.
+        wait_released(&c, &sets);
 
         phase("writes through every node, replica of the key's group or not");
         let from = acked.len();
@@ -158,6 +199,8 @@ fn a_fourth_and_fifth_node_take_their_share_of_the_replicas() {
     assert!(stdout.contains("replica added"), "{stdout}");
     let sets = wait_placed(&c, &[1, 2, 3, 5]);
     eprintln!("voters per group after the removal: {sets:?}");
+    // Some replicas came back to members that had released them: they caught up afresh.
+    wait_released(&c, &sets);
     let from = acked.len();
     acked.extend(write_all(&c, from..from + 200));
     assert_eq!(acked.len(), from + 200, "writes go on without node 4; {}", c.logs());

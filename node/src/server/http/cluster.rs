@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use vellum_raft_store::v010::openraft::async_runtime::WatchReceiver;
 use vellum_raft_store::v010::openraft::errors::{ClientWriteError, RaftError};
 use vellum_raft_store::v010::openraft::raft::ClientWriteResponse;
-use vellum_raft_store::v010::openraft::{ChangeMembers as Change, ServerState};
+use vellum_raft_store::v010::openraft::{ChangeMembers as Change, RaftMetrics, ServerState};
 use vellum_raft_store::v010::{KvNode, TypeConfig};
 
 use super::{ApiError, AppState, Leader};
@@ -97,7 +97,8 @@ pub async fn status(State(s): State<AppState>, Query(p): Query<StatusParams>) ->
     let role = role_name(m.state);
     let groups = s
         .groups
-        .iter()
+        .all()
+        .into_iter()
         .map(|g| {
             let m = g.raft.metrics().borrow_watched().clone();
             let view = s.directory.resolve(g.id, s.id, &m);
@@ -278,7 +279,7 @@ fn target(s: &AppState, group: Option<u64>) -> Target {
                     ApiError::BadRequest(format!("no group {g}")).into_response(),
                 );
             };
-            match s.leader_of(group) {
+            match s.leader_of(&group) {
                 Leader::Me => Target::One(group.raft.clone()),
                 // Forwarded here as the group's leader, which this node is not (any more).
                 Leader::Other(id, _) => {
@@ -320,7 +321,7 @@ where
     let mut indexes = Vec::new();
     let mut absent = 0;
     for g in order {
-        let group = &s.groups[g];
+        let group = &s.groups.at(g);
         // A group whose leader just died (the member being removed, say) answers 502 or 503
         // until it elects another: asked again for a while.
         let deadline = tokio::time::Instant::now() + GROUP_LEADER_WAIT;
@@ -555,7 +556,7 @@ pub async fn move_replica(
         return ApiError::BadRequest("a move names a node to move from, to, or both".into())
             .into_response();
     }
-    let raft = match s.leader_of(group) {
+    let raft = match s.leader_of(&group) {
         Leader::Me => group.raft.clone(),
         Leader::Other(_, node) if !headers.contains_key(super::FORWARDED) => {
             let url = format!("{}/v1/cluster/move", s.http.base(&node.api_addr));
@@ -636,6 +637,7 @@ pub async fn move_replica(
         }
     }
     if let Some((t, node)) = node {
+        compact_first(&raft, g).await;
         tracing::info!(group = g, ?from, to = t, "replica move: the new one joins as a learner");
         if let Err(r) = changed_ok(raft.add_learner(t, node, true).await) {
             return *r;
@@ -655,6 +657,63 @@ pub async fn move_replica(
     tracing::info!(group = g, from = f, ?to, ok = r.is_ok(), "replica move done");
     metrics::counter!(crate::server::groups::REPLICA_MOVES).increment(u64::from(r.is_ok()));
     changed_then(r, done)
+}
+
+/// How long a move waits for the group's snapshot, and then for its purge, before it adds a
+/// replica.
+const COMPACT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Snapshots group `g` and purges its log up to the snapshot (each waited for, at most
+/// [`COMPACT_WAIT`]), before a replica is added: the new replica starts from the snapshot,
+/// whose membership is the group's current one. From the log's first entry it would replay
+/// the group's old memberships, and in one that names it a voter (a member that held the
+/// group before and released it since: `release.rs`) it would refuse the appends of a leader
+/// that membership does not name (`member::authority`), and stall there.
+async fn compact_first(raft: &KvRaft, g: u64) {
+    let m = raft.metrics().borrow_watched().clone();
+    let applied = m.last_applied.map_or(0, |l| l.index);
+    if applied == 0 || m.purged.is_some_and(|p| p.index >= applied) {
+        return;
+    }
+    let deadline = tokio::time::Instant::now() + COMPACT_WAIT;
+    if m.snapshot.is_none_or(|s| s.index < applied) {
+        tracing::info!(group = g, applied, "replica move: a snapshot for the new replica");
+        if let Err(e) = raft.trigger().snapshot().await {
+            tracing::warn!(group = g, error = %e, "snapshot before adding a replica");
+            return;
+        }
+        let built = |m: &RaftMetrics<TypeConfig>| m.snapshot.is_some_and(|s| s.index >= applied);
+        if !wait_metrics(raft, deadline, g, "snapshot", built).await {
+            return;
+        }
+    }
+    let upto = raft.metrics().borrow_watched().snapshot.map_or(0, |s| s.index);
+    if let Err(e) = raft.trigger().purge_log(upto).await {
+        tracing::warn!(group = g, error = %e, "purge before adding a replica");
+        return;
+    }
+    let purged = |m: &RaftMetrics<TypeConfig>| m.purged.is_some_and(|p| p.index >= upto);
+    wait_metrics(raft, deadline, g, "purge", purged).await;
+}
+
+/// Waits until `done` holds of `raft`'s metrics, or `deadline` (logged: `what` is skipped).
+async fn wait_metrics(
+    raft: &KvRaft,
+    deadline: tokio::time::Instant,
+    g: u64,
+    what: &'static str,
+    done: impl Fn(&RaftMetrics<TypeConfig>) -> bool,
+) -> bool {
+    let mut rx = raft.metrics();
+    loop {
+        if done(&rx.borrow_watched()) {
+            return true;
+        }
+        if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
+            tracing::warn!(group = g, what, "not done in time: adding the replica without it");
+            return false;
+        }
+    }
 }
 
 /// How long a move waits for the old replica to know that it no longer votes.

@@ -360,10 +360,10 @@ pub async fn list(
     }
     let one = match params.group {
         Some(g) => match usize::try_from(g).ok().and_then(|g| s.groups.get(g)) {
-            Some(group) => Some(group.clone()),
+            Some(group) => Some(group),
             None => return ApiError::BadRequest(format!("no group {g}")).into_response(),
         },
-        None if s.groups.len() == 1 => Some(s.groups[0].clone()),
+        None if s.groups.len() == 1 => Some(s.groups.at(0)),
         None => None,
     };
     if let Some(group) = one {
@@ -389,7 +389,7 @@ async fn list_groups(
     let query = uri.0.query().unwrap_or("");
     let sep = if query.is_empty() { "" } else { "&" };
     let mut reads = tokio::task::JoinSet::new();
-    for group in s.groups.iter().cloned() {
+    for group in s.groups.all() {
         let one = format!("{}?{query}{sep}group={}", uri.0.path(), group.id);
         let (s, method, headers) = (s.clone(), method.clone(), headers.clone());
         // One group's read is never a redirect: the client asked this node for all of them.

@@ -38,7 +38,7 @@ pub use cluster::Status as ClusterStatus;
 pub use errors::ApiError;
 
 use super::KvRaft;
-use super::groups::{Group, group_of};
+use super::groups::{Group, Table, group_of};
 use super::metrics as m;
 use super::transport::ApiClient;
 use crate::security::tokens::Auth;
@@ -62,7 +62,7 @@ pub struct AppState {
     pub raft: KvRaft,
     /// The node's Raft groups (`--groups`), by id: a key is read and written in
     /// [`AppState::group_for`]'s.
-    pub groups: Arc<[Group]>,
+    pub groups: Arc<Table>,
     /// The leaders of the groups this node holds no replica of (`directory.rs`).
     pub directory: Arc<crate::server::directory::Directory>,
     /// The groups whose replicas this node moves now (the balancer leaves them alone).
@@ -95,13 +95,13 @@ pub enum Leader {
 
 impl AppState {
     /// The group that holds `key`.
-    pub fn group_for(&self, key: &str) -> &Group {
-        &self.groups[group_of(key.as_bytes(), self.groups.len())]
+    pub fn group_for(&self, key: &str) -> Group {
+        self.groups.at(group_of(key.as_bytes(), self.groups.len()))
     }
 
     /// Who leads group 0 (the membership's group).
     pub fn leader(&self) -> Leader {
-        self.leader_of(&self.groups[0])
+        self.leader_of(&self.groups.at(0))
     }
 
     /// Who leads `group`: as its Raft here sees it, or, when this node does not vote in it
