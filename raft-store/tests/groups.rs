@@ -222,6 +222,42 @@ fn a_dropped_group_is_gone_and_its_id_can_be_used_again() {
     assert_eq!(core.read(0, 10).unwrap(), entries(0, 0, 2, 100));
 }
 
+/// A dropped group's old frames may jump (a purge past its last entry, as an installed
+/// snapshot makes, then entries after it): the drop's tombstone voids them, so a reopen
+/// neither refuses them as a hole nor keeps them, with the id used again or not.
+#[test]
+fn a_dropped_group_whose_entries_jumped_past_a_purge_reopens() {
+    for again in [false, true] {
+        let volume = memory_volume(16 << 20).1;
+        let core = LogCore::open(volume.clone(), config()).unwrap();
+        let g = core.create_group(5).unwrap();
+        log::wait(|done| g.append(entries(5, 1, 3, 100), done)).unwrap();
+        g.purge(10, b"purged".to_vec()).unwrap();
+        log::wait(|done| g.append(entries(5, 11, 2, 100), done)).unwrap();
+        log::wait(|done| g.save_vote(b"vote".to_vec(), done)).unwrap();
+        log::wait(|done| core.append(entries(0, 1, 1, 100), done)).unwrap();
+        core.drop_group(5).unwrap();
+        if again {
+            let g = core.create_group(5).unwrap();
+            log::wait(|done| g.save_vote(b"kept vote".to_vec(), done)).unwrap();
+            log::wait(|done| g.append(entries(5, 1, 2, 900), done)).unwrap();
+        }
+        drop(g);
+        core.close();
+        drop(core);
+        let core = LogCore::open(volume, config()).unwrap();
+        assert_eq!(core.read(1, 2).unwrap(), entries(0, 1, 1, 100));
+        if again {
+            let g = core.group(5).unwrap();
+            assert_eq!(g.read(1, 100).unwrap(), entries(5, 1, 2, 900));
+            assert_eq!(g.meta().vote.as_deref(), Some(&b"kept vote"[..]));
+            assert_eq!(g.meta().purged_index, None);
+        } else {
+            assert_eq!(core.groups(), vec![0]);
+        }
+    }
+}
+
 /// Each group's vote and committed id are its own, across a reopen.
 #[test]
 fn votes_and_committed_ids_are_per_group() {

@@ -717,14 +717,16 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         Arc::clone(&rebalance),
         stop_rx.clone(),
     );
-    release::spawn(
+    // Its own stop: the shutdown waits for a release in progress before it stops the groups.
+    let (release_stop, release_rx) = tokio::sync::watch::channel(false);
+    let releaser = release::spawn(
         launch,
         Arc::clone(&groups),
         Arc::clone(&directory),
         log_core.clone(),
         volume.clone(),
         dir.clone(),
-        stop_rx.clone(),
+        release_rx,
     );
 
     let api_listener = listener::bind(args.api_addr)
@@ -821,6 +823,10 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     };
     tracing::info!("shutting down");
     health.begin_shutdown();
+    let _ = release_stop.send(true);
+    if let Some(releaser) = releaser {
+        let _ = releaser.await;
+    }
     drop(rafts);
     // The table's instances: a released group's is not the one started above.
     for raft in state.groups.rafts() {

@@ -6,15 +6,18 @@
 //!
 //! A moved replica cannot tell by itself: the move keeps it as a learner until it holds
 //! the swap, then drops it, and a group replicates only to its members, so its last
-//! membership says learner for ever. The directory (`directory.rs`) tells it: every
-//! [`CHECK_EVERY`], each group (never group 0: it holds every member) whose replica here
-//! votes in neither its effective nor its committed membership, holds raft state, and
-//! whose latest membership known (the directory's when it is later than this replica's
-//! own) names this member neither as voter nor as learner is released:
-//! 1. The group's instance stops (its health watch is told first: a stop is no fault).
+//! membership says learner for ever. The directory (`directory.rs`) tells it. A group (never
+//! group 0: it holds every member) whose replica here votes in neither its effective nor
+//! its committed membership, holds raft state, and whose latest membership known (the
+//! directory's when it is later than this replica's own) names this member neither as voter
+//! nor as learner, found so by two looks in a row [`CHECK_EVERY`] apart by the same
+//! membership (a change the directory saw once may be undone), is released:
+//! 1. The group's instance stops (its health watch is told first: a stop is no fault), and
+//!    the release waits until its state machine's worker and snapshot builds are done (at
+//!    most [`RETIRE_WAIT`]; else the instance starts again unchanged).
 //! 2. Its stored state is read again (the log's last membership entry, or the snapshot's):
-//!    if this member votes there after all (the instance took a change at the last moment)
-//!    the instance starts again unchanged.
+//!    unless it is still the membership the look judged, with this member no voter (the
+//!    instance took a change at the last moment), the instance starts again unchanged.
 //! 3. A marker `DIR/released/G` records the vote (one metadata commit); the snapshot goes;
 //!    the log drops the group and creates it again, empty; the vote is saved into it; the
 //!    marker goes (one commit).
@@ -24,17 +27,20 @@
 //! Invariants:
 //! - Only a replica that is no voter in any membership this member holds of the group is
 //!   released: a learner counts in no quorum, so its entries are no acknowledged write's
-//!   only copy. Being added back, it catches up like a new learner.
+//!   only copy.
 //! - The vote survives: a power cut after the log dropped the group finds the marker at the
 //!   next start ([`finish`]), which does step 3 again, vote included, before the groups
 //!   open. A member that forgot a vote could grant two in one term.
-//! - A snapshot that the old instance was building when it stopped may still publish into
-//!   the emptied group: it is a state of the same group's committed prefix, as any
-//!   snapshot the group's leader could install, so the next start loads it and applies the
-//!   log after it (or purges the log up to it), and the releaser releases it again.
+//! - Nothing of the old instance writes the group once the wipe begins: its core is stopped
+//!   and nothing else shares its state machine (`KvReader::sharers`).
+//! - A replica added back starts from the group's snapshot, never from its first entry: a
+//!   move or `cluster add` purges the group's log first (`http::cluster::compact_first`).
+//!   Replaying old memberships that name it a voter, with a short log, it could grant a
+//!   vote that a voter of those memberships must not get.
 //! - A failure between step 1 and the new instance stops the node (the health watch's
 //!   verdict, as a stopped core): a group without an instance would answer nothing, and
 //!   the next start finishes the release from its marker or finds the replica still held.
+//! - The node's shutdown waits for a release in progress before it stops the groups.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -58,6 +64,10 @@ use super::transport::PeerClients;
 pub const CHECK_EVERY: Duration = Duration::from_secs(2);
 /// Replicas this node released (their state dropped, the group's instance started empty).
 pub const RELEASED: &str = "vellum_raft_replicas_released_total";
+/// How long a release waits for the old state machine's worker and snapshot builds to end.
+const RETIRE_WAIT: Duration = Duration::from_secs(30);
+/// Entries read at a time when looking for a group's last membership entry.
+const SCAN_CHUNK: u64 = 64;
 /// The attribute of a release marker that holds the group's vote (empty: none).
 const VOTE_ATTR: &[u8] = b"vote";
 
@@ -209,8 +219,11 @@ pub fn releasable(g: u64, me: u64, m: &RaftMetrics<TypeConfig>, directory: &Dire
     g != 0 && holds_state && !electable && !named
 }
 
-/// Looks for replicas to release every [`CHECK_EVERY`] while this node runs several groups.
-/// Ends with `stop`.
+/// Looks for replicas to release every [`CHECK_EVERY`] while this node runs several groups:
+/// a replica is released when two looks in a row find it releasable by the same membership
+/// (a change the directory saw once may still be undone). Ends with `stop`, after the release
+/// in progress: the node's shutdown waits for the task before it stops the groups'
+/// instances, so that no instance starts after them.
 pub fn spawn(
     launch: Launch,
     groups: Arc<Table>,
@@ -219,11 +232,14 @@ pub fn spawn(
     volume: vellum_engine::Volume,
     dir: String,
     mut stop: tokio::sync::watch::Receiver<bool>,
-) {
+) -> Option<tokio::task::JoinHandle<()>> {
     if groups.len() < 2 {
-        return;
+        return None;
     }
-    tokio::spawn(async move {
+    Some(tokio::spawn(async move {
+        // Per group: the directory's membership index the last look found it releasable by.
+        let mut seen: std::collections::BTreeMap<u64, Option<u64>> =
+            std::collections::BTreeMap::new();
         loop {
             tokio::select! {
                 () = tokio::time::sleep(CHECK_EVERY) => {}
@@ -232,18 +248,27 @@ pub fn spawn(
             if *stop.borrow() {
                 return;
             }
+            let mut now = std::collections::BTreeMap::new();
             for group in groups.all() {
                 let m = group.raft.metrics().borrow_watched().clone();
                 if !releasable(group.id, launch.id, &m, &directory) {
                     continue;
                 }
-                if let Err(e) = release(&launch, &groups, group, &log, &volume, &dir).await {
+                let by = directory.get(group.id).and_then(|v| v.config_index);
+                now.insert(group.id, by);
+                if seen.get(&group.id) != Some(&by) {
+                    continue; // once more at the next look
+                }
+                let ours = m.membership_config.log_id().as_ref().map(|l| l.index);
+                let r = release(&launch, &groups, group, ours, (&log, &volume, &dir), &stop).await;
+                if let Err(e) = r {
                     launch.health.core_stopped(&e, &launch.ready[0]);
                     return;
                 }
             }
+            seen = now;
         }
-    });
+    }))
 }
 
 /// Steps 1 to 4 of the module header for `old`.
@@ -251,9 +276,9 @@ async fn release(
     launch: &Launch,
     groups: &Table,
     old: Group,
-    log: &LogCore,
-    volume: &vellum_engine::Volume,
-    dir: &str,
+    ours: Option<u64>,
+    (log, volume, dir): (&LogCore, &vellum_engine::Volume, &str),
+    stop: &tokio::sync::watch::Receiver<bool>,
 ) -> Result<(), String> {
     let g = old.id;
     let me = launch.id;
@@ -262,14 +287,31 @@ async fn release(
     if let Err(e) = old.raft.shutdown().await {
         tracing::warn!(group = g, error = %e, "stopping the group's instance");
     }
+    // The old machine's worker and snapshot builds run on after the core stopped: nothing of
+    // them may write the group's snapshot directory once the wipe begins. Left then: the
+    // table's slot and `reader`.
+    let reader = old.kv.clone();
     drop(old);
+    let deadline = tokio::time::Instant::now() + RETIRE_WAIT;
+    let mut idle = reader.sharers() <= 2;
+    while !idle && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        idle = reader.sharers() <= 2;
+    }
+    drop(reader);
+    if !idle {
+        tracing::warn!(group = g, "the group's old state machine is still busy: not released now");
+    }
     let (log2, volume2, dir2) = (log.clone(), volume.clone(), dir.to_string());
     let runtime = tokio::runtime::Handle::current();
     let (released, (store, sm)) = tokio::task::spawn_blocking(move || {
         let open =
             || open_group(&volume2, &log2, &dir2, g).map_err(|e| format!("opening group {g}: {e}"));
         let (mut store, mut sm) = open()?;
-        if runtime.block_on(votes_in_stored(&mut store, &mut sm, me))? {
+        // What the instance took after the look (a change that names this member again,
+        // say) keeps the replica: its stored membership must be the one the look judged.
+        let (voter, index) = runtime.block_on(stored_membership(&mut store, &mut sm, me))?;
+        if !idle || voter || index != ours {
             return Ok::<_, String>((false, (store, sm)));
         }
         let vote = log2.group(g).map_err(|e| e.to_string())?.meta().vote;
@@ -281,7 +323,10 @@ async fn release(
     .map_err(|e| format!("releasing group {g}: {e}"))?
     .map_err(|e| format!("releasing group {g}: {e}"))?;
     if !released {
-        tracing::info!(group = g, "the group's stored membership names this member a voter: kept");
+        tracing::info!(group = g, "the replica is kept: its instance starts again unchanged");
+    }
+    if *stop.borrow() {
+        return Ok(()); // the node stops: its next start opens the group
     }
     let kv = sm.reader();
     let raft = launch.raft(g, store, sm).await?;
@@ -303,30 +348,39 @@ async fn release(
     Ok(())
 }
 
-/// Whether node `me` votes in the membership stored last for a group: its log's last
-/// membership entry, or its state machine's when the log holds none.
-async fn votes_in_stored(
+/// The membership stored last for a group (its log's last membership entry, or its state
+/// machine's when the log holds none): whether node `me` votes in it, and its log index.
+/// Reads the log backwards, [`SCAN_CHUNK`] entries at a time.
+async fn stored_membership(
     store: &mut LogStore<TypeConfig>,
     sm: &mut KvStateMachine,
     me: u64,
-) -> Result<bool, String> {
+) -> Result<(bool, Option<u64>), String> {
     fn err(e: impl std::fmt::Display) -> String {
         e.to_string()
     }
     let state = store.get_log_state().await.map_err(err)?;
     let first = state.last_purged_log_id.as_ref().map_or(0, |l| l.index + 1);
-    if let Some(last) = state.last_log_id.as_ref().map(|l| l.index) {
+    if let Some(mut hi) = state.last_log_id.as_ref().map(|l| l.index) {
         let mut reader = store.get_log_reader().await;
-        let entries = reader.try_get_log_entries(first..=last).await.map_err(err)?;
-        if let Some(m) = entries.iter().rev().find_map(|e| match &e.payload {
-            EntryPayload::Membership(m) => Some(m.clone()),
-            _ => None,
-        }) {
-            return Ok(m.voter_ids().any(|v| v == me));
+        while hi >= first {
+            let lo = hi.saturating_sub(SCAN_CHUNK - 1).max(first);
+            let entries = reader.try_get_log_entries(lo..=hi).await.map_err(err)?;
+            if let Some((m, at)) = entries.iter().rev().find_map(|e| match &e.payload {
+                EntryPayload::Membership(m) => Some((m.clone(), e.log_id.index)),
+                _ => None,
+            }) {
+                return Ok((m.voter_ids().any(|v| v == me), Some(at)));
+            }
+            if lo == first {
+                break;
+            }
+            hi = lo - 1;
         }
     }
     let (_, stored) = sm.applied_state().await.map_err(err)?;
-    Ok(stored.membership().voter_ids().any(|v| v == me))
+    let at = stored.log_id().as_ref().map(|l| l.index);
+    Ok((stored.membership().voter_ids().any(|v| v == me), at))
 }
 
 #[cfg(test)]

@@ -165,6 +165,14 @@ impl<F: Flavor> KvReaderOf<F> {
         self.read().data.len()
     }
 
+    /// How many handles share the machine's state: its readers, the machine itself and its
+    /// clones (the ones openraft's snapshot builds hold). Once only a caller's own readers
+    /// are left, nothing of the machine runs any more (a retired instance's worker and
+    /// snapshot builds are done).
+    pub fn sharers(&self) -> usize {
+        Arc::strong_count(&self.0)
+    }
+
     /// Bytes of the keys and values in the map: about what its next snapshot takes.
     pub fn bytes(&self) -> u64 {
         self.read().bytes

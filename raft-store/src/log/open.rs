@@ -697,6 +697,12 @@ fn rebuild(
         offset,
         reason: "rewritten entries leave a hole before the group's first entry",
     };
+    // Per group: the first damage in its frames (indexes that do not follow, rewrites that do
+    // not fit). A later truncation of all its entries (index 0: a drop's tombstone) voids the
+    // frames before it, damaged ones included: a dropped group's frames may jump where an
+    // installed snapshot purged past its last entry, and its meta file, whose purge point
+    // covered the jump, is gone. Damage that no such truncation voids refuses at the end.
+    let mut damaged: BTreeMap<u64, Error> = BTreeMap::new();
     let last_seq = segments.by_seq.keys().next_back().copied();
     for ((&seq, seg), scan) in segments.by_seq.iter().zip(scans) {
         max_batch = max_batch.max(scan.max_batch);
@@ -708,7 +714,8 @@ fn rebuild(
             if f.header.kind != FrameKind::Rewrite
                 && prefix.get(&group).is_some_and(|p| !p.is_empty())
             {
-                return Err(hole(seg, f.offset));
+                damaged.entry(group).or_insert_with(|| hole(seg, f.offset));
+                prefix.remove(&group);
             }
             match f.header.kind {
                 FrameKind::Rewrite => {
@@ -727,18 +734,20 @@ fn rebuild(
                         (Some(first), Some(last)) if (first..=last).contains(&idx) => {
                             let k = &mut kept[(idx - first) as usize];
                             if k.1 != term {
-                                return Err(Error::Corrupt {
+                                damaged.entry(group).or_insert_with(|| Error::Corrupt {
                                     file: lossy(&seg.path),
                                     offset: f.offset,
                                     reason: "a rewrite's term is not the term of the entry it copies",
                                 });
+                                continue;
                             }
                             *k = here;
                         }
                         (Some(first), _) if idx < first => {
                             let p = prefix.entry(group).or_default();
                             if p.last().is_some_and(|l| l.0 + 1 != idx) {
-                                return Err(hole(seg, f.offset));
+                                damaged.entry(group).or_insert_with(|| hole(seg, f.offset));
+                                continue;
                             }
                             p.push(here);
                             if idx + 1 == first {
@@ -752,7 +761,7 @@ fn rebuild(
                         (None, _) => kept.push(here),
                         (_, Some(last)) if idx == last + 1 => kept.push(here),
                         _ => {
-                            return Err(Error::Corrupt {
+                            damaged.entry(group).or_insert_with(|| Error::Corrupt {
                                 file: lossy(&seg.path),
                                 offset: f.offset,
                                 reason: "a rewrite of an entry the log never held",
@@ -772,11 +781,12 @@ fn rebuild(
                     if let Some(&(last, ..)) = kept.last()
                         && idx != last + 1
                     {
-                        return Err(Error::Corrupt {
+                        damaged.entry(group).or_insert_with(|| Error::Corrupt {
                             file: lossy(&seg.path),
                             offset: f.offset,
                             reason: "entry indexes are not consecutive",
                         });
+                        continue;
                     }
                     kept.push((idx, f.header.term, seq, f.offset, f.len));
                 }
@@ -797,6 +807,10 @@ fn rebuild(
                         _ => {} // formats before 8 never read the field
                     }
                     kept.entry(group).or_default().retain(|k| k.0 < since);
+                    if since == 0 {
+                        damaged.remove(&group);
+                        prefix.remove(&group);
+                    }
                     if commits.get(&group).is_some_and(|c| c.index >= since) {
                         commits.remove(&group);
                     }
@@ -830,6 +844,9 @@ fn rebuild(
                 pos: scan.next_write,
             });
         }
+    }
+    if let Some(e) = damaged.into_values().next() {
+        return Err(e);
     }
     if let Some((_, p)) = prefix.iter().find(|(_, p)| !p.is_empty()) {
         let (_, _, seq, offset, _) = p[0];

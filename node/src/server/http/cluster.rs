@@ -424,9 +424,18 @@ pub async fn add_learner(
     }
     let node = KvNode { raft_addr: req.raft_addr.clone(), api_addr: req.api_addr.clone() };
     let id = req.id;
+    // With several groups the learner may be a member that released one of them: it starts
+    // from a snapshot ([`compact_first`]).
+    let sharded = s.groups.len() > 1;
+    let group = p.group;
     let add = move |raft: KvRaft| {
         let node = node.clone();
-        async move { changed(raft.add_learner(id, node, true).await, ApiError::Internal) }
+        async move {
+            if sharded && let Err(r) = compact_first(&raft, group).await {
+                return *r;
+            }
+            changed(raft.add_learner(id, node, true).await, ApiError::Internal)
+        }
     };
     if let Target::One(raft) = target {
         return add(raft).await;
@@ -637,7 +646,9 @@ pub async fn move_replica(
         }
     }
     if let Some((t, node)) = node {
-        compact_first(&raft, g).await;
+        if let Err(r) = compact_first(&raft, Some(g)).await {
+            return *r;
+        }
         tracing::info!(group = g, ?from, to = t, "replica move: the new one joins as a learner");
         if let Err(r) = changed_ok(raft.add_learner(t, node, true).await) {
             return *r;
@@ -666,42 +677,52 @@ const COMPACT_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 /// Snapshots group `g` and purges its log up to the snapshot (each waited for, at most
 /// [`COMPACT_WAIT`]), before a replica is added: the new replica starts from the snapshot,
 /// whose membership is the group's current one. From the log's first entry it would replay
-/// the group's old memberships, and in one that names it a voter (a member that held the
-/// group before and released it since: `release.rs`) it would refuse the appends of a leader
-/// that membership does not name (`member::authority`), and stall there.
-async fn compact_first(raft: &KvRaft, g: u64) {
+/// the group's old memberships, and a member that held the group before and released it
+/// since (`release.rs`) would be a voter in one of them again, with a short log: it would
+/// refuse the appends of a leader that membership does not name (`member::authority`), and
+/// it could grant its vote to a stale voter of that membership, which a voter that lost its
+/// log must never do. So a replica is not added (503, retryable) until the log is purged.
+async fn compact_first(raft: &KvRaft, g: Option<u64>) -> Result<(), Box<Response>> {
     let m = raft.metrics().borrow_watched().clone();
     let applied = m.last_applied.map_or(0, |l| l.index);
     if applied == 0 || m.purged.is_some_and(|p| p.index >= applied) {
-        return;
+        return Ok(());
     }
+    let unavailable = |what: String| Box::new(ApiError::Unavailable(what).into_response());
+    let name = g.map_or_else(|| "the group".to_string(), |g| format!("group {g}"));
     let deadline = tokio::time::Instant::now() + COMPACT_WAIT;
     if m.snapshot.is_none_or(|s| s.index < applied) {
-        tracing::info!(group = g, applied, "replica move: a snapshot for the new replica");
-        if let Err(e) = raft.trigger().snapshot().await {
-            tracing::warn!(group = g, error = %e, "snapshot before adding a replica");
-            return;
-        }
+        tracing::info!(group = ?g, applied, "adding a replica: a snapshot of the group first");
+        raft.trigger()
+            .snapshot()
+            .await
+            .map_err(|e| unavailable(format!("{name}'s snapshot for the new replica: {e}")))?;
         let built = |m: &RaftMetrics<TypeConfig>| m.snapshot.is_some_and(|s| s.index >= applied);
-        if !wait_metrics(raft, deadline, g, "snapshot", built).await {
-            return;
+        if !wait_metrics(raft, deadline, built).await {
+            return Err(unavailable(format!(
+                "{name}'s snapshot for the new replica is not built in {COMPACT_WAIT:?}"
+            )));
         }
     }
     let upto = raft.metrics().borrow_watched().snapshot.map_or(0, |s| s.index);
-    if let Err(e) = raft.trigger().purge_log(upto).await {
-        tracing::warn!(group = g, error = %e, "purge before adding a replica");
-        return;
-    }
+    raft.trigger()
+        .purge_log(upto)
+        .await
+        .map_err(|e| unavailable(format!("{name}'s purge for the new replica: {e}")))?;
     let purged = |m: &RaftMetrics<TypeConfig>| m.purged.is_some_and(|p| p.index >= upto);
-    wait_metrics(raft, deadline, g, "purge", purged).await;
+    if !wait_metrics(raft, deadline, purged).await {
+        return Err(unavailable(format!(
+            "{name}'s log is not purged up to its snapshot in {COMPACT_WAIT:?} (a follower \
+             still reading it): the new replica would replay old memberships"
+        )));
+    }
+    Ok(())
 }
 
-/// Waits until `done` holds of `raft`'s metrics, or `deadline` (logged: `what` is skipped).
+/// Waits until `done` holds of `raft`'s metrics, or `deadline` (false).
 async fn wait_metrics(
     raft: &KvRaft,
     deadline: tokio::time::Instant,
-    g: u64,
-    what: &'static str,
     done: impl Fn(&RaftMetrics<TypeConfig>) -> bool,
 ) -> bool {
     let mut rx = raft.metrics();
@@ -710,7 +731,6 @@ async fn wait_metrics(
             return true;
         }
         if tokio::time::timeout_at(deadline, rx.changed()).await.is_err() {
-            tracing::warn!(group = g, what, "not done in time: adding the replica without it");
             return false;
         }
     }
