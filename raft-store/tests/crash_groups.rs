@@ -4,6 +4,9 @@
 //! into shared durable writes. Power is cut at a seeded carrier operation, sometimes again
 //! during the recovery; then every group is checked against its own model.
 //!
+//! Purges also jump past a group's last entry, as a snapshot install does, and the group's
+//! next entries start after the jump.
+//!
 //! Groups are also rewritten forward (`LogCore::rewrite`, their live entries copied to the
 //! log's end so that older segments can go), asked for and by the space bound: the log runs
 //! with a tight one, so that purges rewrite laggard groups and free what that released.
@@ -14,7 +17,8 @@
 //! refused on a log that only lost power. Purges free segments only when no group needs
 //! them: a mutant that frees by the purging group's own purge point must be caught, and so must
 //! one whose rewrites leave out a group's newest entry, and one that frees the segment holding
-//! a group's newest vote (a `Vote` frame, segment format 8) without saving its meta file.
+//! a group's newest vote (a `Vote` frame, segment format 8) without saving its meta file, and
+//! one that counts a committed id durable by a `Commit` frame whose entry is purged.
 //! Rerun one seed with `VELLUM_CRASH_SEED=<seed>`.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
@@ -34,6 +38,8 @@ const VOLUME: u64 = 8 << 20;
 static CREATED: AtomicU64 = AtomicU64::new(0);
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 static SHARED_BURSTS: AtomicU64 = AtomicU64::new(0);
+/// Purges that jumped past a group's last entry (a snapshot install) while it held entries.
+static JUMPED: AtomicU64 = AtomicU64::new(0);
 /// Entries copied by rewrites that returned (asked for, or made by the space bound).
 static REWRITTEN: AtomicU64 = AtomicU64::new(0);
 
@@ -217,7 +223,13 @@ fn group_op(rng: &mut FaultRng, id: u64, core: &LogCore, g: &mut Group) -> Op {
             g.term += 1;
             Op::Truncate(low + rng.below(last - low + 1))
         }
-        65..=76 if purgeable.is_some() => {
+        65..=67 => {
+            // A snapshot install: the purge point jumps past the group's last entry, and its
+            // next entries start after it (recovery must take the jump, also when the group
+            // is dropped later).
+            Op::Purge(last.unwrap_or(first) + 1 + rng.below(4))
+        }
+        68..=76 if purgeable.is_some() => {
             Op::Purge(first + rng.below(purgeable.unwrap() - first + 1))
         }
         77..=84 => {
@@ -376,6 +388,11 @@ fn run(
                     );
                 }
                 let g = model.groups.get_mut(&id).unwrap();
+                if let Op::Purge(upto) = op
+                    && g.log.keys().next_back().is_some_and(|&l| upto > l)
+                {
+                    count(crash_at, &JUMPED);
+                }
                 g.apply(&op);
                 let durable = handle.durable_committed_index();
                 assert!(durable >= g.committed_durable, "the durable committed id went back");
@@ -551,13 +568,15 @@ fn power_cuts_lose_no_entry_or_vote_of_any_group() {
     let failures = campaign(range, LogIo::Inline);
     let (created, dropped) = (CREATED.load(Ordering::Relaxed), DROPPED.load(Ordering::Relaxed));
     eprintln!(
-        "{n} crash points with interleaved groups ({created} groups created and {dropped} dropped in the runs): {} failures",
+        "{n} crash points with interleaved groups ({created} groups created and {dropped} dropped, {} purges past a group's end in the runs): {} failures",
+        JUMPED.load(Ordering::Relaxed),
         failures.len()
     );
     assert!(failures.is_empty(), "{} of {n} failed; first: {}", failures.len(), failures[0]);
     if n > 1 {
         assert!(created > 0 && dropped > 0, "the runs never created or dropped a group");
         assert!(REWRITTEN.load(Ordering::Relaxed) > 0, "no rewrite copied an entry");
+        assert!(JUMPED.load(Ordering::Relaxed) > 0, "no purge jumped past a group's entries");
     }
 }
 
@@ -611,4 +630,12 @@ fn freeing_a_segment_another_group_needs_is_caught() {
 #[test]
 fn freeing_the_segment_of_a_groups_newest_vote_is_caught() {
     mutant_is_caught(log::LogMutation::FreeVote, "frees a group's newest vote");
+}
+
+/// The mutant of the committed-id rule: a `Commit` frame naming a purged entry (a snapshot
+/// install purged past it) counts the id durable, though recovery adopts no such frame. The
+/// recovered committed id is then below the one reported durable.
+#[test]
+fn a_commit_frame_of_a_purged_entry_counted_durable_is_caught() {
+    mutant_is_caught(log::LogMutation::CommitPurged, "counts a purged entry's commit frame");
 }

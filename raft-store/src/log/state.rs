@@ -96,6 +96,9 @@ pub enum LogMutation {
     /// A purge frees a segment that holds a group's newest durable vote without saving that
     /// vote to the group's meta file first.
     FreeVote,
+    /// A `Commit` frame counts the committed id durable although the entry it names is
+    /// purged (recovery ignores such a frame).
+    CommitPurged,
 }
 
 /// The smallest volume the store opens on with segments derived from its size

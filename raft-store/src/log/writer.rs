@@ -269,9 +269,10 @@ impl Writer {
 
     /// Ends the batch about to go out with a `Commit` frame for `committed` (the id pending
     /// when the batch was dequeued), when the batch has frames anyway, the frame fits, the id
-    /// is not durable already, and the entry it names is durable or in this batch: the id then
-    /// costs no write of its own. Last in the batch, so that it survives a torn write only
-    /// with every entry before it (recovery stops at the first damaged frame).
+    /// is not durable already, and the entry it names is kept (not purged) and durable or in
+    /// this batch: the id then costs no write of its own. Last in the batch, so that it
+    /// survives a torn write only with every entry before it (recovery stops at the first
+    /// damaged frame).
     fn add_commit(
         &mut self,
         shared: &Shared,
@@ -285,6 +286,20 @@ impl Writer {
         }
         if self.last_entry.get(&group.id).is_none_or(|&last| index > last) {
             return None; // its entry is queued after this batch: the next write carries it
+        }
+        #[cfg(feature = "test-util")]
+        let purged = if shared.config.mutation == Some(super::state::LogMutation::CommitPurged) {
+            None
+        } else {
+            group.durable_purged()
+        };
+        #[cfg(not(feature = "test-util"))]
+        let purged = group.durable_purged();
+        if purged.is_some_and(|p| index <= p) {
+            // Its entry is purged (a snapshot install purges past the log's end, and the
+            // committed id follows): recovery adopts a `Commit` frame only beside the entry
+            // it names, so only a meta save makes this id durable.
+            return None;
         }
         let cur = self.current.as_ref()?;
         let flen = cur.seal.frame_len(payload.len());
