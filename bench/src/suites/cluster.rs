@@ -20,6 +20,7 @@ pub(super) mod slowdisk;
 
 pub use slow::run as run_slow_disk;
 
+use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -194,8 +195,12 @@ pub(super) fn start_vellum(
             // Every client of the bench lives on this one host and opens its connection at
             // once (256 at the top load): a quarter of the default handshake budget (the share
             // one source may hold) refuses some of them while the CPU is busy. A real client
-            // fleet comes from many hosts.
+            // fleet comes from many hosts. For the same reason one source may hold more than
+            // the default 256 connections: at 256 clients the pool can hold a few more
+            // connections than clients for a moment (a connect started while another came
+            // back idle), and the bench's own requests (leader lookups) come from here too.
             .env("VELLUM_CONN_HANDSHAKES", "2048")
+            .env("VELLUM_CONN_PER_SOURCE", "2048")
             .stdin(Stdio::null())
             .stdout(log.try_clone().map_err(e("log"))?)
             .stderr(log)
@@ -445,7 +450,16 @@ async fn put(
     match r {
         Ok(r) if r.status().is_success() => Ok(()),
         Ok(r) => Err(format!("{kind:?} put {key}: {}", r.status())),
-        Err(err) => Err(format!("{kind:?} put {key}: {err}")),
+        Err(err) => {
+            // reqwest's message hides the cause ("error sending request"): name the chain.
+            let mut msg = format!("{kind:?} put {key}: {err}");
+            let mut cause = std::error::Error::source(&err);
+            while let Some(c) = cause {
+                let _ = write!(msg, ": {c}");
+                cause = c.source();
+            }
+            Err(msg)
+        }
     }
 }
 

@@ -12,10 +12,14 @@
 //!   open no stream all end there, and never hold an established slot: a Raft-port
 //!   connection counts as established only once its mutual-TLS handshake succeeded and it
 //!   sent a request.
-//! - **established**: counted against `Limits::established`; HTTP/1 requests after the first
-//!   get `header_timeout` for their headers; HTTP/2 gets keep-alive pings; a connection with
-//!   no request in flight for `idle_timeout` is shut down gracefully (hyper's HTTP/2 server
-//!   has no idle timeout of its own: [`Activity`] counts the requests in flight).
+//! - **established**: counted against `Limits::established`; an HTTP/1 request after the
+//!   first gets `header_timeout` for its headers, counted from its first byte; HTTP/2 gets
+//!   keep-alive pings; a connection with no request in flight for `idle_timeout` is shut down
+//!   gracefully. Both timers are this module's ([`Activity`] counts the requests in flight and
+//!   [`Watched`] sees a head's first byte): hyper's HTTP/2 server has no idle timeout, and its
+//!   HTTP/1 header timeout also runs while a keep-alive connection waits for its next request,
+//!   so it closed every connection idle for 10 s, and a pooled client that sent on one as it
+//!   closed got an error (a PUT is not retried). It is turned off.
 //!
 //! Invariants:
 //!
@@ -144,7 +148,8 @@ pub struct ConnArgs {
         help_heading = "Connections"
     )]
     pub handshake_timeout: Duration,
-    /// How long the headers of a later HTTP/1 request may take to arrive.
+    /// How long the headers of a later HTTP/1 request may take to arrive, from their first
+    /// byte (a connection waiting for its next request is idle: `--conn-idle-timeout`).
     #[arg(
         long = "conn-header-timeout",
         env = "VELLUM_CONN_HEADER_TIMEOUT",
@@ -590,6 +595,13 @@ struct Activity {
     last_ms: AtomicU64,
     /// Raised to close the connection now (its first request found the port full).
     close: Notify,
+    /// Set by the first request when it is HTTP/1 (the header timer applies).
+    http1: AtomicBool,
+    /// An HTTP/1 head is arriving: 1 + milliseconds from `start` to its first byte; 0: none.
+    /// Set by [`Watched`] for a byte read with no request in flight, cleared by the request.
+    head_ms: AtomicU64,
+    /// Raised when `head_ms` is set: the connection's loop computes its deadline again.
+    head_started: Notify,
 }
 
 impl Activity {
@@ -604,6 +616,87 @@ impl Activity {
             return None;
         }
         Some(self.start + Duration::from_millis(self.last_ms.load(Ordering::Acquire)) + idle)
+    }
+
+    /// When the HTTP/1 head now arriving runs out of time (`None`: no head is arriving).
+    fn head_deadline(&self, header_timeout: Duration) -> Option<Instant> {
+        if self.in_flight.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        match self.head_ms.load(Ordering::Acquire) {
+            0 => None,
+            ms => Some(self.start + Duration::from_millis(ms - 1) + header_timeout),
+        }
+    }
+
+    /// Bytes arrived: with no request in flight on an HTTP/1 connection, they begin a head.
+    fn bytes_read(&self) {
+        if self.http1.load(Ordering::Acquire)
+            && self.in_flight.load(Ordering::Acquire) == 0
+            && self.head_ms.load(Ordering::Acquire) == 0
+        {
+            let ms = self.start.elapsed().as_millis() as u64;
+            self.head_ms.store(ms + 1, Ordering::Release);
+            self.head_started.notify_one();
+        }
+    }
+}
+
+/// A connection's stream, telling its [`Activity`] when bytes arrive (the first byte of an
+/// HTTP/1 head starts the header timer). Reads and writes pass through unchanged.
+struct Watched<S> {
+    io: S,
+    activity: Arc<Activity>,
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Watched<S> {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut self.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            self.activity.bytes_read();
+        }
+        polled
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Watched<S> {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.io).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.io).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.io.is_write_vectored()
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
     }
 }
 
@@ -706,10 +799,24 @@ struct ConnTask {
 impl ConnTask {
     async fn run(self, tcp: TcpStream) {
         let deadline = Instant::now() + self.port.limits.handshake_timeout;
+        let activity = Arc::new(Activity {
+            start: Instant::now(),
+            in_flight: AtomicUsize::new(0),
+            last_ms: AtomicU64::new(0),
+            close: Notify::new(),
+            http1: AtomicBool::new(false),
+            head_ms: AtomicU64::new(0),
+            head_started: Notify::new(),
+        });
+        let watched = Watched { io: tcp, activity: Arc::clone(&activity) };
         match self.acceptor.clone() {
-            None => self.serve(hyper_util::rt::TokioIo::new(tcp), PeerCert(None), deadline).await,
+            None => {
+                let io = hyper_util::rt::TokioIo::new(watched);
+                self.serve(io, activity, PeerCert(None), deadline).await;
+            }
             Some(acceptor) => {
-                let stream = match tokio::time::timeout_at(deadline, acceptor.accept(tcp)).await {
+                let stream = match tokio::time::timeout_at(deadline, acceptor.accept(watched)).await
+                {
                     Ok(Ok(s)) => s,
                     Ok(Err(e)) => {
                         self.port.refused(self.addr, Refusal::HandshakeFailed, Some(&e));
@@ -723,24 +830,19 @@ impl ConnTask {
                 let cert = PeerCert(
                     stream.get_ref().1.peer_certificates().and_then(|c| c.first()).cloned(),
                 );
-                self.serve(hyper_util::rt::TokioIo::new(stream), cert, deadline).await;
+                let io = hyper_util::rt::TokioIo::new(stream);
+                self.serve(io, activity, cert, deadline).await;
             }
         }
     }
 
-    async fn serve<I>(self, io: I, cert: PeerCert, deadline: Instant)
+    async fn serve<I>(self, io: I, activity: Arc<Activity>, cert: PeerCert, deadline: Instant)
     where
         I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
     {
         let ConnTask { port, conn, addr, router, mut stop, .. } = self;
         let limits = port.limits;
         let conn = Arc::new(conn);
-        let activity = Arc::new(Activity {
-            start: Instant::now(),
-            in_flight: AtomicUsize::new(0),
-            last_ms: AtomicU64::new(0),
-            close: Notify::new(),
-        });
         let service = {
             let (conn, activity) = (Arc::clone(&conn), Arc::clone(&activity));
             hyper::service::service_fn(move |mut req: hyper::Request<hyper::body::Incoming>| {
@@ -756,6 +858,12 @@ impl ConnTask {
                         return Ok(resp);
                     }
                     let _in_flight = InFlight::begin(&activity);
+                    // The head arrived: its timer stops (one request's bytes read while it is
+                    // in flight start none).
+                    activity.head_ms.store(0, Ordering::Release);
+                    if req.version() < axum::http::Version::HTTP_2 {
+                        activity.http1.store(true, Ordering::Release);
+                    }
                     req.extensions_mut().insert(PeerAddr(addr));
                     req.extensions_mut().insert(cert);
                     tower_service::Service::call(&mut router, req).await
@@ -764,10 +872,9 @@ impl ConnTask {
         };
         let mut builder =
             hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
-        builder
-            .http1()
-            .timer(hyper_util::rt::TokioTimer::new())
-            .header_read_timeout(limits.header_timeout);
+        // hyper's own header timer is off: it also runs while a connection waits for its next
+        // request (see the module header); `Activity::head_deadline` replaces it.
+        builder.http1().timer(hyper_util::rt::TokioTimer::new()).header_read_timeout(None);
         builder
             .http2()
             .timer(hyper_util::rt::TokioTimer::new())
@@ -778,10 +885,12 @@ impl ConnTask {
         // Set once the connection is told to finish: it gets DRAIN_TIMEOUT more.
         let mut draining: Option<Instant> = None;
         loop {
+            let head = activity.head_deadline(limits.header_timeout);
             let wake = if conn.is_established() {
-                activity
+                let idle = activity
                     .idle_at(limits.idle_timeout)
-                    .unwrap_or_else(|| Instant::now() + limits.idle_timeout)
+                    .unwrap_or_else(|| Instant::now() + limits.idle_timeout);
+                head.map_or(idle, |h| h.min(idle))
             } else {
                 deadline
             };
@@ -796,6 +905,16 @@ impl ConnTask {
                         port.refused(addr, Refusal::HandshakeTimeout, None);
                         break;
                     }
+                    if activity
+                        .head_deadline(limits.header_timeout)
+                        .is_some_and(|t| t <= Instant::now())
+                    {
+                        // Headers this slow are not a client waiting its turn: no graceful
+                        // close (it would wait for the head), the connection is dropped.
+                        metrics::counter!(m::CONN_CLOSED, "port" => port.name, "reason" => "header_timeout")
+                            .increment(1);
+                        break;
+                    }
                     if activity.idle_at(limits.idle_timeout).is_some_and(|t| t <= Instant::now()) {
                         metrics::counter!(m::CONN_CLOSED, "port" => port.name, "reason" => "idle_timeout")
                             .increment(1);
@@ -803,6 +922,8 @@ impl ConnTask {
                     }
                 }
                 () = activity.close.notified(), if draining.is_none() => shut = true,
+                // A head began: its deadline may come before the wake computed above.
+                () = activity.head_started.notified() => {}
                 () = async { let _ = stop.wait_for(|s| *s).await; }, if draining.is_none() => {
                     shut = true;
                 }
@@ -956,5 +1077,68 @@ mod tests {
         assert!(duration_arg("soon").is_err());
         assert!(duration_arg("86401s").is_err());
         assert!(duration_arg("18446744073709551615s").is_err(), "no overflow, no panic");
+    }
+
+    /// Sends one GET on `c` and reads its whole response (the body is "ok").
+    async fn get(c: &mut TcpStream) -> std::io::Result<()> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        c.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").await?;
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !got.ends_with(b"\r\n\r\nok") {
+            let n = tokio::time::timeout(Duration::from_secs(5), c.read(&mut buf)).await??;
+            if n == 0 {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        Ok(())
+    }
+
+    /// What a connection reads within `within`: `Some(true)` if it was closed (EOF or reset),
+    /// `Some(false)` if bytes came, `None` if nothing happened.
+    async fn closed_within(c: &mut TcpStream, within: Duration) -> Option<bool> {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 64];
+        match tokio::time::timeout(within, c.read(&mut buf)).await {
+            Ok(Ok(0) | Err(_)) => Some(true),
+            Ok(Ok(_)) => Some(false),
+            Err(_) => None,
+        }
+    }
+
+    /// An HTTP/1 keep-alive connection waiting for its next request is idle, not slow: only
+    /// the idle timeout closes it. hyper's header timer closed it at the header timeout
+    /// (10 s by default), and a pooled client's PUT sent as it closed failed. A head that
+    /// begins and stalls is still dropped at the header timeout.
+    #[tokio::test]
+    async fn the_header_timeout_runs_from_a_heads_first_byte_not_while_idle() {
+        use tokio::io::AsyncWriteExt;
+        let mut l = limits(64, 16, 16);
+        l.header_timeout = Duration::from_millis(300);
+        l.idle_timeout = Duration::from_secs(4);
+        let listener = bind(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let router = Router::new().route("/", axum::routing::get(|| async { "ok" }));
+        let (stop, stopped) = watch::channel(false);
+        let task = spawn(listener, router, None, stopped, "api", l);
+
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        get(&mut c).await.unwrap();
+        // Idle for four header timeouts: still open, and it serves the next request.
+        assert_eq!(closed_within(&mut c, Duration::from_millis(1200)).await, None);
+        get(&mut c).await.unwrap();
+        // A head's first bytes, then nothing: dropped at the header timeout, well before the
+        // idle timeout (4 s from the last request).
+        c.write_all(b"GET / HTTP/1.1\r\nHo").await.unwrap();
+        assert_eq!(closed_within(&mut c, Duration::from_secs(3)).await, Some(true));
+
+        // Idle, no head: closed at the idle timeout.
+        let mut d = TcpStream::connect(addr).await.unwrap();
+        get(&mut d).await.unwrap();
+        assert_eq!(closed_within(&mut d, Duration::from_secs(10)).await, Some(true));
+
+        let _ = stop.send(true);
+        task.await.unwrap();
     }
 }

@@ -183,7 +183,8 @@ fn describe() {
     );
     describe_counter!(
         CONN_CLOSED,
-        "Established connections the node closed, by port and reason (idle_timeout)."
+        "Established connections the node closed, by port and reason: idle_timeout, \
+         header_timeout."
     );
 }
 
