@@ -30,7 +30,11 @@
 //!   only copy.
 //! - The vote survives: a power cut after the log dropped the group finds the marker at the
 //!   next start ([`finish`]), which does step 3 again, vote included, before the groups
-//!   open. A member that forgot a vote could grant two in one term.
+//!   open. A member that forgot a vote could grant two in one term. Two orderings keep it
+//!   ([`Rule`]): the marker is durable before the log drops the group, and the vote is saved
+//!   into the new group before the marker goes. A power cut at every carrier operation of
+//!   a release, and again during the recovery, checks both (`every_cut_of_a_release_keeps_
+//!   the_vote`, with a mutant for each rule).
 //! - Nothing of the old instance writes the group once the wipe begins: its core is stopped
 //!   and nothing else shares its state machine (`KvReader::sharers`).
 //! - A replica added back starts from the group's snapshot, never from its first entry: a
@@ -164,14 +168,24 @@ fn wipe(
     let err = |what: &'static str| move |e: vellum_raft_store::Error| format!("{what}: {e}");
     let eng = |what: &'static str| move |e: vellum_engine::Error| format!("{what}: {e}");
     let path = marker(dir, g);
-    volume
-        .create_dir_all(format!("{}/released", dir.trim_end_matches('/')))
-        .map_err(eng("marker"))?;
-    if !volume.exists(&path).map_err(eng("marker"))? {
-        let file = volume.create_file(&path).map_err(eng("marker"))?;
-        file.set_attr(VOTE_ATTR, vote.as_deref().unwrap_or_default()).map_err(eng("marker"))?;
-        drop(file);
-        volume.commit().map_err(eng("marker"))?;
+    let write_marker = || -> Result<(), String> {
+        volume
+            .create_dir_all(format!("{}/released", dir.trim_end_matches('/')))
+            .map_err(eng("marker"))?;
+        if !volume.exists(&path).map_err(eng("marker"))? {
+            let file = volume.create_file(&path).map_err(eng("marker"))?;
+            file.set_attr(VOTE_ATTR, vote.as_deref().unwrap_or_default()).map_err(eng("marker"))?;
+            drop(file);
+            volume.commit().map_err(eng("marker"))?;
+        }
+        Ok(())
+    };
+    let remove_marker = || -> Result<(), String> {
+        volume.remove(&path).map_err(eng("marker"))?;
+        volume.commit().map_err(eng("marker"))
+    };
+    if !broken(Rule::MarkerFirst) {
+        write_marker()?;
     }
     let snapshots = format!("{}/snapshot", vellum_raft_store::v010::group_machine_dir(dir, g));
     if volume.exists(&snapshots).map_err(eng("snapshot"))? {
@@ -187,6 +201,12 @@ fn wipe(
         log.drop_group(g).map_err(err("dropping the group's entries"))?;
     }
     let core = log.create_group(g).map_err(err("creating the group again"))?;
+    if broken(Rule::MarkerFirst) {
+        write_marker()?;
+    }
+    if broken(Rule::VoteBeforeMarkerGoes) {
+        remove_marker()?;
+    }
     if let Some(vote) = vote {
         let (tx, rx) = std::sync::mpsc::channel();
         core.save_vote(vote, Box::new(move |r| drop(tx.send(r))))
@@ -195,9 +215,39 @@ fn wipe(
             .map_err(|_| "saving the vote: the log stopped".to_string())?
             .map_err(|e| format!("saving the vote: {e}"))?;
     }
-    volume.remove(&path).map_err(eng("marker"))?;
-    volume.commit().map_err(eng("marker"))?;
+    if !broken(Rule::VoteBeforeMarkerGoes) {
+        remove_marker()?;
+    }
     Ok(())
+}
+
+/// The ordering rules of [`wipe`] that keep a vote across a power cut, each broken by a
+/// mutant of the crash test (`every_cut_of_a_release_keeps_the_vote`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Rule {
+    /// The marker (with the vote) is durable before the log drops the group.
+    MarkerFirst,
+    /// The vote is saved into the new group before the marker goes.
+    VoteBeforeMarkerGoes,
+}
+
+#[cfg(test)]
+thread_local! {
+    /// The rule the crash test's mutant breaks on this thread (`None`: all kept).
+    static BROKEN: std::cell::Cell<Option<Rule>> = const { std::cell::Cell::new(None) };
+}
+
+/// Whether `rule` is broken on purpose (a mutant of the crash test; never outside tests).
+fn broken(rule: Rule) -> bool {
+    #[cfg(test)]
+    {
+        BROKEN.with(|b| b.get() == Some(rule))
+    }
+    #[cfg(not(test))]
+    {
+        let _ = rule;
+        false
+    }
 }
 
 /// Whether this member's replica of a group, as `m` (its instance's metrics) shows it, may
@@ -387,6 +437,8 @@ async fn stored_membership(
 mod tests {
     use std::collections::{BTreeMap, BTreeSet};
 
+    use vellum_engine::FormatOptions;
+    use vellum_engine::carrier::{CrashPlan, FaultRng, FaultyCarrier, MemoryCarrier};
     use vellum_raft_store::log::{LogConfig, LogEntry};
     use vellum_raft_store::v010::KvNode;
     use vellum_raft_store::v010::openraft::{Membership, StoredMembership};
@@ -520,5 +572,168 @@ mod tests {
         // Nothing left to finish: a second start changes nothing.
         finish(&log, &volume, "/raft").unwrap();
         assert_released(&volume, &log);
+    }
+
+    /// The log of the crash test: small segments, writes in the caller's thread (so that a
+    /// carrier operation's number names the same step in every run).
+    fn crash_config() -> LogConfig {
+        LogConfig {
+            segment_bytes: 64 << 10,
+            background_spares: false,
+            io: vellum_raft_store::log::LogIo::Inline,
+            ..LogConfig::default()
+        }
+    }
+
+    /// A volume on a carrier that can lose power, holding group 3 as `held_group` makes it.
+    fn crash_volume(
+        journal: bool,
+    ) -> (Arc<FaultyCarrier>, vellum_engine::Volume, LogCore, Option<Vec<u8>>) {
+        let carrier = Arc::new(FaultyCarrier::new(MIN_VOLUME_BYTES, true));
+        let format = FormatOptions {
+            journal,
+            journal_bytes: if journal { 16 << 12 } else { 0 },
+            ..FormatOptions::default()
+        };
+        let volume = vellum_engine::Volume::format(
+            Box::new(Arc::clone(&carrier)),
+            &format,
+            VolumeOptions::default(),
+        )
+        .unwrap();
+        let log = LogCore::open(volume.clone(), crash_config()).unwrap();
+        let vote = held_group(&volume, &log).meta().vote;
+        (carrier, volume, log, vote)
+    }
+
+    /// What a start finds on `image` once it has finished interrupted releases: group 3
+    /// held as before ("held") or released ("released"), its vote kept either way.
+    fn recovered(image: &[u8]) -> Result<&'static str, String> {
+        let volume = vellum_engine::Volume::open(
+            Box::new(MemoryCarrier::from_bytes(image)),
+            VolumeOptions::default(),
+        )
+        .map_err(|e| format!("volume open refused: {e}"))?;
+        let log = LogCore::open(volume.clone(), crash_config())
+            .map_err(|e| format!("log open refused: {e}"))?;
+        finish(&log, &volume, "/raft").map_err(|e| format!("finishing the release: {e}"))?;
+        if volume.exists(marker("/raft", 3)).unwrap_or(true) {
+            return Err("the marker is left after the release was finished".into());
+        }
+        let core = log.group(3).map_err(|e| format!("group 3 is gone: {e}"))?;
+        if core.meta().vote.as_deref() != Some(&b"vote-of-term-4"[..]) {
+            return Err(format!("the vote is lost: {:?}", core.meta().vote));
+        }
+        let snapshot =
+            format!("{}/snapshot/current", vellum_raft_store::v010::group_machine_dir("/raft", 3));
+        let snapshot = volume.exists(snapshot).map_err(|e| e.to_string())?;
+        let got = match (core.bounds(), snapshot) {
+            ((1, Some(3)), true) => "held",
+            ((_, None), false) if core.meta().purged_index.is_none() => "released",
+            (bounds, snapshot) => {
+                return Err(format!("half released: bounds {bounds:?}, snapshot {snapshot}"));
+            }
+        };
+        // A second start finds nothing to finish and the same state.
+        finish(&log, &volume, "/raft").map_err(|e| format!("second finish: {e}"))?;
+        if log.group(3).map(|c| c.bounds()).ok() != Some(core.bounds()) {
+            return Err("a second start changed the group".into());
+        }
+        Ok(got)
+    }
+
+    /// Cuts power at carrier operation `at` of a release (`None`: after it ends), sometimes
+    /// again during the next start's recovery; what the start after that finds.
+    fn cut_release(
+        journal: bool,
+        at: Option<u64>,
+        rng: &mut FaultRng,
+    ) -> Result<&'static str, String> {
+        let (carrier, volume, log, vote) = crash_volume(journal);
+        if let Some(at) = at {
+            carrier.set_crash_plan(CrashPlan::AtOp(carrier.ops() + at));
+        }
+        // A cut makes the wipe fail: what counts is what the next start finds.
+        let _ = wipe(&log, &volume, "/raft", 3, vote);
+        carrier.cut_power();
+        drop(log);
+        drop(volume);
+        let mut image = carrier.crash_image(rng);
+        if rng.chance(50) {
+            // A cut during the recovery (the volume's, the log's or the finish of the release).
+            let start = |c: &Arc<FaultyCarrier>| {
+                let v =
+                    vellum_engine::Volume::open(Box::new(Arc::clone(c)), VolumeOptions::default());
+                if let Ok(v) = v
+                    && let Ok(log) = LogCore::open(v.clone(), crash_config())
+                {
+                    let _ = finish(&log, &v, "/raft");
+                }
+            };
+            let dry = Arc::new(FaultyCarrier::from_bytes(image.clone(), true));
+            start(&dry);
+            let second = Arc::new(FaultyCarrier::from_bytes(image, true));
+            second.set_crash_plan(CrashPlan::AtOp(rng.below(dry.ops().max(1))));
+            start(&second);
+            second.cut_power();
+            image = second.crash_image(rng);
+        }
+        recovered(&image)
+    }
+
+    /// Power cut at every carrier operation of a release (three images each, torn writes
+    /// drawn anew, half of them cut again during the recovery), on volumes with and without
+    /// a journal: the next start finds the replica held or released, never half, and the
+    /// vote always. Returns the failures (the first few named) and the points run.
+    fn release_campaign() -> (Vec<String>, usize) {
+        let mut failures = Vec::new();
+        let mut points = 0;
+        let mut outcomes = BTreeSet::new();
+        for journal in [false, true] {
+            let (carrier, volume, log, vote) = crash_volume(journal);
+            let start = carrier.ops();
+            wipe(&log, &volume, "/raft", 3, vote).unwrap();
+            let total = carrier.ops() - start;
+            let cuts = (0..total).map(Some).chain([None]);
+            for (i, at) in cuts.enumerate() {
+                for k in 0..3u64 {
+                    let mut rng = FaultRng::new(i as u64 * 7 + k + u64::from(journal) * 1000);
+                    points += 1;
+                    match cut_release(journal, at, &mut rng) {
+                        Ok(o) => {
+                            outcomes.insert(o);
+                        }
+                        Err(e) => failures.push(format!("journal {journal}, cut at {at:?}: {e}")),
+                    }
+                }
+            }
+        }
+        if failures.is_empty() {
+            assert_eq!(outcomes.len(), 2, "cuts both before and after the point of no return");
+        }
+        (failures, points)
+    }
+
+    #[test]
+    fn every_cut_of_a_release_keeps_the_vote() {
+        let (failures, points) = release_campaign();
+        assert!(
+            failures.is_empty(),
+            "{} of {points} points: {:#?}",
+            failures.len(),
+            &failures[..failures.len().min(5)]
+        );
+        // Each ordering rule broken on purpose: the campaign must catch it.
+        for rule in [Rule::MarkerFirst, Rule::VoteBeforeMarkerGoes] {
+            BROKEN.with(|b| b.set(Some(rule)));
+            let (failures, points) = release_campaign();
+            BROKEN.with(|b| b.set(None));
+            eprintln!(
+                "mutant {rule:?}: {} of {points} points fail, first: {:?}",
+                failures.len(),
+                failures.first()
+            );
+            assert!(!failures.is_empty(), "the mutant {rule:?} went unnoticed");
+        }
     }
 }
