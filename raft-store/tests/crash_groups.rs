@@ -639,3 +639,11 @@ fn freeing_the_segment_of_a_groups_newest_vote_is_caught() {
 fn a_commit_frame_of_a_purged_entry_counted_durable_is_caught() {
     mutant_is_caught(log::LogMutation::CommitPurged, "counts a purged entry's commit frame");
 }
+
+/// The mutant of the drop rule of recovery: a group's drop tombstone does not void the damage
+/// found in its earlier frames (entries that jump past a purge, as after a snapshot install).
+/// The log of a dropped group then refuses to open, and the campaign must catch it.
+#[test]
+fn damage_a_drop_should_void_is_caught() {
+    mutant_is_caught(log::LogMutation::DropKeepsDamage, "keeps a dropped group's damage");
+}

@@ -142,8 +142,7 @@ pub(super) fn open(volume: Volume, mut config: LogConfig) -> Result<Opened> {
         volume.commit()?; // leftovers and extra spares removed by `classify`
     }
     let mut segments = segments;
-    let (mut current, max_batch, mut rebuilt) =
-        rebuild(&mut segments, scans, &metas, config.hot_window_bytes)?;
+    let (mut current, max_batch, mut rebuilt) = rebuild(&mut segments, scans, &metas, &config)?;
     if let (Some(cur), Some(torn)) = (current.as_mut(), report.torn)
         && torn.in_previous_segment
     {
@@ -683,8 +682,13 @@ fn rebuild(
     segments: &mut Segments,
     scans: Vec<SegmentScan>,
     metas: &BTreeMap<u64, (MetaState, File)>,
-    hot_window_bytes: usize,
+    config: &LogConfig,
 ) -> Result<(Option<Current>, u64, BTreeMap<u64, Rebuilt>)> {
+    let hot_window_bytes = config.hot_window_bytes;
+    #[cfg(feature = "test-util")]
+    let drop_voids_damage = config.mutation != Some(super::state::LogMutation::DropKeepsDamage);
+    #[cfg(not(feature = "test-util"))]
+    let drop_voids_damage = true;
     let mut max_batch = 0;
     let mut commits: BTreeMap<u64, ScannedCommit> = BTreeMap::new();
     let mut votes: BTreeMap<u64, (ScannedVote, u64)> = BTreeMap::new();
@@ -808,7 +812,9 @@ fn rebuild(
                     }
                     kept.entry(group).or_default().retain(|k| k.0 < since);
                     if since == 0 {
-                        damaged.remove(&group);
+                        if drop_voids_damage {
+                            damaged.remove(&group);
+                        }
                         prefix.remove(&group);
                     }
                     if commits.get(&group).is_some_and(|c| c.index >= since) {

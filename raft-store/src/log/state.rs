@@ -99,6 +99,10 @@ pub enum LogMutation {
     /// A `Commit` frame counts the committed id durable although the entry it names is
     /// purged (recovery ignores such a frame).
     CommitPurged,
+    /// Recovery keeps the damage found in a group's frames (indexes that jump past a purge
+    /// a snapshot install made) although the group's drop tombstone follows: the log of a
+    /// dropped group then refuses to open.
+    DropKeepsDamage,
 }
 
 /// The smallest volume the store opens on with segments derived from its size
