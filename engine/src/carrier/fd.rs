@@ -2,6 +2,13 @@
 //! descriptor, direct-IO alignment absorbed through bounce buffers, write-through by
 //! `pwritev2(RWF_DSYNC)` (or, on block devices, a write and one cache flush), barriers by
 //! `fdatasync`.
+//!
+//! Vectored direct IO over scattered buffers (the page cache's frames) goes through one
+//! contiguous bounce buffer: the kernel makes every 4 KiB buffer its own segment of the
+//! request, and on this machine's disk a 2 MiB read scattered over 512 frames ran at 0.71x
+//! the same read into contiguous memory (writes 0.59x; `bench/src/suites/cache.rs`, cold
+//! scan). The copy costs about a tenth of the read. Buffers that already sit end to end in
+//! memory, and carriers without direct IO (the host copies anyway), go to the kernel as is.
 
 use std::fs::File;
 use std::io;
@@ -16,6 +23,14 @@ use crate::aligned::{AlignedBuf, covering, is_aligned};
 
 /// Bytes zero-filled per write when a thin carrier grows.
 const ZERO_CHUNK: usize = 1 << 20;
+/// Bounce buffers kept for vectored direct IO: one per concurrent caller (the reader, two
+/// readahead threads, the writeback thread); more callers allocate and drop their own.
+const BOUNCES_KEPT: usize = 4;
+/// Largest bounce buffer kept (a readahead window); larger requests allocate their own.
+const BOUNCE_KEPT_BYTES: usize = 2 << 20;
+/// Largest vectored request gathered into one bounce buffer (a writeback drain); a larger
+/// one goes in pieces of at most this size.
+const BOUNCE_MAX_BYTES: usize = 8 << 20;
 
 #[derive(Debug)]
 pub(crate) struct FdCore {
@@ -35,6 +50,8 @@ pub(crate) struct FdCore {
     /// on devices without it: two flushes where one is enough (measured by the `devops`
     /// benchmark at the block layer's tracepoint).
     flush_writes: bool,
+    /// Reusable bounce buffers for scattered vectored direct IO (see the module docs).
+    bounces: Mutex<Vec<AlignedBuf>>,
     stats: CarrierStats,
 }
 
@@ -52,6 +69,7 @@ impl FdCore {
             rmw: Mutex::new(()),
             no_rwf_dsync: AtomicBool::new(false),
             flush_writes: false,
+            bounces: Mutex::new(Vec::new()),
             stats: CarrierStats::default(),
         }
     }
@@ -159,6 +177,24 @@ impl FdCore {
             }
             return Ok(());
         }
+        if self.scattered(bufs) {
+            let mut at = offset;
+            for piece in pieces(bufs.iter().map(|b| b.len())) {
+                let len: usize = piece.clone().map(|i| bufs[i].len()).sum();
+                let mut bounce = self.take_bounce(len);
+                self.pread_full(&mut bounce.as_mut_slice()[..len], at)?;
+                let mut from = 0;
+                for i in piece {
+                    let n = bufs[i].len();
+                    bufs[i].copy_from_slice(&bounce.as_slice()[from..from + n]);
+                    from += n;
+                }
+                self.give_bounce(bounce);
+                at += len as u64;
+            }
+            self.stats.record_read(total);
+            return Ok(());
+        }
         let mut slices: Vec<io::IoSliceMut<'_>> =
             bufs.iter_mut().map(|b| io::IoSliceMut::new(b)).collect();
         let mut rest = &mut slices[..];
@@ -193,6 +229,25 @@ impl FdCore {
             }
             return Ok(());
         }
+        if self.scattered(bufs) {
+            let mut at = offset;
+            for piece in pieces(bufs.iter().map(|b| b.len())) {
+                let mut bounce = self.take_bounce(piece.clone().map(|i| bufs[i].len()).sum());
+                let mut len = 0;
+                for i in piece {
+                    let n = bufs[i].len();
+                    bounce.as_mut_slice()[len..len + n].copy_from_slice(bufs[i]);
+                    len += n;
+                }
+                let written = self.file.write_all_at(&bounce.as_slice()[..len], at);
+                self.give_bounce(bounce);
+                written?;
+                at += len as u64;
+            }
+            self.note_len(offset + total as u64);
+            self.stats.record_write(total, None);
+            return Ok(());
+        }
         let mut slices: Vec<io::IoSlice<'_>> = bufs.iter().map(|b| io::IoSlice::new(b)).collect();
         let mut rest = &mut slices[..];
         let mut at = offset;
@@ -207,6 +262,39 @@ impl FdCore {
         self.note_len(offset + total as u64);
         self.stats.record_write(total, None);
         Ok(())
+    }
+
+    /// True when a vectored direct request should go through a bounce buffer: more than one
+    /// buffer, and not all of them end to end in memory.
+    fn scattered<B: std::ops::Deref<Target = [u8]>>(&self, bufs: &[B]) -> bool {
+        self.options.direct_io
+            && bufs.len() > 1
+            && bufs.windows(2).any(|w| w[0].as_ptr().wrapping_add(w[0].len()) != w[1].as_ptr())
+    }
+
+    /// A bounce buffer of at least `len` bytes, aligned for direct IO (a kept one if any).
+    fn take_bounce(&self, len: usize) -> AlignedBuf {
+        let kept = {
+            let mut bounces =
+                self.bounces.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let at = bounces.iter().position(|b| b.len() >= len);
+            at.map(|i| bounces.swap_remove(i))
+        };
+        kept.unwrap_or_else(|| {
+            let size = if len <= BOUNCE_KEPT_BYTES { BOUNCE_KEPT_BYTES } else { len };
+            AlignedBuf::zeroed(size, self.geometry.mem_align.max(1) as usize)
+        })
+    }
+
+    /// Keeps `bounce` for reuse when it is small enough and the pool is not full.
+    fn give_bounce(&self, bounce: AlignedBuf) {
+        if bounce.len() <= BOUNCE_KEPT_BYTES {
+            let mut bounces =
+                self.bounces.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if bounces.len() < BOUNCES_KEPT {
+                bounces.push(bounce);
+            }
+        }
     }
 
     pub(crate) fn write_at(&self, buf: &[u8], offset: u64, durable: bool) -> io::Result<()> {
@@ -324,5 +412,76 @@ impl FdCore {
         }
         self.note_len(len_bytes);
         Ok(())
+    }
+}
+
+/// Splits buffers of lengths `lens` into consecutive pieces of at most [`BOUNCE_MAX_BYTES`]
+/// (a single buffer larger than that is a piece of its own).
+fn pieces(lens: impl Iterator<Item = usize>) -> Vec<std::ops::Range<usize>> {
+    let mut out = Vec::new();
+    let (mut start, mut end, mut bytes) = (0, 0, 0);
+    for len in lens {
+        if bytes > 0 && bytes + len > BOUNCE_MAX_BYTES {
+            out.push(start..end);
+            (start, bytes) = (end, 0);
+        }
+        bytes += len;
+        end += 1;
+    }
+    if end > start {
+        out.push(start..end);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::OpenOptionsExt;
+
+    #[test]
+    fn pieces_cover_every_buffer_once_within_the_bound() {
+        let m = BOUNCE_MAX_BYTES;
+        assert_eq!(pieces([4096; 3].into_iter()), vec![0..3]);
+        assert_eq!(pieces([m / 2, m / 2, 1].into_iter()), vec![0..2, 2..3]);
+        assert_eq!(pieces([m + 1, 1, m].into_iter()), vec![0..1, 1..2, 2..3]);
+        assert!(pieces(std::iter::empty()).is_empty());
+    }
+
+    /// Scattered vectored direct IO (pages of one buffer in reverse order, so no two sit end
+    /// to end) lands every byte where a plain write would, in one piece and in several.
+    #[test]
+    fn scattered_vectored_direct_io_goes_through_the_bounce_buffer_intact() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(dir.path().join("c"))
+            .unwrap();
+        let options = CarrierOptions { write_through: false, ..CarrierOptions::PRODUCTION };
+        let core = FdCore::for_host_file(file, options);
+        for pages in [3usize, 2 * BOUNCE_MAX_BYTES / 4096 + 5] {
+            let mut src = AlignedBuf::zeroed(pages * 4096, 4096);
+            for (i, b) in src.as_mut_slice().iter_mut().enumerate() {
+                *b = (i % 251) as u8 ^ (i / 4096) as u8;
+            }
+            let mut bufs: Vec<&[u8]> = src.as_slice().chunks(4096).collect();
+            bufs.reverse();
+            assert!(core.scattered(&bufs));
+            core.write_vectored_at(&bufs, 8192).unwrap();
+            let mut back = AlignedBuf::zeroed(pages * 4096, 4096);
+            let mut outs: Vec<&mut [u8]> = back.as_mut_slice().chunks_mut(4096).collect();
+            outs.reverse();
+            core.read_vectored_at(&mut outs, 8192).unwrap();
+            assert!(back.as_slice() == src.as_slice(), "{pages} pages came back changed");
+            // On the carrier the pages lie in the order of the buffers: reversed.
+            let mut plain = AlignedBuf::zeroed(4096, 4096);
+            core.read_exact_at(plain.as_mut_slice(), 8192).unwrap();
+            assert!(plain.as_slice() == &src.as_slice()[(pages - 1) * 4096..]);
+        }
+        assert!(core.bounces.lock().unwrap().len() <= BOUNCES_KEPT);
     }
 }
