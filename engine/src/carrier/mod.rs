@@ -40,6 +40,30 @@ pub(crate) use sys::flock;
 
 use crate::error::{Error, Knob, Result};
 
+/// The size of a transparent huge page on x86-64 and most arm64 kernels.
+const HUGE_PAGE: usize = 2 << 20;
+
+impl AlignedBuf {
+    /// A zeroed buffer like [`AlignedBuf::zeroed`] whose pages the kernel is asked to back
+    /// with transparent huge pages (where the system allows it): a large IO buffer then
+    /// faults in 2 MiB at a time on its first use instead of 4 KiB, and a direct read into it
+    /// is a few long segments instead of one per 4 KiB page: on this machine's disk 1 GiB
+    /// read in 64 MiB requests took 355 ms into huge pages against 650 to 800 ms into 4 KiB
+    /// pages (writes showed no difference). The log's recovery reads whole segments into
+    /// two such buffers, and the carriers' bounce buffers are such buffers. Defined here
+    /// because the advice is a system call, and the carriers hold the OS boundary.
+    pub fn zeroed_huge(len: usize, align: usize) -> AlignedBuf {
+        // A buffer of at least one huge page starts on a huge page, so that all of it can
+        // be backed by them.
+        let align = if len >= HUGE_PAGE { align.max(HUGE_PAGE) } else { align };
+        let mut buf = AlignedBuf::zeroed(len, align);
+        if let Err(error) = sys::advise_huge_pages(buf.as_mut_slice()) {
+            tracing::debug!(%error, "no huge pages for an IO buffer");
+        }
+        buf
+    }
+}
+
 /// Which kind of medium a carrier is; decides what each knob means on it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

@@ -480,7 +480,9 @@ fn scan_all(
         let (full_tx, full_rx) = std::sync::mpsc::sync_channel(1);
         let (empty_tx, empty_rx) = std::sync::mpsc::channel::<AlignedBuf>();
         for _ in 0..2.min(count) {
-            let _ = empty_tx.send(AlignedBuf::zeroed(buf_len, ALIGN));
+            // Two segments' worth of memory, touched first by the reads: huge pages fault it
+            // in 2 MiB at a time (16,384 faults of 4 KiB per 64 MiB buffer otherwise).
+            let _ = empty_tx.send(AlignedBuf::zeroed_huge(buf_len, ALIGN));
         }
         scope.spawn(move || {
             for (file, len) in files {

@@ -2,8 +2,9 @@
 //!
 //! Invariants (asserted): a pinned frame is never evicted, reused or discarded; a `Loading`
 //! page's bytes are read by nobody until it is `Ready`; a run loaded for readahead is read
-//! with one carrier call straight into its frames, which nobody else locks meanwhile (they
-//! are pinned and loading); a failed load removes every page of its run.
+//! with one carrier call into its frames (a direct-IO carrier passes it through one
+//! contiguous bounce buffer: `carrier/fd.rs`), which nobody else locks meanwhile (they are
+//! pinned and loading); a failed load removes every page of its run.
 
 use super::{Backing, PageBuf, PageCache, Phase};
 use crate::sync::MutexGuard;
@@ -147,7 +148,7 @@ impl PageCache {
     }
 
     /// Reads the pages of `run` (frames of consecutive blocks from `first`) from the carrier
-    /// straight into their frames, with one (vectored) read. Nobody else locks these frames:
+    /// into their frames, with one (vectored) read. Nobody else locks these frames:
     /// they are pinned and loading.
     fn load<B: Backing + Sync>(
         &self,
