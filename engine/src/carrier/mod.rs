@@ -326,3 +326,27 @@ impl<C: Carrier + ?Sized> Carrier for std::sync::Arc<C> {
         (**self).stats()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A buffer advised for huge pages is an ordinary zeroed, aligned buffer; one of a huge
+    /// page or more starts on a huge page, so that the kernel can back all of it.
+    #[test]
+    fn huge_page_buffers_are_zeroed_aligned_and_start_on_a_huge_page() {
+        for (len, align) in [(4096, 4096), (1 << 20, 512), (HUGE_PAGE, 4096), (3 * HUGE_PAGE, 4096)]
+        {
+            let mut buf = AlignedBuf::zeroed_huge(len, align);
+            assert_eq!(buf.len(), len);
+            assert!(buf.as_slice().iter().all(|&b| b == 0));
+            let at = buf.as_slice().as_ptr() as usize;
+            assert!(at.is_multiple_of(align));
+            if len >= HUGE_PAGE {
+                assert!(at.is_multiple_of(HUGE_PAGE), "{len} bytes at {at:#x}");
+            }
+            buf.as_mut_slice().fill(7);
+            assert!(buf.as_slice().iter().all(|&b| b == 7));
+        }
+    }
+}
