@@ -586,9 +586,14 @@ async fn rebalance(endpoints: &[String], wait_secs: u64, access: &Access) -> Res
                 shown.join(", ")
             )));
         }
-        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        tokio::time::sleep(STEP_POLL).await;
     }
 }
+
+/// How often `spread`, `move` and `rebalance` ask again while a step is not done yet (a
+/// leader handing over, leaders still moving): a step takes a few hundred milliseconds, so
+/// a longer pause would be most of it (`scale-out` in docs/BENCHMARKS.md).
+const STEP_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
 async fn get_status(
     endpoints: &[String],
@@ -887,7 +892,7 @@ async fn move_replica(
                         describe(step)
                     )));
                 }
-                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                tokio::time::sleep(STEP_POLL).await;
             }
             Err(e) => return Err(e),
         }
