@@ -153,6 +153,7 @@ pub const SUITES: &[&str] = &[
     "media",
     "harness",
     "multiraft",
+    "scale-out",
     "hdd-model",
 ];
 
@@ -192,6 +193,7 @@ pub fn run(names: &[String], opts: &Options) -> Result<Vec<SuiteResult>, String>
             "media" => suites::media::run(opts),
             "harness" => suites::harness::run(opts),
             "multiraft" => suites::multiraft::run(opts),
+            "scale-out" => suites::scaleout::run(opts),
             "hdd-model" => Ok(suites::hdd::run(
                 out.iter().find(|r| r.name == "devops"),
                 out.iter().find(|r| r.name == "harness"),

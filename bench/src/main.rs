@@ -12,7 +12,7 @@ use vellum_bench::{Options, SUITES, report, run};
 struct Args {
     /// Suites to run (all when none or `all`): carrier, carriers, prealloc, log, devops,
     /// recovery, metadata, memory, cache, journal, cluster, slow-disk, tls, media, harness,
-    /// multiraft, hdd-model.
+    /// multiraft, scale-out, hdd-model.
     suites: Vec<String>,
     /// Work directory on a real file system (O_DIRECT must work there: not tmpfs).
     #[arg(long, default_value = "bench-data")]

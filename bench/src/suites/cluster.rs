@@ -110,6 +110,59 @@ impl Cluster {
         .map_err(|err| format!("an HTTP client: {err}"))
     }
 
+    /// Starts one more `vellum serve` as node `id` with `--standby` and `extra`, on `volume`
+    /// (wiped first), logging into `dir/n{id}.log`: it joins nobody until `vellum cluster
+    /// add-node` adds it. Waits (up to 60 s) until its API answers `/livez`; returns its API
+    /// and Raft addresses (`host:port`). It is stopped with the others; its API is `apis`'
+    /// last.
+    pub(super) fn start_standby(
+        &mut self,
+        bin: &Path,
+        dir: &Path,
+        id: u64,
+        (volume, size): (&Path, &str),
+        extra: &[String],
+    ) -> Result<(String, String), String> {
+        let (api, raft) = (format!("127.0.0.1:{}", port()), format!("127.0.0.1:{}", port()));
+        let _ = std::fs::remove_file(volume);
+        let log_path = dir.join(format!("n{id}.log"));
+        let log = std::fs::File::create(&log_path).map_err(e("log"))?;
+        let child = Command::new(bin)
+            .arg("serve")
+            .args(["--id", &id.to_string(), "--api-addr", &api, "--raft-addr", &raft])
+            .arg("--volume")
+            .arg(volume)
+            .args(["--volume-size", size, "--standby"])
+            .args(extra)
+            .env("VELLUM_CONN_HANDSHAKES", "2048")
+            .env("VELLUM_CONN_PER_SOURCE", "2048")
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(e("log"))?)
+            .stderr(log)
+            .spawn()
+            .map_err(e("spawn vellum serve --standby"))?;
+        self.children.push(child);
+        let scheme = if self.api_tls.is_some() { "https" } else { "http" };
+        self.apis.push(format!("{scheme}://{api}"));
+        let http = self.client();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !http
+            .get(format!("{scheme}://{api}/livez"))
+            .send()
+            .is_ok_and(|r| r.status().is_success())
+        {
+            let exited =
+                self.children.last_mut().is_some_and(|c| matches!(c.try_wait(), Ok(Some(_))));
+            if exited || Instant::now() > deadline {
+                let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+                let last = log.lines().last().unwrap_or("no output");
+                return Err(format!("standby node {id} did not come up: {last}"));
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        Ok((api, raft))
+    }
+
     /// The index of the leader among `apis`, waiting up to 10 s for one to be elected.
     fn leader(&self) -> Result<usize, String> {
         let deadline = Instant::now() + Duration::from_secs(10);

@@ -18,6 +18,7 @@ pub mod multiraft;
 pub mod peers;
 pub mod prealloc;
 pub mod recovery;
+pub mod scaleout;
 pub mod tls;
 
 use std::path::Path;

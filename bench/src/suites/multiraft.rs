@@ -576,11 +576,11 @@ const NODE_SHARDED: &str = "vellum, 3 nodes, --groups 16";
 const NODE_ONE: &str = "vellum, 3 nodes, --groups 1";
 const NODE_ETCD: &str = "etcd 3.4.23, 3 members";
 /// Groups of the sharded node rows.
-const NODE_GROUPS: usize = 16;
+pub(super) const NODE_GROUPS: usize = 16;
 
 /// The group of `key` among `groups`: the node's hash (`node/src/server/groups.rs`, FNV-1a),
 /// so that the bench's clients send a key to its group's leader.
-fn group_of(key: &str, groups: usize) -> usize {
+pub(super) fn group_of(key: &str, groups: usize) -> usize {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
     for b in key.bytes() {
         hash ^= u64::from(b);
@@ -591,7 +591,7 @@ fn group_of(key: &str, groups: usize) -> usize {
 
 /// Each group's leader as member index (node id - 1), from member 0's status; waits (up to
 /// 30 s) until every group has one and each is where the balancer puts it.
-fn group_leaders(c: &super::cluster::Cluster) -> Result<Vec<usize>, String> {
+pub(super) fn group_leaders(c: &super::cluster::Cluster) -> Result<Vec<usize>, String> {
     let http = c.client();
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
