@@ -127,20 +127,16 @@ impl Cluster {
         let _ = std::fs::remove_file(volume);
         let log_path = dir.join(format!("n{id}.log"));
         let log = std::fs::File::create(&log_path).map_err(e("log"))?;
-        let child = Command::new(bin)
-            .arg("serve")
-            .args(["--id", &id.to_string(), "--api-addr", &api, "--raft-addr", &raft])
-            .arg("--volume")
-            .arg(volume)
-            .args(["--volume-size", size, "--standby"])
-            .args(extra)
-            .env("VELLUM_CONN_HANDSHAKES", "2048")
-            .env("VELLUM_CONN_PER_SOURCE", "2048")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(e("log"))?)
-            .stderr(log)
-            .spawn()
-            .map_err(e("spawn vellum serve --standby"))?;
+        let child = spawn_serve(
+            Command::new(bin)
+                .arg("serve")
+                .args(["--id", &id.to_string(), "--api-addr", &api, "--raft-addr", &raft])
+                .arg("--volume")
+                .arg(volume)
+                .args(["--volume-size", size, "--standby"])
+                .args(extra),
+            log,
+        )?;
         self.children.push(child);
         let scheme = if self.api_tls.is_some() { "https" } else { "http" };
         self.apis.push(format!("{scheme}://{api}"));
@@ -237,28 +233,17 @@ pub(super) fn start_vellum(
             None => "memory:".to_string(),
         };
         let log = std::fs::File::create(dir.join(format!("n{i}.log"))).map_err(e("log"))?;
-        let child = Command::new(bin)
-            .arg("serve")
-            .args(["--id", &(i + 1).to_string()])
-            .args(["--api-addr", &format!("127.0.0.1:{api}")])
-            .args(["--raft-addr", &format!("127.0.0.1:{raft}")])
-            .args(["--volume", &volume, "--volume-size", size])
-            .args(["--initial-cluster", &initial.join(",")])
-            .args(extra.get(i).into_iter().flatten())
-            // Every client of the bench lives on this one host and opens its connection at
-            // once (256 at the top load): a quarter of the default handshake budget (the share
-            // one source may hold) refuses some of them while the CPU is busy. A real client
-            // fleet comes from many hosts. For the same reason one source may hold more than
-            // the default 256 connections: at 256 clients the pool can hold a few more
-            // connections than clients for a moment (a connect started while another came
-            // back idle), and the bench's own requests (leader lookups) come from here too.
-            .env("VELLUM_CONN_HANDSHAKES", "2048")
-            .env("VELLUM_CONN_PER_SOURCE", "2048")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(e("log"))?)
-            .stderr(log)
-            .spawn()
-            .map_err(e("spawn vellum serve"))?;
+        let child = spawn_serve(
+            Command::new(bin)
+                .arg("serve")
+                .args(["--id", &(i + 1).to_string()])
+                .args(["--api-addr", &format!("127.0.0.1:{api}")])
+                .args(["--raft-addr", &format!("127.0.0.1:{raft}")])
+                .args(["--volume", &volume, "--volume-size", size])
+                .args(["--initial-cluster", &initial.join(",")])
+                .args(extra.get(i).into_iter().flatten()),
+            log,
+        )?;
         cluster.children.push(child);
         cluster.apis.push(format!("{scheme}://127.0.0.1:{api}"));
     }
@@ -286,6 +271,25 @@ pub(super) fn start_vellum(
         std::thread::sleep(Duration::from_millis(100));
     }
     Ok(cluster)
+}
+
+/// Spawns `vellum serve` as `cmd` says, its output into `log`.
+fn spawn_serve(cmd: &mut Command, log: std::fs::File) -> Result<Child, String> {
+    cmd
+        // Every client of the bench lives on this one host and opens its connection at once
+        // (256 at the top load): a quarter of the default handshake budget (the share one
+        // source may hold) refuses some of them while the CPU is busy. A real client fleet
+        // comes from many hosts. For the same reason one source may hold more than the
+        // default 256 connections: at 256 clients the pool can hold a few more connections
+        // than clients for a moment (a connect started while another came back idle), and
+        // the bench's own requests (leader lookups) come from here too.
+        .env("VELLUM_CONN_HANDSHAKES", "2048")
+        .env("VELLUM_CONN_PER_SOURCE", "2048")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(e("log"))?)
+        .stderr(log)
+        .spawn()
+        .map_err(e("spawn vellum serve"))
 }
 
 fn client_builder() -> reqwest::blocking::ClientBuilder {
