@@ -23,14 +23,16 @@ struct RaftEngine {
     engine: Engine,
     next: u64,
     name: String,
+    /// The next append's entries.
+    ready: Vec<Entry>,
 }
 
 impl Appender for RaftEngine {
     fn name(&self) -> String {
         self.name.clone()
     }
-    fn append(&mut self, count: usize, len: usize) {
-        let entries: Vec<Entry> = (0..count as u64)
+    fn prepare(&mut self, count: usize, len: usize) {
+        self.ready = (0..count as u64)
             .map(|i| Entry {
                 index: self.next + i,
                 term: 1,
@@ -39,6 +41,9 @@ impl Appender for RaftEngine {
             })
             .collect();
         self.next += count as u64;
+    }
+    fn write(&mut self) {
+        let entries = std::mem::take(&mut self.ready);
         let mut batch = LogBatch::default();
         batch.add_entries::<M>(1, &entries).unwrap_or_else(|e| panic!("raft-engine batch: {e}"));
         self.engine.write(&mut batch, true).unwrap_or_else(|e| panic!("raft-engine write: {e}"));
@@ -48,6 +53,8 @@ impl Appender for RaftEngine {
 struct Redb {
     db: redb::Database,
     next: u64,
+    /// The next append's value and how many entries hold it.
+    ready: (Vec<u8>, usize),
 }
 
 const TABLE: redb::TableDefinition<u64, &[u8]> = redb::TableDefinition::new("log");
@@ -56,8 +63,11 @@ impl Appender for Redb {
     fn name(&self) -> String {
         "redb (Durability::Immediate)".into()
     }
-    fn append(&mut self, count: usize, len: usize) {
-        let value = crate::payload(len, self.next);
+    fn prepare(&mut self, count: usize, len: usize) {
+        self.ready = (crate::payload(len, self.next), count);
+    }
+    fn write(&mut self) {
+        let (value, count) = std::mem::take(&mut self.ready);
         let mut tx = self.db.begin_write().unwrap_or_else(|e| panic!("redb begin: {e}"));
         tx.set_durability(redb::Durability::Immediate);
         {
@@ -85,7 +95,7 @@ fn raft_engine(dir: &Path, recycle: bool) -> Result<RaftEngine, String> {
     };
     let engine = Engine::open(config).map_err(e("raft-engine open"))?;
     let name = if recycle { "raft-engine 0.4 (log recycling)" } else { "raft-engine 0.4 (stock)" };
-    Ok(RaftEngine { engine, next: 1, name: name.into() })
+    Ok(RaftEngine { engine, next: 1, name: name.into(), ready: Vec::new() })
 }
 
 pub fn appenders(dir: &Path) -> Result<Vec<Box<dyn Appender>>, String> {
@@ -95,6 +105,6 @@ pub fn appenders(dir: &Path) -> Result<Vec<Box<dyn Appender>>, String> {
     Ok(vec![
         Box::new(raft_engine(dir, false)?),
         Box::new(raft_engine(dir, true)?),
-        Box::new(Redb { db, next: 1 }),
+        Box::new(Redb { db, next: 1, ready: (Vec::new(), 0) }),
     ])
 }
