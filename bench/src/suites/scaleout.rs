@@ -109,9 +109,9 @@ fn one_move(bin: &Path, dir: &Path, fill: Load, rate: Load) -> Result<Added, Str
     let endpoint = c.apis[0].trim_start_matches("http://").to_string();
     let done = AtomicBool::new(false);
     let (out, move_ms, during) = std::thread::scope(|s| {
-        // At least one round, so that a move faster than a round still has a rate.
         let (c, route, done) = (&c, &route, &done);
         let writers = s.spawn(move || {
+            // At least one round, so that a move faster than a round still has a rate.
             let until = |round| round > 0 && done.load(Ordering::Acquire);
             rounds(c, route, rate, "during", &until)
         });

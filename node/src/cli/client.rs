@@ -591,8 +591,9 @@ async fn rebalance(endpoints: &[String], wait_secs: u64, access: &Access) -> Res
 }
 
 /// How often `spread`, `move` and `rebalance` ask again while a step is not done yet (a
-/// leader handing over, leaders still moving): a step takes a few hundred milliseconds, so
-/// a longer pause would be most of it (`scale-out` in docs/BENCHMARKS.md).
+/// leader handing over, leaders still moving): a step took about 100 ms in a run by hand
+/// without clients, so a longer pause would be most of it (`scale-out` in
+/// docs/BENCHMARKS.md).
 const STEP_POLL: std::time::Duration = std::time::Duration::from_millis(100);
 
 async fn get_status(
