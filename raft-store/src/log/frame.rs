@@ -229,15 +229,36 @@ pub enum Parsed {
     Invalid,
 }
 
+/// Whether every byte of `bytes` is zero. Tested 64 bytes at a time, which the compiler
+/// turns into vector ORs: recovery runs this over the unwritten rest of the last segment
+/// (up to a whole segment of zeros), where a test byte by byte took about 30 ms per 64 MiB.
+pub fn is_zero(bytes: &[u8]) -> bool {
+    let (chunks, rest) = bytes.as_chunks::<64>();
+    chunks.iter().all(|c| c.iter().fold(0, |acc, &b| acc | b) == 0) && rest.iter().all(|&b| b == 0)
+}
+
+/// The offset of the last non-zero byte of `bytes`, tested from the end 64 bytes at a time
+/// (see [`is_zero`]).
+pub fn last_nonzero(bytes: &[u8]) -> Option<usize> {
+    let (head, chunks) = bytes.as_rchunks::<64>();
+    match chunks.iter().rposition(|c| c.iter().fold(0, |acc, &b| acc | b) != 0) {
+        Some(i) => {
+            let at = head.len() + i * 64;
+            chunks[i].iter().rposition(|&b| b != 0).map(|j| at + j)
+        }
+        None => head.iter().rposition(|&b| b != 0),
+    }
+}
+
 /// Parses the frame at the start of `buf` (the rest of the segment from there), which lies
 /// at segment offset `offset`.
 pub fn parse(buf: &[u8], seal: Seal, offset: u64) -> Parsed {
     let header_len = seal.header_len();
     if buf.len() < header_len {
-        return if buf.iter().all(|&b| b == 0) { Parsed::Zero } else { Parsed::Invalid };
+        return if is_zero(buf) { Parsed::Zero } else { Parsed::Invalid };
     }
     let h = &buf[..header_len];
-    if h.iter().all(|&b| b == 0) {
+    if is_zero(h) {
         return Parsed::Zero;
     }
     if h[..4] != FRAME_MAGIC || h[FLAGS_AT..PAYLOAD_LEN_AT] != [0, 0, 0] {
@@ -261,7 +282,7 @@ pub fn parse(buf: &[u8], seal: Seal, offset: u64) -> Parsed {
     if frame_crc(seal, offset, h, payload) != u32_at(h, CRC_AT) {
         return Parsed::Invalid;
     }
-    if buf[header_len + payload_len as usize..len].iter().any(|&b| b != 0) {
+    if !is_zero(&buf[header_len + payload_len as usize..len]) {
         return Parsed::Invalid;
     }
     let group = if header_len == FRAME_HEADER_LEN_GROUPS { u64_at(h, GROUP_AT) } else { 0 };
@@ -441,6 +462,29 @@ mod tests {
 
     fn frame(kind: FrameKind, index: u64, payload: &[u8]) -> FrameHeader {
         FrameHeader { kind, payload_len: payload.len() as u32, index, term: 3, batch: 9, group: 0 }
+    }
+
+    /// The 64-byte-wide zero tests answer as a test byte by byte does, for every length
+    /// up to a few chunks and a non-zero byte (or two) at every place.
+    #[test]
+    fn zero_tests_agree_with_a_byte_by_byte_test() {
+        for len in 0..=300 {
+            let zeros = vec![0u8; len];
+            assert!(is_zero(&zeros));
+            assert_eq!(last_nonzero(&zeros), None);
+            for at in 0..len {
+                for also in [None, Some(at / 2), Some(len - 1)] {
+                    let mut bytes = zeros.clone();
+                    bytes[at] = 0x80;
+                    if let Some(b) = also {
+                        bytes[b] = 1;
+                    }
+                    assert!(!is_zero(&bytes), "len {len}, byte {at}");
+                    let naive = bytes.iter().rposition(|&b| b != 0);
+                    assert_eq!(last_nonzero(&bytes), naive, "len {len}, byte {at}");
+                }
+            }
+        }
     }
 
     #[test]

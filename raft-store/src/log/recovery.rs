@@ -127,8 +127,7 @@ fn corrupt(file: &str, offset: usize, reason: &'static str) -> Error {
 fn next_valid(bytes: &[u8], from: usize, seal: Seal) -> Option<(usize, FrameHeader, usize)> {
     let mut pos = from.next_multiple_of(8);
     while pos + seal.header_len() <= bytes.len() {
-        if pos.is_multiple_of(ALIGN)
-            && bytes[pos..(pos + ALIGN).min(bytes.len())].iter().all(|&b| b == 0)
+        if pos.is_multiple_of(ALIGN) && frame::is_zero(&bytes[pos..(pos + ALIGN).min(bytes.len())])
         {
             pos += ALIGN;
             continue;
@@ -144,7 +143,7 @@ fn next_valid(bytes: &[u8], from: usize, seal: Seal) -> Option<(usize, FrameHead
 }
 
 fn last_nonzero(bytes: &[u8], from: usize) -> Option<usize> {
-    bytes[from..].iter().rposition(|&b| b != 0).map(|i| from + i)
+    frame::last_nonzero(&bytes[from..]).map(|i| from + i)
 }
 
 /// Scans one segment. `prev_batch` is the highest batch id of the segments before it;
@@ -180,7 +179,7 @@ pub fn scan_segment(
         // Zeros up to the next block boundary are a batch's padding (a frame starts with its
         // non-zero magic, so it cannot start there).
         let boundary = pos.next_multiple_of(ALIGN).min(bytes.len());
-        if !pos.is_multiple_of(ALIGN) && bytes[pos..boundary].iter().all(|&b| b == 0) {
+        if !pos.is_multiple_of(ALIGN) && frame::is_zero(&bytes[pos..boundary]) {
             pos = boundary;
             continue;
         }
