@@ -470,6 +470,9 @@ pub enum Invalid {
     },
     /// The journal is already on.
     JournalEnabled,
+    /// Files of more than one volume in a call that reads the files of one
+    /// (`File::read_many`).
+    ForeignFile,
     /// A growth cap below the initial capacity.
     MaxSize {
         /// The cap asked for, in bytes.
@@ -504,6 +507,7 @@ impl fmt::Display for Invalid {
                  reserves {blocks} (the region is chosen at format time: `--journal SIZE`)"
             ),
             Invalid::JournalEnabled => f.write_str("the journal is already enabled"),
+            Invalid::ForeignFile => f.write_str("the files belong to more than one volume"),
             Invalid::MaxSize { max_bytes, capacity_bytes } => write!(
                 f,
                 "a maximum size of {max_bytes} bytes is below the initial capacity of \

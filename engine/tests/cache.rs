@@ -281,6 +281,51 @@ fn the_tiers_are_coherent() {
     assert_ne!(policy, IoPolicy::DIRECT);
 }
 
+/// `File::read_many` gives what `read_to_end` gives on each file: sizes that end inside a
+/// block, a hole, a file named twice, an empty one, and a dirty cached page (written back
+/// first, as for a direct read); files next to each other on the carrier come in one
+/// carrier read; handles of another volume are refused.
+#[test]
+fn many_files_read_whole_in_few_carrier_reads() {
+    let (v, _carrier) = volume(64, false);
+    let mut files = Vec::new();
+    for i in 0..40u8 {
+        let f = v.create_file(format!("/m{i}")).unwrap();
+        f.preallocate(0, 2 * BS as u64).unwrap();
+        files.push(f);
+    }
+    let last_small = v.create_file("/small").unwrap();
+    last_small.write_at(&pattern(1, 700), 0).unwrap();
+    let holed = v.create_file("/holed").unwrap();
+    holed.write_at(&pattern(2, 100), 3 * BS as u64).unwrap();
+    let empty = v.create_file("/empty").unwrap();
+    v.commit().unwrap();
+    for (i, f) in files.iter().enumerate() {
+        f.write_at(&pattern(i as u8, 2 * BS - 3), 0).unwrap();
+    }
+    v.sync().unwrap();
+    // A dirty page, not written back yet.
+    files[5].write_at(&pattern(99, 10), 100).unwrap();
+    let mut all: Vec<&vellum_engine::File> = files.iter().collect();
+    all.extend([&last_small, &holed, &empty, &files[0]]);
+    let reads = v.carrier_stats().reads;
+    let got = vellum_engine::File::read_many(&all).unwrap();
+    let reads = v.carrier_stats().reads - reads;
+    assert_eq!(got.len(), all.len());
+    for (f, bytes) in all.iter().zip(&got) {
+        assert_eq!(bytes, &f.read_to_end().unwrap());
+    }
+    assert_eq!(&got[5][100..110], &pattern(99, 10)[..], "the dirty page's bytes");
+    assert_eq!(got[41].len(), 3 * BS + 100, "a hole reads as zeros up to the size");
+    // The 40 preallocated files lie next to each other: a handful of reads, not 40.
+    assert!(reads <= 6, "{reads} carrier reads for {} files", all.len());
+    let (other, _) = volume(64, false);
+    let foreign = other.create_file("/x").unwrap();
+    let e = vellum_engine::File::read_many(&[&files[0], &foreign]).unwrap_err();
+    assert!(matches!(e, Error::Invalid(vellum_engine::error::Invalid::ForeignFile)), "{e}");
+    assert!(vellum_engine::File::read_many(&[]).unwrap().is_empty());
+}
+
 #[test]
 fn close_writes_back_every_dirty_page() {
     let (v, carrier) = volume(256, false);

@@ -17,9 +17,10 @@
 use std::sync::MutexGuard;
 
 use super::{Inner, InodeIo, IoPolicy, Meta, Tier, WriteConcurrency, grow, lock, now_ns};
+use crate::carrier::AlignedBuf;
 use crate::error::{Error, Invalid, Result};
 use crate::format::consts::MAX_FILE_SIZE;
-use crate::io::Io;
+use crate::io::{IO_ALIGN, Io};
 use crate::layout::BlockRange;
 
 /// Zero-fill chunk for preallocation.
@@ -188,6 +189,75 @@ pub(crate) fn read_at(
     }
     buf[(filled - offset) as usize..n].fill(0);
     Ok(n)
+}
+
+/// A read of several files spans at most this many bytes of the carrier.
+const MANY_SPAN_BYTES: u64 = 4 << 20;
+
+/// Runs of different files at most this far apart on the carrier are read as one span
+/// (the bytes between them are read and dropped): on this machine's disk a separate request
+/// costs about as much as reading 256 KiB more.
+const MANY_GAP_BYTES: u64 = 64 << 10;
+
+/// Reads each of `files` (inode and IO state) whole, as [`read_at`] from offset 0 up to its
+/// size would through the direct tier, but fetches the runs that lie near each other on
+/// the carrier with one read: a log of a thousand groups opens its thousand small meta
+/// files with a few requests instead of a thousand.
+///
+/// Coherent as a direct read is: the dirty cached pages of each span are written back
+/// first, and a writeback that fails meanwhile fails the read.
+pub(crate) fn read_many(inner: &Inner, files: &[(u64, &InodeIo)]) -> Result<Vec<Vec<u8>>> {
+    inner.usable()?;
+    // Each inode's lock once (a file named twice is read twice, locked once: a second read
+    // lock of one thread may deadlock behind a waiting writer).
+    let mut inodes: Vec<(u64, &InodeIo)> = files.to_vec();
+    inodes.sort_unstable_by_key(|&(ino, _)| ino);
+    inodes.dedup_by_key(|&mut (ino, _)| ino);
+    let _rw: Vec<_> = inodes.iter().map(|(_, io)| read_lock(io)).collect();
+    let bs = u64::from(inner.layout.block_size);
+    let mut out = Vec::with_capacity(files.len());
+    // Per mapped run: physical block, blocks, file, byte offset in the file.
+    let mut runs: Vec<(u64, u64, usize, u64)> = Vec::new();
+    {
+        let meta = inner.meta();
+        for (i, &(ino, _)) in files.iter().enumerate() {
+            let inode = meta.ns.get(ino).ok_or(Error::Closed)?;
+            out.push(vec![0u8; inode.size as usize]);
+            for (lb, pb, len) in inode.mapped_runs(0, inode.size.div_ceil(bs)) {
+                runs.push((pb, len, i, lb * bs));
+            }
+        }
+    }
+    runs.sort_unstable();
+    let session = inner.io.session()?;
+    let mut k = 0;
+    while k < runs.len() {
+        let start = runs[k].0;
+        let mut end = start + runs[k].1;
+        let mut next = k + 1;
+        while let Some(&(pb, len, ..)) = runs.get(next)
+            && pb >= end
+            && (pb - end) * bs <= MANY_GAP_BYTES
+            && (pb + len - start) * bs <= MANY_SPAN_BYTES
+        {
+            end = pb + len;
+            next += 1;
+        }
+        // Backed by huge pages: on this machine's disk a direct read into 4 KiB pages is a
+        // request of one segment per page, and the meta files of a thousand groups (8 MiB)
+        // took 7 ms to read into them against 3.5 ms.
+        let mut span = AlignedBuf::zeroed_huge(((end - start) * bs) as usize, IO_ALIGN);
+        session.read_data(Tier::Direct, start * bs, span.as_mut_slice(), 0)?;
+        for &(pb, len, i, at) in &runs[k..next] {
+            let file = &mut out[i];
+            let at = (at as usize).min(file.len());
+            let n = ((len * bs) as usize).min(file.len() - at);
+            let from = ((pb - start) * bs) as usize;
+            file[at..at + n].copy_from_slice(&span.as_slice()[from..from + n]);
+        }
+        k = next;
+    }
+    Ok(out)
 }
 
 /// Carrier alignment of a large new run: a write of at least [`ALIGN_BYTES`] that cannot

@@ -233,30 +233,17 @@ fn read_group_metas(
         };
         ids.push(id);
     }
-    // One small read each: a log of a thousand groups would wait for a thousand reads in
-    // turn, so a few threads share them.
-    let read = |id: u64| -> Result<(u64, MetaState, File)> {
-        let path = group_meta_path(dir, id);
-        let file = volume.open_file(&path)?;
-        let state = MetaState::recover(&file.read_to_end()?, &lossy(&path))?;
-        Ok((id, state, file))
-    };
-    let threads = ids.len().div_ceil(64).clamp(1, 8);
-    let chunk = ids.len().div_ceil(threads).max(1);
-    let results: Vec<Result<Vec<(u64, MetaState, File)>>> = std::thread::scope(|scope| {
-        let workers: Vec<_> = ids
-            .chunks(chunk)
-            .map(|part| scope.spawn(move || part.iter().map(|&id| read(id)).collect()))
-            .collect();
-        workers
-            .into_iter()
-            .map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
-            .collect()
-    });
-    for part in results {
-        for (id, state, file) in part? {
-            metas.insert(id, (state, file));
-        }
+    // One small file each: read one by one, a log of a thousand groups would wait for a
+    // thousand requests in turn; they lie next to each other on the carrier (created
+    // together, or one after another), so a few requests fetch them all.
+    let files = ids
+        .iter()
+        .map(|&id| volume.open_file(group_meta_path(dir, id)))
+        .collect::<std::result::Result<Vec<File>, _>>()?;
+    let images = File::read_many(&files.iter().collect::<Vec<_>>())?;
+    for ((id, file), image) in ids.into_iter().zip(files).zip(images) {
+        let state = MetaState::recover(&image, &lossy(&group_meta_path(dir, id)))?;
+        metas.insert(id, (state, file));
     }
     Ok(())
 }
