@@ -73,6 +73,34 @@ fn files_and_directories_round_trip_through_reopen() {
     v.check_invariants();
 }
 
+/// An image whose record blocks are many and scattered (files created over many commits,
+/// with data between them) loads whole: its record blocks are read from a few threads at
+/// once once there are many reads (`image/reader.rs`), and every file comes back with its
+/// bytes.
+#[test]
+fn a_namespace_of_many_scattered_record_blocks_round_trips() {
+    let v = fresh(64 << 20);
+    v.create_dir("/many").unwrap();
+    for i in 0..1500u32 {
+        let f = v.create_file(format!("/many/{i}")).unwrap();
+        f.write_at(&i.to_le_bytes(), 0).unwrap();
+        if i % 10 == 0 {
+            v.commit().unwrap();
+        }
+    }
+    let bytes = closed_bytes(v);
+    let carrier = Arc::new(MemoryCarrier::from_bytes(&bytes));
+    let v = Volume::open(Box::new(Arc::clone(&carrier)), VolumeOptions::default()).unwrap();
+    let opened = v.carrier_stats().reads;
+    assert!(opened > 32, "only {opened} reads: the image's record blocks are not scattered");
+    assert_eq!(v.list("/many").unwrap().len(), 1500);
+    for i in (0..1500u32).step_by(7) {
+        let f = v.open_file(format!("/many/{i}")).unwrap();
+        assert_eq!(f.read_to_end().unwrap(), i.to_le_bytes());
+    }
+    v.check_invariants();
+}
+
 #[test]
 fn names_are_byte_exact_and_validated() {
     let v = fresh(16 << 20);

@@ -38,6 +38,15 @@ type SpineEntry = (BlockRef, u32);
 /// Most record blocks read in one carrier call when they are contiguous.
 const MAX_RUN_BLOCKS: usize = 256;
 
+/// Reads of record blocks in flight at once, at most, when there are many.
+const READ_THREADS: usize = 8;
+
+/// Fewer reads than this go out one after another (threads would cost more than they save).
+const PARALLEL_READS_FROM: usize = 16;
+
+/// Record-block reads held in memory at once (each up to [`MAX_RUN_BLOCKS`] blocks).
+const WINDOW_RUNS: usize = 64;
+
 struct Loader<'a> {
     reader: &'a dyn AreaRead,
     layout: Layout,
@@ -70,6 +79,34 @@ impl Loader<'_> {
         let offset = self.layout.offset_of(first);
         self.reader.read_in(Some(&self.layout), Area::Image, offset, buf.as_mut_slice())?;
         Ok(buf)
+    }
+
+    /// Reads each of `reads` (first block, blocks), in order. Many of them go out from a few
+    /// threads at once: a copy-on-write image's record blocks lie scattered over the volume,
+    /// and read one after another each waits for the one before (a volume of a thousand
+    /// files took 120 reads, 9 ms, to open, against 2 ms for a few files).
+    fn read_runs(&self, reads: &[(u64, usize)]) -> Result<Vec<AlignedBuf>> {
+        if reads.len() < PARALLEL_READS_FROM {
+            return reads.iter().map(|&(first, n)| self.read(first, n)).collect();
+        }
+        let per_thread = reads.len().div_ceil(READ_THREADS);
+        std::thread::scope(|scope| {
+            let workers: Vec<_> = reads
+                .chunks(per_thread)
+                .map(|part| {
+                    scope.spawn(move || {
+                        part.iter()
+                            .map(|&(first, n)| self.read(first, n))
+                            .collect::<Result<Vec<_>>>()
+                    })
+                })
+                .collect();
+            let mut out = Vec::with_capacity(reads.len());
+            for worker in workers {
+                out.extend(worker.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?);
+            }
+            Ok(out)
+        })
     }
 
     /// Reads, claims and verifies one metadata block of `kind` (and `table`).
@@ -180,7 +217,8 @@ impl Loader<'_> {
         for &(r, _) in &entries {
             self.claim(r.block)?;
         }
-        // Read contiguous record blocks with one call each.
+        // Contiguous record blocks are read with one call each (entry index, blocks).
+        let mut runs = Vec::new();
         let mut i = 0;
         while i < entries.len() {
             let mut n = 1;
@@ -190,13 +228,19 @@ impl Loader<'_> {
             {
                 n += 1;
             }
-            let buf = self.read(entries[i].0.block, n)?;
-            for k in 0..n {
-                let (at, live) = entries[i + k];
-                let bytes = &buf.as_slice()[k * bs..(k + 1) * bs];
-                self.record_block(&mut table, at, live, bytes)?;
-            }
+            runs.push((i, n));
             i += n;
+        }
+        for window in runs.chunks(WINDOW_RUNS) {
+            let reads: Vec<(u64, usize)> =
+                window.iter().map(|&(i, n)| (entries[i].0.block, n)).collect();
+            for (&(i, n), buf) in window.iter().zip(self.read_runs(&reads)?) {
+                for k in 0..n {
+                    let (at, live) = entries[i + k];
+                    let bytes = &buf.as_slice()[k * bs..(k + 1) * bs];
+                    self.record_block(&mut table, at, live, bytes)?;
+                }
+            }
         }
         if table.live_records() != records {
             return Err(image_error(

@@ -747,7 +747,7 @@ pub(crate) fn flush_late(io: &Io, table: &Table) -> Result<()> {
 
 /// Reads checked against an area: the volume's [`Session`], or a [`Probe`] of borrowed
 /// carriers (the read-only checker). Adoption reads through this before a geometry is fixed.
-pub(crate) trait AreaRead {
+pub(crate) trait AreaRead: Sync {
     fn read_in(
         &self,
         layout: Option<&Layout>,
@@ -778,7 +778,7 @@ impl AreaRead for Session<'_> {
 /// checker only looks, and adoption only reads): member 0's alone until [`Probe::place`].
 pub(crate) struct Probe<'a> {
     carriers: Vec<&'a dyn Carrier>,
-    spans: std::cell::RefCell<Vec<MemberSpan>>,
+    spans: RwLock<Vec<MemberSpan>>,
 }
 
 impl<'a> Probe<'a> {
@@ -791,7 +791,7 @@ impl<'a> Probe<'a> {
     /// against the layout the reader gives until [`Probe::place`].
     pub(crate) fn over(carriers: Vec<&'a dyn Carrier>) -> Probe<'a> {
         assert!(!carriers.is_empty(), "a volume has a member");
-        Probe { carriers, spans: std::cell::RefCell::new(Vec::new()) }
+        Probe { carriers, spans: RwLock::new(Vec::new()) }
     }
 
     /// The carriers, member 0 first.
@@ -808,7 +808,8 @@ impl<'a> Probe<'a> {
             geometry.count(),
             self.carriers.len()
         );
-        *self.spans.borrow_mut() = geometry.at_cap().spans;
+        *self.spans.write().unwrap_or_else(std::sync::PoisonError::into_inner) =
+            geometry.at_cap().spans;
     }
 }
 
@@ -820,7 +821,8 @@ impl AreaRead for Probe<'_> {
         offset: u64,
         buf: &mut [u8],
     ) -> Result<()> {
-        let r = members::route(&self.spans.borrow(), layout, area, offset, buf.len());
+        let spans = self.spans.read().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let r = members::route(&spans, layout, area, offset, buf.len());
         self.carriers[r.member].read_exact_at(buf, r.offset).map_err(|source| Error::Io {
             op: IoOp::Read,
             offset,
