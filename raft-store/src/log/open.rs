@@ -125,19 +125,32 @@ pub(super) fn open(volume: Volume, mut config: LogConfig) -> Result<Opened> {
     };
     let meta_state = MetaState::recover(&meta_file.read_to_end()?, &config.dir)?;
     let mut metas = BTreeMap::from([(0, (meta_state, meta_file))]);
-    read_group_metas(&volume, &config.dir, &mut metas)?;
-    let classified = classify(&volume, &log_dir, config.segment_bytes, config.recycled_segments)?;
-    let segment_bytes = log_segment_bytes(&classified, &config, derived);
-    // The current segment and its spare must fit, or the log stops at its first roll.
-    if capacity < 2 * segment_bytes {
-        return Err(Error::VolumeTooSmall { capacity, min: 2 * segment_bytes });
-    }
-    let mut report = RecoveryReport {
-        scanned_bytes: classified.scanned_bytes,
-        segment_bytes,
-        ..RecoveryReport::default()
-    };
-    let (segments, scans) = scan_all(classified.active, &mut report)?;
+    // The other groups' meta files are read while the segments are classified and scanned:
+    // a few large reads (`File::read_many`) and the parsing of each, about 9 ms for a
+    // thousand groups read alone. Behind the scan's reads they take longer (done 45 to 90 ms
+    // into a 256 MiB log's scan of 140 to 185 ms in a probe), but the open no longer waits.
+    let (group_metas, scanned) = std::thread::scope(|scope| {
+        let groups = scope.spawn(|| read_group_metas(&volume, &config.dir));
+        let scanned = (|| -> Result<_> {
+            let mut classified =
+                classify(&volume, &log_dir, config.segment_bytes, config.recycled_segments)?;
+            let segment_bytes = log_segment_bytes(&classified, &config, derived);
+            // The current segment and its spare must fit, or the log stops at its first roll.
+            if capacity < 2 * segment_bytes {
+                return Err(Error::VolumeTooSmall { capacity, min: 2 * segment_bytes });
+            }
+            let mut report = RecoveryReport {
+                scanned_bytes: classified.scanned_bytes,
+                segment_bytes,
+                ..RecoveryReport::default()
+            };
+            let (segments, scans) = scan_all(std::mem::take(&mut classified.active), &mut report)?;
+            Ok((classified, segment_bytes, report, segments, scans))
+        })();
+        (groups.join().unwrap_or_else(|p| std::panic::resume_unwind(p)), scanned)
+    });
+    metas.extend(group_metas?);
+    let (classified, segment_bytes, mut report, segments, scans) = scanned?;
     if classified.removed > 0 {
         volume.commit()?; // leftovers and extra spares removed by `classify`
     }
@@ -208,15 +221,11 @@ pub(super) fn open(volume: Volume, mut config: LogConfig) -> Result<Opened> {
     Ok(Opened { shared, writer, report })
 }
 
-/// Reads the meta file of every group but 0 (`DIR/groups/ID`) into `metas`.
-fn read_group_metas(
-    volume: &Volume,
-    dir: &str,
-    metas: &mut BTreeMap<u64, (MetaState, File)>,
-) -> Result<()> {
+/// Reads the meta file of every group but 0 (`DIR/groups/ID`).
+fn read_group_metas(volume: &Volume, dir: &str) -> Result<Vec<(u64, (MetaState, File))>> {
     let groups_dir = join(dir, GROUPS_DIR);
     if !volume.exists(&groups_dir)? {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let mut ids = Vec::new();
     for entry in volume.list(&groups_dir)? {
@@ -241,11 +250,12 @@ fn read_group_metas(
         .map(|&id| volume.open_file(group_meta_path(dir, id)))
         .collect::<std::result::Result<Vec<File>, _>>()?;
     let images = File::read_many(&files.iter().collect::<Vec<_>>())?;
+    let mut metas = Vec::with_capacity(ids.len());
     for ((id, file), image) in ids.into_iter().zip(files).zip(images) {
         let state = MetaState::recover(&image, &lossy(&group_meta_path(dir, id)))?;
-        metas.insert(id, (state, file));
+        metas.push((id, (state, file)));
     }
-    Ok(())
+    Ok(metas)
 }
 
 /// Refuses a volume whose metadata journal the engine found destroyed, for as long as its
