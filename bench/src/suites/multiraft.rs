@@ -310,7 +310,7 @@ fn recovery(opts: &Options, r: &mut SuiteResult) -> Result<(), String> {
         .zip(r.find(&case, "1 group"))
         .map(|(a, b)| a.summary().median - b.summary().median);
     let bound = format!(
-        "bound: {:.1} ms more in all, {:.0} us per group: its meta file (one 8 KiB read; up to 8 threads share them) and its index; the one-group open varies by about 10% between runs",
+        "bound: {:.1} ms more in all, {:.0} us per group: a file more in the volume's namespace (record blocks of its image to read at Volume::open), its meta file (read with its neighbours in a few requests while the segments are scanned) and its index; the one-group open varies by about 10% between runs",
         extra.unwrap_or(f64::NAN),
         extra.map_or(f64::NAN, |x| x * 1e3 / groups as f64)
     );
