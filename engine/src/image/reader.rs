@@ -81,31 +81,28 @@ impl Loader<'_> {
         Ok(buf)
     }
 
-    /// Reads each of `reads` (first block, blocks), in order. Many of them go out from a few
-    /// threads at once: a copy-on-write image's record blocks lie scattered over the volume,
-    /// and read one after another each waits for the one before (a volume of a thousand
-    /// files took 120 reads, 9 ms, to open, against 2 ms for a few files).
-    fn read_runs(&self, reads: &[(u64, usize)]) -> Result<Vec<AlignedBuf>> {
+    /// Reads each of `reads` (first block, blocks): one result per read, in order, so that
+    /// the caller meets a read's error where it met it reading one run at a time (a damaged
+    /// block before it still refuses first, which adoption may fall back from; a read error
+    /// never is). Many of them go out from a few threads at once: a copy-on-write image's
+    /// record blocks lie scattered over the volume, and read one after another each waits for
+    /// the one before (a volume of a thousand files took 120 reads, 9 ms, to open, against
+    /// 2 ms for a few files).
+    fn read_runs(&self, reads: &[(u64, usize)]) -> Vec<Result<AlignedBuf>> {
+        let read_part = |part: &[(u64, usize)]| -> Vec<Result<AlignedBuf>> {
+            part.iter().map(|&(first, n)| self.read(first, n)).collect()
+        };
         if reads.len() < PARALLEL_READS_FROM {
-            return reads.iter().map(|&(first, n)| self.read(first, n)).collect();
+            return read_part(reads);
         }
         let per_thread = reads.len().div_ceil(READ_THREADS);
         std::thread::scope(|scope| {
-            let workers: Vec<_> = reads
-                .chunks(per_thread)
-                .map(|part| {
-                    scope.spawn(move || {
-                        part.iter()
-                            .map(|&(first, n)| self.read(first, n))
-                            .collect::<Result<Vec<_>>>()
-                    })
-                })
-                .collect();
-            let mut out = Vec::with_capacity(reads.len());
-            for worker in workers {
-                out.extend(worker.join().unwrap_or_else(|p| std::panic::resume_unwind(p))?);
-            }
-            Ok(out)
+            let workers: Vec<_> =
+                reads.chunks(per_thread).map(|part| scope.spawn(move || read_part(part))).collect();
+            workers
+                .into_iter()
+                .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
         })
     }
 
@@ -234,7 +231,8 @@ impl Loader<'_> {
         for window in runs.chunks(WINDOW_RUNS) {
             let reads: Vec<(u64, usize)> =
                 window.iter().map(|&(i, n)| (entries[i].0.block, n)).collect();
-            for (&(i, n), buf) in window.iter().zip(self.read_runs(&reads)?) {
+            for (&(i, n), buf) in window.iter().zip(self.read_runs(&reads)) {
+                let buf = buf?;
                 for k in 0..n {
                     let (at, live) = entries[i + k];
                     let bytes = &buf.as_slice()[k * bs..(k + 1) * bs];
