@@ -625,14 +625,34 @@ async fn leader(
     Ok((leader_base, c, v))
 }
 
+/// How long `remove` waits for a leader it can reach. The node being removed has often just
+/// died, and it may have led the membership group then: the status of a live member names it
+/// as leader until the others elect another, within a few election timeouts.
+const LEADER_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
+
 /// Removes node `id` (a voter or a learner) through the leader.
 async fn remove(endpoints: &[String], id: u64, access: &Access) -> Result<i32, CliError> {
-    let (b, c, _) = leader(endpoints, access).await?;
-    let resp = c
-        .delete(format!("{b}/v1/cluster/members/{id}"))
-        .send()
-        .await
-        .map_err(|e| unreachable(&b, &e))?;
+    let deadline = std::time::Instant::now() + LEADER_WAIT;
+    let mut told = false;
+    let resp = loop {
+        let attempt = async {
+            let (b, c, _) = leader(endpoints, access).await?;
+            c.delete(format!("{b}/v1/cluster/members/{id}"))
+                .send()
+                .await
+                .map_err(|e| unreachable(&b, &e))
+        };
+        match attempt.await {
+            Err(CliError::Unreachable(why)) if std::time::Instant::now() < deadline => {
+                if !told {
+                    eprintln!("waiting for a leader that answers ({why})");
+                    told = true;
+                }
+                tokio::time::sleep(STEP_POLL).await;
+            }
+            other => break other?,
+        }
+    };
     if resp.status() == reqwest::StatusCode::NOT_FOUND {
         return Err(CliError::NotFound(format!("node {id} is not a member of this cluster")));
     }
