@@ -582,7 +582,8 @@ async fn rebalance(endpoints: &[String], wait_secs: u64, access: &Access) -> Res
         }
         if std::time::Instant::now() >= deadline {
             return Err(CliError::Unreachable(format!(
-                "the group leaders are not spread after {wait_secs} s ({}; {leaderless} without                  a leader): a voter may be down; see vellum cluster status",
+                "the group leaders are not spread after {wait_secs} s ({}; {leaderless} without \
+                 a leader): a voter may be down; see vellum cluster status",
                 shown.join(", ")
             )));
         }
@@ -625,40 +626,117 @@ async fn leader(
     Ok((leader_base, c, v))
 }
 
-/// How long `remove` waits for a leader it can reach. The node being removed has often just
-/// died, and it may have led the membership group then: the status of a live member names it
-/// as leader until the others elect another, within a few election timeouts.
+/// How long a membership change waits for a leader it can reach. The node being removed has
+/// often just died, and it may have led the membership group then: the status of a live
+/// member names it as leader until the others elect another, within a few election timeouts.
+/// A node that just joined may take the lead, or an election may run, between the steps of
+/// `add` (learner, catch-up, promotion).
 const LEADER_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Builds a membership change's request for the leader, from its base URL, its status and
+/// whether an earlier attempt's request may have made the change ([`Answer::maybe_made`]);
+/// `None` when the status shows it done already.
+type ToLeader<'a> = &'a dyn Fn(
+    &reqwest::Client,
+    &str,
+    &serde_json::Value,
+    bool,
+) -> Result<Option<reqwest::RequestBuilder>, CliError>;
+
+/// The leader's answer to a membership change: its status and body.
+struct Answer {
+    status: reqwest::StatusCode,
+    text: String,
+    /// An earlier attempt's request may have reached the leader (it was sent, and its answer
+    /// was lost): the change may be made already.
+    maybe_made: bool,
+}
+
+impl Answer {
+    /// `Ok` for a success, else the failure it names.
+    fn ok(&self) -> Result<(), CliError> {
+        if self.status.is_success() { Ok(()) } else { Err(failure_of(self.status, &self.text)) }
+    }
+}
+
+/// Sends a membership change to the leader, asking again every [`STEP_POLL`], for at most
+/// [`LEADER_WAIT`], while no leader answers: no member names one, the one named cannot be
+/// reached, or it answers that it leads no more (503 `no_leader` or `not_ready`, 307
+/// `not_leader`). Says once on stderr that it waits. Returns the leader's answer, or `None`
+/// when `ask` found nothing to do.
+async fn at_leader(
+    endpoints: &[String],
+    access: &Access,
+    ask: ToLeader<'_>,
+) -> Result<Option<Answer>, CliError> {
+    let deadline = std::time::Instant::now() + LEADER_WAIT;
+    let mut told = false;
+    let mut maybe_made = false;
+    loop {
+        let why = match leader(endpoints, access).await {
+            Ok((b, c, v)) => match ask(&c, &b, &v, maybe_made)? {
+                None => return Ok(None),
+                Some(request) => match request.send().await {
+                    Ok(resp) => {
+                        let status = resp.status();
+                        let text = resp.text().await.map_err(|e| unreachable(&b, &e))?;
+                        match leads_no_more(status, &text) {
+                            Some(why) => why,
+                            None => return Ok(Some(Answer { status, text, maybe_made })),
+                        }
+                    }
+                    Err(e) => {
+                        maybe_made |= !e.is_connect();
+                        unreachable(&b, &e).to_string()
+                    }
+                },
+            },
+            Err(CliError::Unreachable(why)) => why,
+            Err(e) => return Err(e),
+        };
+        if std::time::Instant::now() >= deadline {
+            return Err(CliError::Unreachable(format!(
+                "no leader answered in {} s: {why}",
+                LEADER_WAIT.as_secs()
+            )));
+        }
+        if !told {
+            eprintln!("waiting for a leader that answers ({why})");
+            told = true;
+        }
+        tokio::time::sleep(STEP_POLL).await;
+    }
+}
+
+/// Why an answer is not the leader's (a 503 `no_leader` or `not_ready`, a 307 `not_leader`:
+/// ask again), or `None` for an answer to act on.
+fn leads_no_more(status: reqwest::StatusCode, text: &str) -> Option<String> {
+    if status != reqwest::StatusCode::SERVICE_UNAVAILABLE
+        && status != reqwest::StatusCode::TEMPORARY_REDIRECT
+    {
+        return None;
+    }
+    let code = serde_json::from_str::<serde_json::Value>(text)
+        .ok()
+        .and_then(|v| v["error"].as_str().map(str::to_string));
+    matches!(code.as_deref(), Some("no_leader" | "not_ready" | "not_leader"))
+        .then(|| failure_of(status, text).to_string())
+}
 
 /// Removes node `id` (a voter or a learner) through the leader.
 async fn remove(endpoints: &[String], id: u64, access: &Access) -> Result<i32, CliError> {
-    let deadline = std::time::Instant::now() + LEADER_WAIT;
-    let mut told = false;
-    let resp = loop {
-        let attempt = async {
-            let (b, c, _) = leader(endpoints, access).await?;
-            c.delete(format!("{b}/v1/cluster/members/{id}"))
-                .send()
-                .await
-                .map_err(|e| unreachable(&b, &e))
-        };
-        match attempt.await {
-            Err(CliError::Unreachable(why)) if std::time::Instant::now() < deadline => {
-                if !told {
-                    eprintln!("waiting for a leader that answers ({why})");
-                    told = true;
-                }
-                tokio::time::sleep(STEP_POLL).await;
-            }
-            other => break other?,
+    let ask: ToLeader<'_> =
+        &|c, b, _, _| Ok(Some(c.delete(format!("{b}/v1/cluster/members/{id}"))));
+    let answer = at_leader(endpoints, access, ask).await?.expect("remove always asks");
+    if answer.status == reqwest::StatusCode::NOT_FOUND {
+        if answer.maybe_made {
+            // An earlier attempt may have removed it before its answer was lost.
+            println!("node {id} is not a member (any more)");
+            return Ok(0);
         }
-    };
-    if resp.status() == reqwest::StatusCode::NOT_FOUND {
         return Err(CliError::NotFound(format!("node {id} is not a member of this cluster")));
     }
-    if !resp.status().is_success() {
-        return Err(failure(resp).await);
-    }
+    answer.ok()?;
     println!("node {id} removed");
     Ok(0)
 }
@@ -698,21 +776,21 @@ async fn add_to(
     wait_secs: u64,
     access: &Access,
 ) -> Result<(), CliError> {
-    let (b, c, v) = leader(endpoints, access).await?;
-    if id_list(&v["voters"]).contains(&id) || id_list(&v["learners"]).contains(&id) {
-        return Err(CliError::Usage(format!(
-            "node {id} is a member already (vellum cluster status)"
-        )));
-    }
     let body = serde_json::json!({ "id": id, "api_addr": api_addr, "raft_addr": raft_addr });
-    let resp = c
-        .post(format!("{b}/v1/cluster/learners{query}"))
-        .json(&body)
-        .send()
-        .await
-        .map_err(|e| unreachable(&b, &e))?;
-    if !resp.status().is_success() {
-        return Err(failure(resp).await);
+    let ask: ToLeader<'_> = &|c, b, v, maybe_made| {
+        if id_list(&v["voters"]).contains(&id) || id_list(&v["learners"]).contains(&id) {
+            if maybe_made {
+                // An earlier attempt added it before its answer was lost.
+                return Ok(None);
+            }
+            return Err(CliError::Usage(format!(
+                "node {id} is a member already (vellum cluster status)"
+            )));
+        }
+        Ok(Some(c.post(format!("{b}/v1/cluster/learners{query}")).json(&body)))
+    };
+    if let Some(answer) = at_leader(endpoints, access, ask).await? {
+        answer.ok()?;
     }
     println!("node {id} added as a learner");
     if learner_only {
@@ -720,19 +798,30 @@ async fn add_to(
     }
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(wait_secs);
     loop {
-        // The leader's own status: it may have changed since the learner was added.
-        let (now, _, _) = leader(endpoints, access).await?;
-        let (_, s) = get_status(std::slice::from_ref(&now), access).await?;
-        let last = s["last_log_index"].as_u64().unwrap_or(0);
-        let matched = s["replication"][id.to_string()].as_u64();
-        if matched.is_some_and(|m| m >= last) {
-            break;
+        // The leader's own status: it may have changed since the learner was added. No
+        // leader for a moment (an election) is waited out like a learner behind.
+        let mut seen = None;
+        if let Ok((now, _, _)) = leader(endpoints, access).await
+            && let Ok((_, s)) = get_status(std::slice::from_ref(&now), access).await
+        {
+            let last = s["last_log_index"].as_u64().unwrap_or(0);
+            let matched = s["replication"][id.to_string()].as_u64();
+            if matched.is_some_and(|m| m >= last) {
+                break;
+            }
+            seen = Some((matched, last));
         }
         if std::time::Instant::now() >= deadline {
+            let state = match seen {
+                Some((matched, last)) => format!(
+                    "matched {}, leader at {last}",
+                    matched.map_or("nothing".to_string(), |m| m.to_string())
+                ),
+                None => "no leader answered".to_string(),
+            };
             return Err(CliError::Usage(format!(
-                "node {id} has not caught up in {wait_secs}s (matched {}, leader at {last}): it \
-                 stays a learner; check that it runs and reaches the leader, then `vellum cluster promote {id}`",
-                matched.map_or("nothing".to_string(), |m| m.to_string())
+                "node {id} has not caught up in {wait_secs}s ({state}): it stays a learner; \
+                 check that it runs and reaches the leader, then `vellum cluster promote {id}`"
             )));
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
@@ -752,26 +841,26 @@ async fn promote_in(
     query: &str,
     access: &Access,
 ) -> Result<(), CliError> {
-    let (b, c, v) = leader(endpoints, access).await?;
-    let mut voters = id_list(&v["voters"]);
-    if voters.contains(&id) {
-        println!("node {id} is a voter already");
-        return Ok(());
-    }
-    if !id_list(&v["learners"]).contains(&id) {
-        return Err(CliError::NotFound(format!(
-            "node {id} is not a learner of this cluster (add it first: vellum cluster add)"
-        )));
-    }
-    voters.push(id);
-    let resp = c
-        .put(format!("{b}/v1/cluster/members{query}"))
-        .json(&serde_json::json!({ "members": voters }))
-        .send()
-        .await
-        .map_err(|e| unreachable(&b, &e))?;
-    if !resp.status().is_success() {
-        return Err(failure(resp).await);
+    let ask: ToLeader<'_> = &|c, b, v, _| {
+        let mut voters = id_list(&v["voters"]);
+        if voters.contains(&id) {
+            return Ok(None);
+        }
+        if !id_list(&v["learners"]).contains(&id) {
+            return Err(CliError::NotFound(format!(
+                "node {id} is not a learner of this cluster (add it first: vellum cluster add)"
+            )));
+        }
+        voters.push(id);
+        let members = serde_json::json!({ "members": voters });
+        Ok(Some(c.put(format!("{b}/v1/cluster/members{query}")).json(&members)))
+    };
+    match at_leader(endpoints, access, ask).await? {
+        None => {
+            println!("node {id} is a voter already");
+            return Ok(());
+        }
+        Some(answer) => answer.ok()?,
     }
     println!("node {id} promoted to voter");
     Ok(())

@@ -164,3 +164,54 @@ fn the_client_cli_fails_over_lists_prefixes_and_changes_members() {
     assert_eq!(code, Some(5), "{err}");
     c.by_id(3).stop();
 }
+
+/// `cluster remove` and `cluster add` right after the leader died: the live members' status
+/// still names the dead node as leader until they elect another (here at least 3 s, by
+/// `--election-timeout-ms`), so both commands must wait for a leader that answers rather than
+/// fail on the dead one (found by CI in `t190_moves`, where `add-node` met an election).
+#[test]
+fn membership_changes_wait_out_a_dead_leader() {
+    let mut c = Cluster::new(4);
+    for n in &mut c.nodes {
+        n.extra.extend(["--election-timeout-ms".to_string(), "3000".to_string()]);
+    }
+    phase("a 4-node cluster with a slow election; node 5 waits to be added");
+    c.start_all();
+    c.wait_ready();
+    assert!(c.put(&c.nodes[0], "before", "kill"));
+    let (api5, raft5) = waiting_node(&mut c, 5);
+    let live = |c: &Cluster| -> String {
+        let running = c.nodes.iter().filter(|n| n.is_running() && n.id != 5);
+        running.map(|n| format!("127.0.0.1:{}", n.api)).collect::<Vec<_>>().join(",")
+    };
+
+    phase("kill the leader, remove it at once");
+    let first = c.leader();
+    c.by_id(first).kill();
+    let first_s = first.to_string();
+    let (code, out, err) = vellum(&["cluster", "remove", &first_s, "--endpoints", &live(&c)], b"");
+    assert_eq!(code, Some(0), "{out}{err}{}", c.logs());
+    assert!(err.contains("waiting for a leader that answers"), "{err}");
+    assert!(out.contains(&format!("node {first} removed")), "{out}");
+
+    phase("kill the next leader, add node 5 at once");
+    let second = c.leader();
+    assert_ne!(second, first);
+    c.by_id(second).kill();
+    let eps = live(&c);
+    let (code, out, err) =
+        vellum(&["cluster", "add", "5", &api5, &raft5, "--endpoints", &eps], b"");
+    assert_eq!(code, Some(0), "{out}{err}{}", c.logs());
+    assert!(err.contains("waiting for a leader that answers"), "{err}");
+    assert!(out.contains("node 5 promoted to voter"), "{out}");
+    let voters = ids(&status_of(
+        &c,
+        c.nodes.iter().position(crate::harness::Node::is_running).unwrap(),
+    )["voters"]);
+    let want: Vec<u64> = (1..=5).filter(|id| *id != first).collect();
+    assert_eq!(voters, want);
+}
+
+fn status_of(c: &Cluster, node: usize) -> serde_json::Value {
+    c.get(&c.nodes[node].url("/v1/cluster/status")).unwrap().json().unwrap()
+}
