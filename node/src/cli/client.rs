@@ -617,13 +617,24 @@ async fn leader(
     access: &Access,
 ) -> Result<(String, reqwest::Client, serde_json::Value), CliError> {
     let (e, v) = get_status(endpoints, access).await?;
+    let (b, c) = leader_in(&e, &v, access)?;
+    Ok((b, c, v))
+}
+
+/// The leader's API base URL and an HTTP client for it, from the status `v` that endpoint
+/// `e` answered; `Unreachable` when it names none.
+fn leader_in(
+    e: &str,
+    v: &serde_json::Value,
+    access: &Access,
+) -> Result<(String, reqwest::Client), CliError> {
     let leader = v["leader"]
         .as_u64()
         .ok_or_else(|| CliError::Unreachable(format!("{e} knows no leader now; retry")))?;
-    let api = v["nodes"][leader.to_string()]["api_addr"].as_str().unwrap_or(&e).to_string();
-    let leader_base = base_like(&api, &e);
+    let api = v["nodes"][leader.to_string()]["api_addr"].as_str().unwrap_or(e).to_string();
+    let leader_base = base_like(&api, e);
     let c = client(access, &leader_base)?;
-    Ok((leader_base, c, v))
+    Ok((leader_base, c))
 }
 
 /// How long a membership change waits for a leader it can reach. The node being removed has
@@ -660,9 +671,10 @@ impl Answer {
 }
 
 /// Sends a membership change to the leader, asking again every [`STEP_POLL`], for at most
-/// [`LEADER_WAIT`], while no leader answers: no member names one, the one named cannot be
-/// reached, or it answers that it leads no more (503 `no_leader` or `not_ready`, 307
-/// `not_leader`). Says once on stderr that it waits. Returns the leader's answer, or `None`
+/// [`LEADER_WAIT`], while a member answers but no leader does: the member names none, the
+/// one named cannot be reached, or it answers that it leads no more (503 `no_leader` or
+/// `not_ready`, 307 `not_leader`). Says once on stderr that it waits. When no endpoint
+/// answers at all, fails at once as [`send`] does. Returns the leader's answer, or `None`
 /// when `ask` found nothing to do.
 async fn at_leader(
     endpoints: &[String],
@@ -673,8 +685,10 @@ async fn at_leader(
     let mut told = false;
     let mut maybe_made = false;
     loop {
-        let why = match leader(endpoints, access).await {
-            Ok((b, c, v)) => match ask(&c, &b, &v, maybe_made)? {
+        // No member answering is not waited out: the command fails at once, naming each.
+        let (e, v) = get_status(endpoints, access).await?;
+        let why = match leader_in(&e, &v, access) {
+            Ok((b, c)) => match ask(&c, &b, &v, maybe_made)? {
                 None => return Ok(None),
                 Some(request) => match request.send().await {
                     Ok(resp) => {
