@@ -354,7 +354,9 @@ impl Guard {
                     peer,
                     %known,
                     mine = %self.me.incarnation,
-                    "a peer claims this node lost its state (it knows another incarnation of                      it); not believed unless a majority of voters says so: refusing that                      peer's Raft RPCs from now on"
+                    "a peer claims this node lost its state (it knows another incarnation of \
+                     it); not believed unless a majority of voters says so: refusing that \
+                     peer's Raft RPCs from now on"
                 );
             }
             claims.keys().copied().filter(|p| *p != self.me.node_id).collect()
