@@ -147,7 +147,8 @@ fn describe() {
     );
     describe_counter!(
         WRITES_REFUSED_NO_SPACE,
-        "Client puts refused (507) because the volume's free space was below the reserve."
+        "Client writes refused (507) because the free space of the volume (or of a peer's, as \
+         its Raft answers said) was below the reserve."
     );
     describe_gauge!(
         CORE_RUNNING,

@@ -627,11 +627,13 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     };
     let count = stores.len() + 1;
     let ready = Arc::new(AtomicBool::new(false));
+    let space = Arc::new(space::Space::new(log_core.segment_bytes()));
     let launch = release::Launch {
         id: args.id,
         config: Arc::clone(&raft_config),
         guard: Arc::clone(&guard),
         peers: reach.peers.clone(),
+        space: Arc::clone(&space),
         groups: args.groups,
         batching: batch_limits(&limits),
         latency: log_core.disk_latency(),
@@ -689,7 +691,6 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     }
     let groups = Arc::new(groups::Table::new(table));
     groups::spawn_compactor(Arc::clone(&groups), log_core.clone(), stop_rx.clone());
-    let space = Arc::new(space::Space::default());
     space::spawn_guard(
         args.snapshot_entries.max(10),
         Arc::clone(&space),
@@ -746,13 +747,13 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         auth,
         book,
         volume: volume.clone(),
-        space,
+        space: Arc::clone(&space),
     };
     let rpc_limits = raft_api::RpcLimits {
         max_entry_bytes,
         snapshot_bytes: raft_api::snapshot_body_limit(capacity),
     };
-    slot.ready(Arc::clone(&state.groups), guard, rpc_limits);
+    slot.ready(Arc::clone(&state.groups), guard, rpc_limits, space, volume.clone());
     let api_srv = transport::spawn(
         api_listener,
         http::router(state.clone()),

@@ -18,6 +18,11 @@
 //! answer that names this node as the stale member is a claim that this node lost its state,
 //! which stops it only when one peer cannot forge it (`member.rs`).
 //! Nothing is sent to a denied (`--deny-peer`) or removed id, so no answer of it counts.
+//!
+//! Every admitted answer says which client writes the target's volume takes
+//! (`space::SPACE_HEADER`): this node refuses what the target refuses (`space.rs`). A 507
+//! answer (a snapshot the target has no room for) is `Unreachable`, so that openraft backs
+//! off before it sends the snapshot again.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,6 +45,7 @@ use vellum_raft_store::v010::{Entry, KvNode, KvOp, SnapshotData, TypeConfig};
 use super::codec::{APPEND_BYTES, MAX_SNAPSHOT_BYTES};
 use super::codec::{decode, encode};
 use super::member::{self, Guard};
+use super::space::{SPACE_HEADER, Space};
 use super::transport::PeerClients;
 
 /// An upper bound of the bytes `e` adds to an RPC body.
@@ -88,14 +94,23 @@ fn snapshot_deadline(hard_ttl: Duration, bytes: usize) -> Duration {
 pub struct Network {
     peers: PeerClients,
     guard: Arc<Guard>,
+    space: Arc<Space>,
     /// `x-vellum-group`: this network's group and the node's group count.
     group: Arc<str>,
 }
 
 impl Network {
-    /// The network of Raft group `group` of a node of `groups` groups.
-    pub fn new(guard: Arc<Guard>, peers: PeerClients, group: u64, groups: u64) -> Network {
-        Network { peers, guard, group: super::groups::header_value(group, groups).into() }
+    /// The network of Raft group `group` of a node of `groups` groups; what peers say of
+    /// their volumes goes to `space`.
+    pub fn new(
+        guard: Arc<Guard>,
+        peers: PeerClients,
+        space: Arc<Space>,
+        group: u64,
+        groups: u64,
+    ) -> Network {
+        let group = super::groups::header_value(group, groups).into();
+        Network { peers, guard, space, group }
     }
 }
 
@@ -107,6 +122,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             target,
             client: self.peers.client(target, &node.raft_addr),
             guard: Arc::clone(&self.guard),
+            space: Arc::clone(&self.space),
             group: Arc::clone(&self.group),
         }
     }
@@ -118,6 +134,7 @@ pub struct Peer {
     target: u64,
     client: Result<(reqwest::Client, String), String>,
     guard: Arc<Guard>,
+    space: Arc<Space>,
     group: Arc<str>,
 }
 
@@ -176,6 +193,13 @@ impl Peer {
         if resp.status() == reqwest::StatusCode::CONFLICT {
             return Err(self.refused(resp).await);
         }
+        if resp.status() == reqwest::StatusCode::INSUFFICIENT_STORAGE {
+            let body = resp.text().await.unwrap_or_default();
+            return Err(unreachable(format!(
+                "node {} has no room for it on its volume: {body}",
+                self.target
+            )));
+        }
         if !resp.status().is_success() {
             let e = std::io::Error::other(format!("peer answered HTTP {}", resp.status()));
             return Err(network_error(&e));
@@ -195,6 +219,9 @@ impl Peer {
         };
         if let Err(refused) = self.guard.admit(id, inc).await {
             return Err(unreachable(format!("dropped the answer of node {id}: {refused:?}")));
+        }
+        if let Some(word) = resp.headers().get(SPACE_HEADER).and_then(|v| v.to_str().ok()) {
+            self.space.heard(id, word);
         }
         let bytes = resp.bytes().await.map_err(|e| network_error(&e))?;
         let result: Result<Resp, E> = decode(&bytes).map_err(|e| network_error(&e))?;

@@ -20,7 +20,11 @@
 //! snapshot by what this node's volume can hold (at most [`MAX_SNAPSHOT_BYTES`]); a larger
 //! declared body gets 413 before a byte of it is read. One snapshot is received and installed
 //! at a time (a second one meanwhile gets 503): a snapshot is held in memory whole while it
-//! is checked and installed (it is not streamed to the volume).
+//! is checked and installed (it is not streamed to the volume). A snapshot the volume has no
+//! room for now gets 507 `no_space` (before its body is read, when it declares its length):
+//! installing it would find the volume full, which stops the Raft core (`space.rs`).
+//! Every answer names this member (`x-vellum-member`) and says which client writes its volume
+//! takes (`x-vellum-space`, `space.rs`).
 
 use std::io::Cursor;
 use std::sync::Arc;
@@ -47,6 +51,7 @@ use super::KvRaft;
 use super::codec::{APPEND_BYTES, MAX_SNAPSHOT_BYTES, decode, encode};
 use super::member::{self, Guard, Knowledge, Refused};
 use super::rpc_check;
+use super::space::{SPACE_HEADER, Space};
 use super::transport::{PeerAddr, PeerCert};
 use crate::security::tls;
 use vellum_raft_store::member::PeerBook;
@@ -77,6 +82,9 @@ pub struct RpcState {
     groups: Arc<super::groups::Table>,
     guard: Arc<Guard>,
     limits: RpcLimits,
+    /// What this node's volume takes, and the room of a snapshot being installed.
+    space: Arc<Space>,
+    volume: vellum_engine::Volume,
 }
 
 /// What this node's store can take from an RPC.
@@ -125,9 +133,16 @@ impl Slot {
         *self.known.write().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(known);
     }
 
-    /// Serves Raft RPCs from now on.
-    pub fn ready(&self, groups: Arc<super::groups::Table>, guard: Arc<Guard>, limits: RpcLimits) {
-        let _ = self.ready.set(RpcState { groups, guard, limits });
+    /// Serves Raft RPCs from now on, for the groups of a node on `volume`.
+    pub fn ready(
+        &self,
+        groups: Arc<super::groups::Table>,
+        guard: Arc<Guard>,
+        limits: RpcLimits,
+        space: Arc<Space>,
+        volume: vellum_engine::Volume,
+    ) {
+        let _ = self.ready.set(RpcState { groups, guard, limits, space, volume });
     }
 }
 
@@ -462,10 +477,18 @@ where
             },
         },
     };
+    sign(s, &mut resp);
+    resp
+}
+
+/// Names this member in an answer, and says what its volume takes.
+fn sign(s: &RpcState, resp: &mut Response) {
     if let Ok(v) = HeaderValue::from_str(&s.guard.me_header()) {
         resp.headers_mut().insert(member::MEMBER, v);
     }
-    resp
+    if let Ok(v) = HeaderValue::from_str(&s.space.word()) {
+        resp.headers_mut().insert(SPACE_HEADER, v);
+    }
 }
 
 async fn append(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) -> Response {
@@ -509,10 +532,26 @@ async fn snapshot(
 ) -> Response {
     let Some(s) = slot.ready.get() else { return not_ready() };
     let mut resp = snapshot_inner(&slot, s, &headers, body).await;
-    if let Ok(v) = HeaderValue::from_str(&s.guard.me_header()) {
-        resp.headers_mut().insert(member::MEMBER, v);
-    }
+    sign(s, &mut resp);
     resp
+}
+
+/// 507 for a snapshot of `bytes` that the volume has no room for now.
+fn no_room(bytes: u64, (free, need): (u64, u64)) -> Response {
+    tracing::warn!(
+        bytes,
+        free,
+        need,
+        "refused a leader's snapshot: the volume has no room for it now (installing it would \
+         stop the Raft core); this node lags behind until its own snapshot frees its log, or \
+         the volume has more space"
+    );
+    let mut r = refuse(
+        StatusCode::INSUFFICIENT_STORAGE,
+        &json!({ "error": "no_space", "bytes": bytes, "free": free, "need": need }),
+    );
+    r.headers_mut().insert(axum::http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
 }
 
 async fn snapshot_inner(
@@ -537,6 +576,15 @@ async fn snapshot_inner(
         r.headers_mut().insert(axum::http::header::RETRY_AFTER, HeaderValue::from_static("1"));
         return r;
     };
+    // The room is held from before the body is read (when its length is declared) until the
+    // snapshot is installed; the decoded snapshot's own length is checked again below.
+    let mut room = None;
+    if let Some(len) = declared_len(headers) {
+        match s.space.hold_install(&s.volume, len).await {
+            Ok(held) => room = Some(held),
+            Err(why) => return no_room(len, why),
+        }
+    }
     let body = {
         use http_body_util::BodyExt;
         match http_body_util::Limited::new(body, limit).collect().await {
@@ -577,6 +625,14 @@ async fn snapshot_inner(
         Ok((Err(why), ..)) => return bad_rpc("bad_snapshot", &why),
         Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     };
+    if room.is_none() {
+        let len = data.len() as u64;
+        match s.space.hold_install(&s.volume, len).await {
+            Ok(held) => room = Some(held),
+            Err(why) => return no_room(len, why),
+        }
+    }
+    let _room = room;
     reply(&raft.install_full_snapshot(vote, Snapshot { meta, snapshot: Cursor::new(data) }).await)
 }
 

@@ -62,6 +62,7 @@ use super::groups::{Group, Table};
 use super::member::Guard;
 use super::metrics::Health;
 use super::network::Network;
+use super::space::Space;
 use super::transport::PeerClients;
 
 /// How often the releaser looks for replicas to release.
@@ -82,6 +83,8 @@ pub struct Launch {
     pub config: Arc<Config>,
     pub guard: Arc<Guard>,
     pub peers: PeerClients,
+    /// What the node's and its peers' volumes take (`space.rs`).
+    pub space: Arc<Space>,
     /// G, the node's group count.
     pub groups: u64,
     pub batching: BatchLimits,
@@ -99,7 +102,8 @@ impl Launch {
         log: LogStore<TypeConfig>,
         sm: KvStateMachine,
     ) -> Result<super::KvRaft, String> {
-        let network = Network::new(Arc::clone(&self.guard), self.peers.clone(), g, self.groups);
+        let (guard, space) = (Arc::clone(&self.guard), Arc::clone(&self.space));
+        let network = Network::new(guard, self.peers.clone(), space, g, self.groups);
         Raft::new(self.id, Arc::clone(&self.config), network, log, sm)
             .await
             .map_err(|e| format!("starting raft group {g}: {e}"))

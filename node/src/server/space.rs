@@ -28,15 +28,25 @@
 //!   still fits once puts stop; the room of snapshots asked for and not yet built is held
 //!   back, so that several groups never share the same free bytes), since a snapshot write
 //!   that finds the volume full is as fatal as an append.
+//! - **A leader's snapshot too.** A snapshot a leader sends is installed only while the
+//!   volume has room for it beside the snapshots being built ([`Space::hold_install`]);
+//!   else the RPC gets 507 `no_space` and the leader tries again later. The node lags
+//!   behind, and stays up.
+//! - **The cluster's smallest volume.** Every Raft answer of a node says which client writes
+//!   its volume takes ([`SPACE_HEADER`], [`Space::word`]), and a node that hears a peer
+//!   refuse puts (or deletes) refuses them too, for [`PEER_WORD`] after the peer last said
+//!   so ([`Space::heard`]): a leader sends every write to its followers, and an append that
+//!   finds a follower's volume full stops that follower as surely as its own. As etcd's
+//!   space alarm, one member's full volume stops the cluster's writes, not that member.
 //!
 //! Invariants: the guard only asks for what openraft does by itself (a snapshot; a purge of
 //! entries a snapshot covers); a put is refused before it is proposed, never after; the
 //! volume's free space is read off the async runtime (the volume's metadata lock may be held
-//! across a commit).
+//! across a commit); two snapshots (built, or installed) never count on the same free bytes.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use vellum_raft_store::log::LogCore;
@@ -65,7 +75,24 @@ const RESERVE_SEGMENTS: u64 = 3;
 const SNAPSHOT_SLACK_SEGMENTS: u64 = 1;
 const _: () = assert!(SNAPSHOT_SLACK_SEGMENTS < RESERVE_SEGMENTS, "a snapshot fits once puts stop");
 
-/// What the guard found last; the write path reads it.
+/// The header of every Raft answer that says which client writes the answering node's
+/// volume takes, its free bytes and the puts' reserve: `all 1234 567` ([`Space::word`]).
+pub const SPACE_HEADER: &str = "x-vellum-space";
+/// How long a peer's word that its volume refuses client writes counts once it stops
+/// saying it (a peer that stopped answering is not heard any more either).
+pub const PEER_WORD: Duration = Duration::from_secs(2);
+
+/// Why a client write is refused: the volume of `member` (this node's: `None`) has `free`
+/// bytes, below the `reserve` puts need (or below a log segment, for deletes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NoRoom {
+    pub member: Option<u64>,
+    pub free: u64,
+    pub reserve: u64,
+}
+
+/// What the guard found last and what the peers said of their volumes; the write path and
+/// the Raft port read it.
 #[derive(Debug)]
 pub struct Space {
     /// Puts are taken (free space at least the reserve).
@@ -74,29 +101,152 @@ pub struct Space {
     deletes: AtomicBool,
     free: AtomicU64,
     reserve: AtomicU64,
+    /// The log's segment size: the slack of a snapshot's room.
+    segment: u64,
+    /// Room held back for the snapshots the guard asked for and has not seen built.
+    builds: AtomicU64,
+    /// Room held back for the snapshot being installed (one at a time, `raft_api.rs`).
+    install: AtomicU64,
+    /// Until when (ms after `epoch`; 0: never) some peer's word refuses puts, or deletes.
+    epoch: Instant,
+    peer_puts_until: AtomicU64,
+    peer_deletes_until: AtomicU64,
+    /// The last peer that said its volume refuses a client write, and what it said.
+    peer_word: Mutex<NoRoom>,
 }
 
-impl Default for Space {
-    fn default() -> Self {
+/// The room of the snapshot being installed, held back from the guard's asks until it is
+/// dropped (the snapshot is written by then, and the volume's free space says so).
+#[derive(Debug)]
+pub struct InstallRoom(Arc<Space>);
+
+impl Drop for InstallRoom {
+    fn drop(&mut self) {
+        self.0.install.store(0, Ordering::Release);
+    }
+}
+
+impl Space {
+    /// The space state of a node whose log has segments of `segment` bytes.
+    pub fn new(segment: u64) -> Space {
         Space {
             puts: AtomicBool::new(true),
             deletes: AtomicBool::new(true),
             free: AtomicU64::new(0),
             reserve: AtomicU64::new(0),
+            segment,
+            builds: AtomicU64::new(0),
+            install: AtomicU64::new(0),
+            epoch: Instant::now(),
+            peer_puts_until: AtomicU64::new(0),
+            peer_deletes_until: AtomicU64::new(0),
+            peer_word: Mutex::new(NoRoom { member: None, free: 0, reserve: 0 }),
         }
     }
-}
 
-impl Space {
-    /// `None` while a write (a put, or a delete when `put` is false) is taken; else the
-    /// volume's free bytes and the room puts need, for the refusal.
-    pub fn refusal(&self, put: bool) -> Option<(u64, u64)> {
-        let taken = if put { &self.puts } else { &self.deletes };
-        if taken.load(Ordering::Acquire) {
+    /// Milliseconds since `epoch`, from 1 (0 means never).
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX).saturating_add(1)
+    }
+
+    /// `None` while a write (a put, or a delete when `put` is false) is taken by this node's
+    /// volume and by every peer's that spoke within [`PEER_WORD`]; else whose volume refuses
+    /// it, with its free bytes and the room puts need.
+    pub fn refusal(&self, put: bool) -> Option<NoRoom> {
+        let (taken, peer_until) = if put {
+            (&self.puts, &self.peer_puts_until)
+        } else {
+            (&self.deletes, &self.peer_deletes_until)
+        };
+        let refused = if !taken.load(Ordering::Acquire) {
+            NoRoom {
+                member: None,
+                free: self.free.load(Ordering::Relaxed),
+                reserve: self.reserve.load(Ordering::Relaxed),
+            }
+        } else if self.now_ms() < peer_until.load(Ordering::Acquire) {
+            *self.peer_word.lock().unwrap_or_else(PoisonError::into_inner)
+        } else {
             return None;
-        }
+        };
         metrics::counter!(WRITES_REFUSED_NO_SPACE).increment(1);
-        Some((self.free.load(Ordering::Relaxed), self.reserve.load(Ordering::Relaxed)))
+        Some(refused)
+    }
+
+    /// What this node's Raft answers say of its volume ([`SPACE_HEADER`]): which client
+    /// writes it takes (`all`, `deletes` or `none`), its free bytes and the puts' reserve.
+    pub fn word(&self) -> String {
+        let takes = match (self.puts.load(Ordering::Acquire), self.deletes.load(Ordering::Acquire))
+        {
+            (true, _) => "all",
+            (false, true) => "deletes",
+            (false, false) => "none",
+        };
+        let (free, reserve) =
+            (self.free.load(Ordering::Relaxed), self.reserve.load(Ordering::Relaxed));
+        format!("{takes} {free} {reserve}")
+    }
+
+    /// Takes `word`, what `peer` said of its volume ([`Space::word`]): while it refuses puts
+    /// (or deletes), so does this node, for [`PEER_WORD`] after it last said so. A word that
+    /// does not parse is ignored (an older peer says none).
+    pub fn heard(&self, peer: u64, word: &str) {
+        let mut parts = word.split_ascii_whitespace();
+        let (Some(takes), Some(Ok(free)), Some(Ok(reserve)), None) = (
+            parts.next(),
+            parts.next().map(str::parse::<u64>),
+            parts.next().map(str::parse::<u64>),
+            parts.next(),
+        ) else {
+            return;
+        };
+        let deletes_too = match takes {
+            "all" => return,
+            "deletes" => false,
+            "none" => true,
+            _ => return,
+        };
+        let now = self.now_ms();
+        let until = now.saturating_add(PEER_WORD.as_millis() as u64);
+        *self.peer_word.lock().unwrap_or_else(PoisonError::into_inner) =
+            NoRoom { member: Some(peer), free, reserve };
+        if self.peer_puts_until.swap(until, Ordering::AcqRel) <= now {
+            tracing::warn!(
+                peer,
+                free,
+                reserve,
+                "a peer's volume is nearly full: client puts are refused (507) here too until \
+                 it has room again, so that no append finds it full"
+            );
+        }
+        if deletes_too {
+            self.peer_deletes_until.store(until, Ordering::Release);
+        }
+    }
+
+    /// Holds back room for a snapshot of `bytes` that a leader sent, before it is installed:
+    /// the snapshot and a segment of slack (the log goes on meanwhile), beside the snapshots
+    /// the guard asked for. `Err` with the volume's free bytes and the room it needs when
+    /// they do not fit: installing it would find the volume full, which stops the Raft core.
+    pub async fn hold_install(
+        self: &Arc<Self>,
+        volume: &vellum_engine::Volume,
+        bytes: u64,
+    ) -> Result<InstallRoom, (u64, u64)> {
+        let v = volume.clone();
+        let free = tokio::task::spawn_blocking(move || {
+            let info = v.info();
+            info.free_blocks.saturating_mul(u64::from(info.layout.block_size))
+        })
+        .await
+        .unwrap_or(0);
+        let need = bytes.saturating_add(SNAPSHOT_SLACK_SEGMENTS * self.segment);
+        let room = free.saturating_sub(self.builds.load(Ordering::Acquire));
+        if room < need {
+            return Err((free, need));
+        }
+        self.install.store(need, Ordering::Release);
+        Ok(InstallRoom(Arc::clone(self)))
     }
 
     /// Judges the last look: `free` bytes, the `reserve` puts need, the log's `segment`, and
@@ -199,8 +349,10 @@ pub fn spawn_guard(
                     .map_or(0, |s| s.index);
                 now <= *was && at.elapsed() < BUILD_HELD
             });
-            let mut room =
-                free_bytes.saturating_sub(building.values().map(|(need, _, _)| need).sum());
+            let held: u64 = building.values().map(|(need, _, _)| need).sum();
+            let mut room = free_bytes
+                .saturating_sub(held)
+                .saturating_sub(space.install.load(Ordering::Acquire));
             for g in &all {
                 let Ok(handle) = log.group(g.id) else { continue };
                 let m = g.raft.metrics().borrow_watched().clone();
@@ -254,10 +406,12 @@ pub fn spawn_guard(
                 );
                 room -= need;
                 building.insert(g.id, (need, snapshot, Instant::now()));
+                space.builds.fetch_add(need, Ordering::AcqRel);
                 if let Err(e) = g.raft.trigger().snapshot().await {
                     tracing::warn!(group = g.id, error = %e, "snapshot for the volume's space");
                 }
             }
+            space.builds.store(building.values().map(|(need, _, _)| need).sum(), Ordering::Release);
             let state: u64 = all.iter().map(|g| g.kv.bytes()).sum();
             // A purge keeps the segment being written and turns up to `KEPT_SEGMENTS` of the
             // others into spares; it frees the rest.
@@ -279,15 +433,19 @@ mod tests {
         assert_eq!(log_budget(4 << 30, 64 << 20), 512 << 20);
     }
 
+    fn own(free: u64, reserve: u64) -> NoRoom {
+        NoRoom { member: None, free, reserve }
+    }
+
     #[test]
     fn puts_are_refused_below_the_reserve_and_deletes_below_a_segment() {
-        let space = Space::default();
+        let space = Space::new(2);
         assert_eq!(space.refusal(true), None);
         space.set(10, reserve(5, 2), 2, 0);
-        assert_eq!(space.refusal(true), Some((10, 11)), "puts stop below the reserve");
+        assert_eq!(space.refusal(true), Some(own(10, 11)), "puts stop below the reserve");
         assert_eq!(space.refusal(false), None, "deletes go on: they free space");
         space.set(1, reserve(5, 2), 2, 0);
-        assert_eq!(space.refusal(false), Some((1, 11)), "below a segment, deletes stop too");
+        assert_eq!(space.refusal(false), Some(own(1, 11)), "below a segment, deletes stop too");
         space.set(8, 11, 2, 5);
         assert_eq!(space.refusal(true), None, "what a purge about to run frees counts");
         space.set(1, 11, 2, 0);
@@ -295,5 +453,53 @@ mod tests {
         assert!(space.refusal(true).is_some(), "once refused, the reserve and a segment more");
         space.set(13, 11, 2, 0);
         assert_eq!((space.refusal(true), space.refusal(false)), (None, None));
+    }
+
+    #[test]
+    fn a_node_refuses_what_a_peer_says_its_volume_refuses() {
+        let (me, leader) = (Space::new(2), Space::new(2));
+        assert_eq!(me.word(), "all 0 0");
+        me.set(10, 11, 2, 0);
+        assert_eq!(me.word(), "deletes 10 11");
+        leader.heard(3, &me.word());
+        let peer = Some(NoRoom { member: Some(3), free: 10, reserve: 11 });
+        assert_eq!(leader.refusal(true), peer, "the peer's refusal of puts holds here");
+        assert_eq!(leader.refusal(false), None, "the peer takes deletes");
+        me.set(1, 11, 2, 0);
+        assert_eq!(me.word(), "none 1 11");
+        leader.heard(3, &me.word());
+        assert_eq!(leader.refusal(false).and_then(|r| r.member), Some(3));
+        // A peer that takes everything again does not lift another's word early, and words
+        // that do not parse are ignored.
+        for word in ["all 20 11", "", "none", "none x 1", "none 1 2 3", "full 1 2"] {
+            leader.heard(2, word);
+        }
+        assert_eq!(leader.refusal(true).and_then(|r| r.member), Some(3));
+        // The word counts for PEER_WORD after it was last said.
+        leader.peer_puts_until.store(1, Ordering::Release);
+        leader.peer_deletes_until.store(1, Ordering::Release);
+        assert_eq!((leader.refusal(true), leader.refusal(false)), (None, None));
+    }
+
+    #[tokio::test]
+    async fn a_sent_snapshot_is_installed_only_with_room_beside_the_builds() {
+        let carrier = Box::new(vellum_engine::carrier::MemoryCarrier::new(16 << 20));
+        let volume = vellum_engine::Volume::format(
+            carrier,
+            &vellum_engine::FormatOptions::default(),
+            vellum_engine::VolumeOptions::default(),
+        )
+        .unwrap();
+        let block = u64::from(volume.info().layout.block_size);
+        let free = volume.info().free_blocks * block;
+        let space = Arc::new(Space::new(1 << 20));
+        let fits = free - (1 << 20);
+        let held = space.hold_install(&volume, fits).await.expect("it fits");
+        assert_eq!(space.install.load(Ordering::Acquire), free);
+        drop(held);
+        assert_eq!(space.install.load(Ordering::Acquire), 0, "dropped, it is no longer held");
+        assert_eq!(space.hold_install(&volume, fits + 1).await.err(), Some((free, free + 1)));
+        space.builds.store(block, Ordering::Release);
+        assert!(space.hold_install(&volume, fits).await.is_err(), "a build's room is not shared");
     }
 }

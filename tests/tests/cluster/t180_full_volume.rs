@@ -5,11 +5,16 @@
 //! it full stopped the Raft core (HTTP 500, then the node exited with code 4). Deletes (of
 //! keys that were never written too: they cost log blocks and free nothing) get 200 or 507,
 //! never an error, and the nodes stay up.
+//!
+//! A follower's volume counts as much as the leader's: one that fills while the leader's has
+//! room says so on its Raft answers, and the cluster refuses the writes that would stop it;
+//! one that comes back behind a purged log refuses the leader's snapshot it has no room for
+//! (507), and stays up.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use crate::harness::{Cluster, phase};
+use crate::harness::{Cluster, Node, phase};
 
 /// Writes per writer at most: 16 x 700 x 4 KiB is 45 MB, more than a 32 MiB volume holds.
 const WRITES: usize = 700;
@@ -100,4 +105,121 @@ fn a_full_volume_refuses_puts_and_its_nodes_live_on() {
         let live = c.get(&n.url("/livez")).map(|r| r.status().as_u16());
         assert_eq!(live, Some(200), "node {} /livez{}", n.id, c.logs());
     }
+}
+
+/// `writers` threads put 4 KiB values to `node`, `per` each, under the keys `key(w, i)`:
+/// the count taken, and the bodies of the 507s (anything else fails the test).
+fn put_many(
+    c: &Cluster,
+    node: &Node,
+    writers: usize,
+    per: usize,
+    key: impl Fn(usize, usize) -> String + Sync,
+) -> (usize, Vec<String>) {
+    let value = "v".repeat(4096);
+    let ok = AtomicUsize::new(0);
+    let (refused, failed): (Vec<String>, Vec<String>) = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..writers)
+            .map(|w| {
+                let (value, ok, key) = (&value, &ok, &key);
+                s.spawn(move || {
+                    let (mut refused, mut failed) = (Vec::new(), Vec::new());
+                    for i in 0..per {
+                        let url = node.url(&format!("/v1/kv/{}", key(w, i)));
+                        let r = c.authed(c.http.put(url)).body(value.clone()).send();
+                        match r.map(|r| (r.status().as_u16(), r.text().unwrap_or_default())) {
+                            Ok((200, _)) => {
+                                ok.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Ok((507, body)) => refused.push(body),
+                            Ok((status, body)) => failed.push(format!("{status} {body}")),
+                            Err(e) => failed.push(e.to_string()),
+                        }
+                    }
+                    (refused, failed)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).fold(
+            (Vec::new(), Vec::new()),
+            |(mut r, mut f), (r1, f1)| {
+                r.extend(r1);
+                f.extend(f1);
+                (r, f)
+            },
+        )
+    });
+    assert!(
+        failed.is_empty(),
+        "puts failed otherwise than 507: {:?}{}",
+        &failed[..5.min(failed.len())],
+        c.logs()
+    );
+    assert!(refused.iter().all(|b| b.contains("no_space")), "{:?}", refused.first());
+    (ok.into_inner(), refused)
+}
+
+fn alive(c: &Cluster) {
+    for n in &c.nodes {
+        assert!(n.is_running(), "node {} exited{}", n.id, c.logs());
+        let live = c.get(&n.url("/livez")).map(|r| r.status().as_u16());
+        assert_eq!(live, Some(200), "node {} /livez{}", n.id, c.logs());
+    }
+}
+
+#[test]
+fn a_follower_on_a_small_volume_stops_the_writes_not_itself() {
+    let mut c = Cluster::new(3);
+    // Node 3 on a 32 MiB volume, the others on 128 MiB; it does not campaign first, so that
+    // a node with room leads.
+    c.nodes[2]
+        .extra
+        .extend(["--volume-size", "32MiB", "--election-timeout-ms", "10000"].map(String::from));
+    c.start_all();
+    c.wait_ready();
+    // Every member campaigns as it bootstraps: if node 3 won, it hands over by going away.
+    if c.leader() == 3 {
+        c.by_id(3).kill();
+        c.leader();
+        c.by_id(3).start();
+        c.wait_ready();
+    }
+    let leader = c.leader();
+    assert_ne!(leader, 3, "node 3 was not meant to lead");
+    phase("16 writers put 32 MB of 4 KiB values, more than node 3's volume holds");
+    let (ok, refused) = put_many(&c, c.by_ref(leader), 16, 500, |w, i| format!("a{w}-{i}"));
+    eprintln!("{ok} puts taken, {} refused with 507", refused.len());
+    assert!(ok > 500, "only {ok} puts taken");
+    assert!(
+        refused.iter().any(|b| b.contains("\"member\":3")),
+        "no refusal named node 3's volume: {:?}{}",
+        refused.first(),
+        c.logs()
+    );
+    alive(&c);
+    phase("node 3 away, the map grows past what its volume has room for, the log is purged");
+    c.by_id(3).kill();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !c.put(c.by_ref(leader), "again", "x") {
+        assert!(Instant::now() < deadline, "puts not taken again without node 3{}", c.logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (ok, refused) =
+        put_many(&c, c.by_ref(leader), 16, 400, |w, i| format!("b{}", (w * 400 + i) % 1600));
+    assert!(refused.is_empty() && ok == 6400, "{ok} puts taken, {:?}{}", refused.first(), c.logs());
+    phase("node 3 back: it refuses the snapshot it has no room for, and lives on");
+    c.by_id(3).start();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let log = c.by_ref(3).log_text();
+        assert!(!log.contains("the Raft core stopped"), "node 3 stopped{}", c.logs());
+        if log.contains("refused a leader's snapshot") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node 3 was never sent a snapshot{}", c.logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    alive(&c);
+    assert_eq!(c.read(c.by_ref(leader), "b0", false).map(|v| v.len()), Some(4096));
 }

@@ -5,6 +5,7 @@ use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
 use crate::security::tokens::{Refused, Role};
+use crate::server::space::NoRoom;
 
 /// What went wrong with a request.
 #[derive(Debug)]
@@ -51,12 +52,10 @@ pub enum ApiError {
     /// What the request needs is not there now (a node down, no voter to hand over to): it
     /// may work later, as the reason says.
     Unavailable(String),
-    /// The volume's free space is below what the next snapshots need: puts are refused
-    /// until keys are deleted or the volume has more space.
-    NoSpace {
-        free: u64,
-        reserve: u64,
-    },
+    /// The free space of this node's volume, or of a member's that said so, is below what
+    /// the next snapshots need: puts are refused until keys are deleted or the volume has
+    /// more space.
+    NoSpace(NoRoom),
 }
 
 impl From<Refused> for ApiError {
@@ -132,16 +131,21 @@ impl IntoResponse for ApiError {
             ApiError::Unavailable(why) => {
                 (StatusCode::SERVICE_UNAVAILABLE, json!({ "error": "unavailable", "reason": why }))
             }
-            ApiError::NoSpace { free, reserve } => (
+            ApiError::NoSpace(NoRoom { member, free, reserve }) => (
                 StatusCode::INSUFFICIENT_STORAGE,
                 json!({
                     "error": "no_space",
                     "reason": format!(
-                        "the volume has {free} bytes free and the next snapshots need {reserve}: \
-                         puts are refused until keys are deleted or the volume has more space"
+                        "{} has {free} bytes free and the next snapshots need {reserve}: \
+                         puts are refused until keys are deleted or the volume has more space",
+                        member.map_or_else(
+                            || "this node's volume".to_string(),
+                            |m| format!("the volume of member {m}")
+                        )
                     ),
                     "free": free,
                     "reserve": reserve,
+                    "member": member,
                 }),
             ),
         };

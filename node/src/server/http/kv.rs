@@ -188,10 +188,10 @@ async fn write_inner(
     if !s.health.core_running() {
         return ApiError::RaftStopped.into_response();
     }
-    // Refused on every node it passes (a follower's full volume too); deletes pass until
-    // less than a log segment is left.
-    if let Some((free, reserve)) = s.space.refusal(matches!(op, KvOp::Put { .. })) {
-        return ApiError::NoSpace { free, reserve }.into_response();
+    // Refused on every node it passes, and on every node that heard a peer's volume refuse
+    // it (`space.rs`); deletes pass until less than a log segment is left.
+    if let Some(no_room) = s.space.refusal(matches!(op, KvOp::Put { .. })) {
+        return ApiError::NoSpace(no_room).into_response();
     }
     let key = match &op {
         KvOp::Put { key, .. } | KvOp::Delete { key } => key.clone(),
