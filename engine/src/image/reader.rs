@@ -536,3 +536,79 @@ fn load_attrs(table: &Table, inodes: &mut HashMap<u64, Inode>, next_attr_id: u64
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::error::IoOp;
+
+    /// Reads that fill each block with its number, fail at one block, and take longer the
+    /// earlier the block: the threads of `read_runs` finish in the reverse of read order.
+    struct Slow {
+        block_size: u64,
+        fails_at: u64,
+    }
+
+    impl AreaRead for Slow {
+        fn read_in(&self, _: Option<&Layout>, _: Area, offset: u64, buf: &mut [u8]) -> Result<()> {
+            let first = offset / self.block_size;
+            std::thread::sleep(Duration::from_micros(2_000u64.saturating_sub(first * 10)));
+            let blocks = buf.len() as u64 / self.block_size;
+            if (first..first + blocks).contains(&self.fails_at) {
+                return Err(Error::Io {
+                    op: IoOp::Read,
+                    offset,
+                    len: buf.len() as u64,
+                    source: std::io::Error::other("injected"),
+                });
+            }
+            for (k, block) in buf.chunks_mut(self.block_size as usize).enumerate() {
+                block.fill((first + k as u64) as u8);
+            }
+            Ok(())
+        }
+
+        fn carrier_len(&self) -> u64 {
+            0
+        }
+    }
+
+    #[test]
+    fn many_reads_give_one_result_each_in_read_order() {
+        let layout = Layout::for_format(16 << 20, 4096, 0, None).unwrap();
+        let bs = u64::from(layout.block_size);
+        let first = layout.allocatable().start;
+        // Runs of 1 to 3 blocks with a gap after each; the read of run 11 fails.
+        let reads: Vec<(u64, usize)> = (0..40).map(|i| (first + 4 * i, 1 + i as usize % 3)).collect();
+        let fails_at = reads[11].0 + 1;
+        let slow = Slow { block_size: bs, fails_at };
+        let loader = Loader {
+            reader: &slow,
+            layout,
+            uuid: Uuid::default(),
+            generation: 0,
+            reachable: Bitmap::new(layout.total_blocks),
+            metadata_blocks: 0,
+        };
+        assert!(reads.len() >= PARALLEL_READS_FROM, "the reads go out from threads");
+        let got = loader.read_runs(&reads);
+        assert_eq!(got.len(), reads.len());
+        for (i, (&(at, n), r)) in reads.iter().zip(&got).enumerate() {
+            match r {
+                Err(Error::Io { offset, .. }) => {
+                    assert_eq!((i, *offset), (11, layout.offset_of(at)), "the error is its read's");
+                }
+                Err(e) => panic!("read {i}: {e}"),
+                Ok(buf) => {
+                    assert_ne!(i, 11, "the failed read has no bytes");
+                    assert_eq!(buf.as_slice().len(), n * bs as usize);
+                    for (k, block) in buf.as_slice().chunks(bs as usize).enumerate() {
+                        assert!(block.iter().all(|&b| b == (at + k as u64) as u8), "read {i}");
+                    }
+                }
+            }
+        }
+    }
+}
