@@ -576,14 +576,12 @@ async fn snapshot_inner(
         r.headers_mut().insert(axum::http::header::RETRY_AFTER, HeaderValue::from_static("1"));
         return r;
     };
-    // The room is held from before the body is read (when its length is declared) until the
-    // snapshot is installed; the decoded snapshot's own length is checked again below.
-    let mut room = None;
-    if let Some(len) = declared_len(headers) {
-        match s.space.hold_install(&s.volume, len).await {
-            Ok(held) => room = Some(held),
-            Err(why) => return no_room(len, why),
-        }
+    // A declared length that does not fit is refused before the body is read; the room is
+    // held for the decoded snapshot's own length (a declared one may lie), below.
+    if let Some(len) = declared_len(headers)
+        && let Err(why) = s.space.hold_install(&s.volume, len).await
+    {
+        return no_room(len, why);
     }
     let body = {
         use http_body_util::BodyExt;
@@ -625,14 +623,13 @@ async fn snapshot_inner(
         Ok((Err(why), ..)) => return bad_rpc("bad_snapshot", &why),
         Err(e) => return (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
     };
-    if room.is_none() {
-        let len = data.len() as u64;
-        match s.space.hold_install(&s.volume, len).await {
-            Ok(held) => room = Some(held),
-            Err(why) => return no_room(len, why),
-        }
-    }
-    let _room = room;
+    // Held until the snapshot is installed: a build the guard asks for meanwhile does not
+    // count on the same bytes.
+    let len = data.len() as u64;
+    let _room = match s.space.hold_install(&s.volume, len).await {
+        Ok(held) => held,
+        Err(why) => return no_room(len, why),
+    };
     reply(&raft.install_full_snapshot(vote, Snapshot { meta, snapshot: Cursor::new(data) }).await)
 }
 
