@@ -21,8 +21,8 @@
 //!
 //! Every admitted answer says which client writes the target's volume takes
 //! (`space::SPACE_HEADER`): this node refuses what the target refuses (`space.rs`). A 507
-//! answer (a snapshot the target has no room for) is `Unreachable`, so that openraft backs
-//! off before it sends the snapshot again.
+//! answer (a snapshot or an append the target has no room for) is `Unreachable`, so that
+//! openraft backs off before it sends it again.
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -22,7 +22,8 @@
 //! at a time (a second one meanwhile gets 503): a snapshot is held in memory whole while it
 //! is checked and installed (it is not streamed to the volume). A snapshot the volume has no
 //! room for now gets 507 `no_space` (before its body is read, when it declares its length):
-//! installing it would find the volume full, which stops the Raft core (`space.rs`).
+//! installing it would find the volume full, which stops the Raft core (`space.rs`); so
+//! does an append with entries the volume has no room for.
 //! Every answer names this member (`x-vellum-member`) and says which client writes its volume
 //! takes (`x-vellum-space`, `space.rs`).
 
@@ -457,7 +458,7 @@ where
     Req: DeserializeOwned + Sender,
     Resp: Serialize,
     F: FnOnce(KvRaft, Req) -> Fut,
-    Fut: Future<Output = Resp>,
+    Fut: Future<Output = Result<Resp, Response>>,
 {
     let Some(s) = slot.ready.get() else { return not_ready() };
     let raft = match group_raft(s, headers) {
@@ -473,7 +474,10 @@ where
             Err(r) => r,
             Ok(()) => match req.well_formed(&s.limits) {
                 Err(why) => bad_rpc("bad_rpc", &why),
-                Ok(()) => reply(&call(raft, req).await),
+                Ok(()) => match call(raft, req).await {
+                    Ok(answer) => reply(&answer),
+                    Err(refused) => refused,
+                },
             },
         },
     };
@@ -491,8 +495,25 @@ fn sign(s: &RpcState, resp: &mut Response) {
     }
 }
 
+/// An append with entries is taken only while the volume has room for it
+/// ([`Space::hold_append`]; else 507 `no_space`): one that finds the volume full stops the
+/// Raft core.
 async fn append(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) -> Response {
+    let space = slot.ready.get().map(|s| Arc::clone(&s.space));
+    let bytes = body.len() as u64;
     handle(&slot, &headers, &body, |raft, req: AppendEntriesRequest<TypeConfig>| async move {
+        let _room = match (space, req.entries.last()) {
+            (Some(space), Some(last)) => {
+                // Entries the leader has committed already: this node is catching up.
+                let catch_up =
+                    req.leader_commit.as_ref().is_some_and(|c| c.index >= last.log_id.index);
+                match space.hold_append(bytes, catch_up) {
+                    Ok(held) => Some(held),
+                    Err(why) => return Err(no_room("append", bytes, why)),
+                }
+            }
+            _ => None,
+        };
         // The follower's part of a commit: its log append, timed when entries came along.
         let started = (!req.entries.is_empty()).then(std::time::Instant::now);
         let resp = raft.append_entries(req).await;
@@ -500,21 +521,21 @@ async fn append(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) 
             metrics::histogram!(STAGE_DURATION, "stage" => "follower_append_rpc")
                 .record(t.elapsed().as_secs_f64());
         }
-        resp
+        Ok(resp)
     })
     .await
 }
 
 async fn transfer(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) -> Response {
     handle(&slot, &headers, &body, |raft, req: TransferLeaderRequest<TypeConfig>| async move {
-        raft.handle_transfer_leader(req).await
+        Ok(raft.handle_transfer_leader(req).await)
     })
     .await
 }
 
 async fn vote(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) -> Response {
     handle(&slot, &headers, &body, |raft, req: VoteRequest<TypeConfig>| async move {
-        raft.vote(req).await
+        Ok(raft.vote(req).await)
     })
     .await
 }
@@ -536,15 +557,16 @@ async fn snapshot(
     resp
 }
 
-/// 507 for a snapshot of `bytes` that the volume has no room for now.
-fn no_room(bytes: u64, (free, need): (u64, u64)) -> Response {
+/// 507 for a leader's `what` (an append, a snapshot) of `bytes` that the volume has no room
+/// for now: `free` bytes of room, `need` bytes needed.
+fn no_room(what: &str, bytes: u64, (free, need): (u64, u64)) -> Response {
     tracing::warn!(
         bytes,
         free,
         need,
-        "refused a leader's snapshot: the volume has no room for it now (installing it would \
-         stop the Raft core); this node lags behind until its own snapshot frees its log, or \
-         the volume has more space"
+        "refused a leader's {what}: the volume has no room for it now (writing it would stop \
+         the Raft core); this node lags behind until its own snapshot frees its log, or the \
+         volume has more space"
     );
     let mut r = refuse(
         StatusCode::INSUFFICIENT_STORAGE,
@@ -581,7 +603,7 @@ async fn snapshot_inner(
     if let Some(len) = declared_len(headers)
         && let Err(why) = s.space.hold_install(&s.volume, len).await
     {
-        return no_room(len, why);
+        return no_room("snapshot", len, why);
     }
     let body = {
         use http_body_util::BodyExt;
@@ -628,7 +650,7 @@ async fn snapshot_inner(
     let len = data.len() as u64;
     let _room = match s.space.hold_install(&s.volume, len).await {
         Ok(held) => held,
-        Err(why) => return no_room(len, why),
+        Err(why) => return no_room("snapshot", len, why),
     };
     reply(&raft.install_full_snapshot(vote, Snapshot { meta, snapshot: Cursor::new(data) }).await)
 }

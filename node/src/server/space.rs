@@ -32,6 +32,11 @@
 //!   volume has room for it beside the snapshots being built ([`Space::hold_install`]);
 //!   else the RPC gets 507 `no_space` and the leader tries again later. The node lags
 //!   behind, and stays up.
+//! - **A leader's appends too.** An append is taken only while the volume has room for it
+//!   and a segment, and one of entries already committed (a follower catching up) only
+//!   while the next snapshots still fit after it ([`Space::hold_append`]); else 507, and a
+//!   snapshot and a purge at the guard's next look. A follower behind more log than its
+//!   volume holds takes it in steps.
 //! - **The cluster's smallest volume.** Every Raft answer of a node says which client writes
 //!   its volume takes ([`SPACE_HEADER`], [`Space::word`]), and a node that hears a peer
 //!   refuse puts (or deletes) refuses them too, for [`PEER_WORD`] after the peer last said
@@ -42,7 +47,9 @@
 //! Invariants: the guard only asks for what openraft does by itself (a snapshot; a purge of
 //! entries a snapshot covers); a put is refused before it is proposed, never after; the
 //! volume's free space is read off the async runtime (the volume's metadata lock may be held
-//! across a commit); two snapshots (built, or installed) never count on the same free bytes.
+//! across a commit); two snapshots (built, or installed) never count on the same free bytes,
+//! and an append's bytes count against the free space until a look that began after it
+//! was written.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -107,6 +114,15 @@ pub struct Space {
     builds: AtomicU64,
     /// Room held back for the snapshot being installed (one at a time, `raft_api.rs`).
     install: AtomicU64,
+    /// Bytes of a leader's appends being written, and of those written since the look that
+    /// set `free` began ([`Space::hold_append`]): `free` does not count them yet.
+    appending: AtomicU64,
+    appended: AtomicU64,
+    /// The guard has looked once: `free` is the volume's.
+    looked: AtomicBool,
+    /// An append was refused for its room since the guard last looked: it asks for
+    /// snapshots and purges as if the log had outgrown its share of the volume.
+    starved: AtomicBool,
     /// Until when (ms after `epoch`; 0: never) some peer's word refuses puts, or deletes.
     epoch: Instant,
     peer_puts_until: AtomicU64,
@@ -126,6 +142,22 @@ impl Drop for InstallRoom {
     }
 }
 
+/// The room of a leader's append being written, counted against the volume's free space
+/// until the guard's next look sees it written.
+#[derive(Debug)]
+pub struct AppendRoom {
+    space: Arc<Space>,
+    bytes: u64,
+}
+
+impl Drop for AppendRoom {
+    fn drop(&mut self) {
+        // Moved, not released: the look that set `free` may have begun before the write.
+        self.space.appended.fetch_add(self.bytes, Ordering::AcqRel);
+        self.space.appending.fetch_sub(self.bytes, Ordering::AcqRel);
+    }
+}
+
 impl Space {
     /// The space state of a node whose log has segments of `segment` bytes.
     pub fn new(segment: u64) -> Space {
@@ -137,6 +169,10 @@ impl Space {
             segment,
             builds: AtomicU64::new(0),
             install: AtomicU64::new(0),
+            appending: AtomicU64::new(0),
+            appended: AtomicU64::new(0),
+            looked: AtomicBool::new(false),
+            starved: AtomicBool::new(false),
             epoch: Instant::now(),
             peer_puts_until: AtomicU64::new(0),
             peer_deletes_until: AtomicU64::new(0),
@@ -249,6 +285,51 @@ impl Space {
         Ok(InstallRoom(Arc::clone(self)))
     }
 
+    /// Holds back room for a leader's append of `bytes` (its RPC body, as much as the
+    /// entries take in the log) before it goes to openraft: an append that finds the volume
+    /// full stops the Raft core. `Err` with the room there is and the room it needs:
+    /// - every append needs its bytes and a segment of room (the log allocates whole
+    ///   segments), the same floor below which client deletes are refused;
+    /// - a `catch_up` append (all its entries already committed: the cluster does not wait
+    ///   for this node to take them) also needs room for the next snapshots after it (the
+    ///   applied state and a segment): a node far behind takes the log in steps, each
+    ///   followed by a snapshot and a purge, instead of filling its volume with a log it
+    ///   cannot compact.
+    ///
+    /// A refusal makes the guard snapshot and purge at its next look. The room counted is
+    /// the guard's last look, less the snapshots' held room and the appends since that look.
+    pub fn hold_append(
+        self: &Arc<Self>,
+        bytes: u64,
+        catch_up: bool,
+    ) -> Result<AppendRoom, (u64, u64)> {
+        if !self.looked.load(Ordering::Acquire) {
+            // Not looked yet (the node has just started): as the guard's first look will.
+            return Ok(self.append_room(bytes));
+        }
+        let held = [&self.builds, &self.install, &self.appending, &self.appended]
+            .iter()
+            .fold(0u64, |sum, a| sum.saturating_add(a.load(Ordering::Acquire)));
+        let room = self.free.load(Ordering::Relaxed).saturating_sub(held);
+        // What the next snapshots write: the puts' reserve less the segments it keeps for
+        // the log beyond a snapshot's slack.
+        let snapshots = self.reserve.load(Ordering::Relaxed).saturating_sub(
+            (RESERVE_SEGMENTS - SNAPSHOT_SLACK_SEGMENTS).saturating_mul(self.segment),
+        );
+        let after = if catch_up { snapshots } else { 0 };
+        let need = bytes.saturating_add(self.segment).saturating_add(after);
+        if room < need {
+            self.starved.store(true, Ordering::Release);
+            return Err((room, need));
+        }
+        Ok(self.append_room(bytes))
+    }
+
+    fn append_room(self: &Arc<Self>, bytes: u64) -> AppendRoom {
+        self.appending.fetch_add(bytes, Ordering::AcqRel);
+        AppendRoom { space: Arc::clone(self), bytes }
+    }
+
     /// Judges the last look: `free` bytes, the `reserve` puts need, the log's `segment`, and
     /// the bytes a purge about to run will free (`reclaimable`: log segments a new snapshot
     /// covers, beyond the ones the log keeps).
@@ -279,6 +360,7 @@ impl Space {
         }
         metrics::gauge!(VOLUME_FREE_BYTES).set(free as f64);
         metrics::gauge!(VOLUME_RESERVE_BYTES).set(reserve as f64);
+        self.looked.store(true, Ordering::Release);
     }
 }
 
@@ -327,6 +409,9 @@ pub fn spawn_guard(
             if *stop.borrow() {
                 return;
             }
+            // Appends written before the free space is read are in it; the ones written
+            // meanwhile count twice until the next look, never zero times.
+            let seen = space.appended.load(Ordering::Acquire);
             let v = volume.clone();
             let Ok(free) = tokio::task::spawn_blocking(move || v.info().free_blocks).await else {
                 return;
@@ -339,7 +424,8 @@ pub fn spawn_guard(
             // The segments, not the entries' bytes: every durable write takes whole blocks,
             // so a run of small writes (deletes, one at a time) fills segments many times
             // faster than its entries' bytes grow.
-            let over = log.space().0 > budget;
+            // An append refused for its room asks the same: compact what the node has.
+            let over = log.space().0 > budget || space.starved.swap(false, Ordering::AcqRel);
             let all = groups.all();
             building.retain(|id, (_, was, at)| {
                 let now = all
@@ -418,6 +504,7 @@ pub fn spawn_guard(
             let reclaimable =
                 if purging { log.space().0.saturating_sub(KEPT_SEGMENTS * segment) } else { 0 };
             space.set(free_bytes, reserve(state, segment), segment, reclaimable);
+            space.appended.fetch_sub(seen, Ordering::AcqRel);
         }
     });
 }
@@ -501,5 +588,27 @@ mod tests {
         assert_eq!(space.hold_install(&volume, fits + 1).await.err(), Some((free, free + 1)));
         space.builds.store(block, Ordering::Release);
         assert!(space.hold_install(&volume, fits).await.is_err(), "a build's room is not shared");
+    }
+
+    #[test]
+    fn an_append_needs_its_bytes_and_a_segment_and_catching_up_the_next_snapshots() {
+        let space = Arc::new(Space::new(2));
+        assert!(space.hold_append(1_000, true).is_ok(), "before the first look: as before");
+        drop(space.hold_append(0, false));
+        space.appended.store(0, Ordering::Release);
+        // Free 20, a map of 5: the reserve is 5 + 3 segments, the next snapshots 5 + 1.
+        space.set(20, reserve(5, 2), 2, 0);
+        assert_eq!(space.hold_append(19, false).err(), Some((20, 21)), "bytes and a segment");
+        assert_eq!(space.hold_append(12, true).err(), Some((20, 21)), "and the snapshots");
+        assert!(space.starved.swap(false, Ordering::AcqRel), "a refusal asks for a compaction");
+        let held = space.hold_append(11, true).expect("it fits beside the snapshots");
+        assert_eq!(space.hold_append(8, false).err(), Some((9, 10)), "held while written");
+        drop(held);
+        assert_eq!(space.hold_append(8, false).err(), Some((9, 10)), "written, until a look");
+        space.appended.fetch_sub(11, Ordering::AcqRel);
+        space.set(9, reserve(5, 2), 2, 0);
+        assert!(space.hold_append(7, false).is_ok(), "the look counts it in the free space");
+        space.builds.store(2, Ordering::Release);
+        assert!(space.hold_append(6, false).is_err(), "a build's room is not an append's");
     }
 }

@@ -9,7 +9,8 @@
 //! A follower's volume counts as much as the leader's: one that fills while the leader's has
 //! room says so on its Raft answers, and the cluster refuses the writes that would stop it;
 //! one that comes back behind a purged log refuses the leader's snapshot it has no room for
-//! (507), and stays up.
+//! (507), and stays up; one that comes back behind more log than its volume holds takes it
+//! in steps, and catches up.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -159,6 +160,46 @@ fn put_many(
     (ok.into_inner(), refused)
 }
 
+/// Starts the cluster and waits until a node other than 3 leads (node 3 starts with a long
+/// election timeout, but every member campaigns as it bootstraps: if node 3 won, it hands
+/// over by going away); that leader.
+fn start_led_by_another_than_3(c: &mut Cluster) -> u64 {
+    c.start_all();
+    c.wait_ready();
+    if c.leader() == 3 {
+        c.by_id(3).kill();
+        c.leader();
+        c.by_id(3).start();
+        c.wait_ready();
+    }
+    let leader = c.leader();
+    assert_ne!(leader, 3, "node 3 was not meant to lead");
+    leader
+}
+
+/// Waits until `leader` takes puts again once node 3 is away (its word lapses).
+fn puts_taken_again(c: &Cluster, leader: u64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !c.put(c.by_ref(leader), "again", "x") {
+        assert!(Instant::now() < deadline, "puts not taken again without node 3{}", c.logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Waits until node 3's log says `what`, failing if its Raft core stopped meanwhile.
+fn node3_says(c: &Cluster, what: &str, within: Duration) {
+    let deadline = Instant::now() + within;
+    loop {
+        let log = c.by_ref(3).log_text();
+        assert!(!log.contains("the Raft core stopped"), "node 3 stopped{}", c.logs());
+        if log.contains(what) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "node 3 never said {what:?}{}", c.logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 fn alive(c: &Cluster) {
     for n in &c.nodes {
         assert!(n.is_running(), "node {} exited{}", n.id, c.logs());
@@ -175,17 +216,7 @@ fn a_follower_on_a_small_volume_stops_the_writes_not_itself() {
     c.nodes[2]
         .extra
         .extend(["--volume-size", "32MiB", "--election-timeout-ms", "10000"].map(String::from));
-    c.start_all();
-    c.wait_ready();
-    // Every member campaigns as it bootstraps: if node 3 won, it hands over by going away.
-    if c.leader() == 3 {
-        c.by_id(3).kill();
-        c.leader();
-        c.by_id(3).start();
-        c.wait_ready();
-    }
-    let leader = c.leader();
-    assert_ne!(leader, 3, "node 3 was not meant to lead");
+    let leader = start_led_by_another_than_3(&mut c);
     phase("16 writers put 32 MB of 4 KiB values, more than node 3's volume holds");
     let (ok, refused) = put_many(&c, c.by_ref(leader), 16, 500, |w, i| format!("a{w}-{i}"));
     eprintln!("{ok} puts taken, {} refused with 507", refused.len());
@@ -199,27 +230,58 @@ fn a_follower_on_a_small_volume_stops_the_writes_not_itself() {
     alive(&c);
     phase("node 3 away, the map grows past what its volume has room for, the log is purged");
     c.by_id(3).kill();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while !c.put(c.by_ref(leader), "again", "x") {
-        assert!(Instant::now() < deadline, "puts not taken again without node 3{}", c.logs());
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    puts_taken_again(&c, leader);
     let (ok, refused) =
         put_many(&c, c.by_ref(leader), 16, 400, |w, i| format!("b{}", (w * 400 + i) % 1600));
     assert!(refused.is_empty() && ok == 6400, "{ok} puts taken, {:?}{}", refused.first(), c.logs());
     phase("node 3 back: it refuses the snapshot it has no room for, and lives on");
     c.by_id(3).start();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let log = c.by_ref(3).log_text();
-        assert!(!log.contains("the Raft core stopped"), "node 3 stopped{}", c.logs());
-        if log.contains("refused a leader's snapshot") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "node 3 was never sent a snapshot{}", c.logs());
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    node3_says(&c, "refused a leader's snapshot", Duration::from_secs(60));
     std::thread::sleep(Duration::from_secs(2));
     alive(&c);
     assert_eq!(c.read(c.by_ref(leader), "b0", false).map(|v| v.len()), Some(4096));
+}
+
+/// A follower that comes back behind more log than its volume has room for beside its map
+/// (the leader's larger volume has not purged it, so it is sent entries, not a snapshot)
+/// takes that log in steps: it refuses the appends it has no room for (507), snapshots and
+/// purges what it took, and takes more. Before, the first append that found its volume full
+/// stopped its Raft core (exit 4), and it stopped again at every restart.
+#[test]
+fn a_follower_behind_by_more_log_than_its_volume_holds_catches_up_in_steps() {
+    let mut c = Cluster::new(3);
+    // The count policies off: only the volumes' room asks for snapshots and purges.
+    let counts = ["--snapshot-entries", "1000000000", "--snapshot-keep", "1000000000"];
+    for n in &mut c.nodes[..2] {
+        n.extra.extend(["--volume-size", "512MiB"].into_iter().chain(counts).map(String::from));
+    }
+    c.nodes[2].extra.extend(
+        ["--volume-size", "32MiB", "--election-timeout-ms", "10000"]
+            .into_iter()
+            .chain(counts)
+            .map(String::from),
+    );
+    let leader = start_led_by_another_than_3(&mut c);
+    phase("2,000 keys of 4 KiB on every node: an 8 MB map");
+    let (ok, refused) = put_many(&c, c.by_ref(leader), 16, 125, |w, i| format!("k{}", w * 125 + i));
+    assert!(refused.is_empty() && ok == 2000, "{ok} puts taken, {:?}{}", refused.first(), c.logs());
+    phase("node 3 away: 6,400 overwrites, 26 MB of log the leader keeps");
+    c.by_id(3).kill();
+    puts_taken_again(&c, leader);
+    let (ok, refused) =
+        put_many(&c, c.by_ref(leader), 16, 400, |w, i| format!("k{}", (w * 400 + i) % 2000));
+    assert!(refused.is_empty() && ok == 6400, "{ok} puts taken, {:?}{}", refused.first(), c.logs());
+    assert!(c.put(c.by_ref(leader), "last", "written last"), "{}", c.logs());
+    phase("node 3 back: it refuses the appends it has no room for, lives on and catches up");
+    c.by_id(3).start();
+    node3_says(&c, "refused a leader's append", Duration::from_secs(60));
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while c.read(c.by_ref(3), "last", true).as_deref() != Some("written last") {
+        let log = c.by_ref(3).log_text();
+        assert!(!log.contains("the Raft core stopped"), "node 3 stopped{}", c.logs());
+        assert!(Instant::now() < deadline, "node 3 never caught up{}", c.logs());
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    alive(&c);
+    assert_eq!(c.read(c.by_ref(3), "k0", true).map(|v| v.len()), Some(4096));
 }
