@@ -52,7 +52,7 @@ use super::KvRaft;
 use super::codec::{APPEND_BYTES, MAX_SNAPSHOT_BYTES, decode, encode};
 use super::member::{self, Guard, Knowledge, Refused};
 use super::rpc_check;
-use super::space::{SPACE_HEADER, Space};
+use super::space::{AppendRefused, SPACE_HEADER, Space};
 use super::transport::{PeerAddr, PeerCert};
 use crate::security::tls;
 use vellum_raft_store::member::PeerBook;
@@ -497,33 +497,55 @@ fn sign(s: &RpcState, resp: &mut Response) {
 
 /// An append with entries is taken only while the volume has room for it
 /// ([`Space::hold_append`]; else 507 `no_space`): one that finds the volume full stops the
-/// Raft core.
+/// Raft core. It runs in a task of its own that keeps the room held until openraft answers
+/// (once the entries are flushed), even when the leader stops waiting for the answer.
 async fn append(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) -> Response {
     let space = slot.ready.get().map(|s| Arc::clone(&s.space));
     let bytes = body.len() as u64;
     handle(&slot, &headers, &body, |raft, req: AppendEntriesRequest<TypeConfig>| async move {
-        let _room = match (space, req.entries.last()) {
+        let room = match (space, req.entries.last()) {
             (Some(space), Some(last)) => {
                 // Entries the leader has committed already: this node is catching up.
                 let catch_up =
                     req.leader_commit.as_ref().is_some_and(|c| c.index >= last.log_id.index);
                 match space.hold_append(bytes, catch_up) {
                     Ok(held) => Some(held),
-                    Err(why) => return Err(no_room("append", bytes, why)),
+                    Err(AppendRefused::NotLooked) => return Err(not_looked()),
+                    Err(AppendRefused::NoRoom { room, need }) => {
+                        return Err(no_room("append", bytes, (room, need)));
+                    }
                 }
             }
             _ => None,
         };
-        // The follower's part of a commit: its log append, timed when entries came along.
-        let started = (!req.entries.is_empty()).then(std::time::Instant::now);
-        let resp = raft.append_entries(req).await;
-        if let Some(t) = started {
-            metrics::histogram!(STAGE_DURATION, "stage" => "follower_append_rpc")
-                .record(t.elapsed().as_secs_f64());
-        }
-        Ok(resp)
+        let appended = tokio::spawn(async move {
+            // The follower's part of a commit: its log append, timed when entries came along.
+            let started = room.is_some().then(std::time::Instant::now);
+            let resp = raft.append_entries(req).await;
+            if let Some(t) = started {
+                metrics::histogram!(STAGE_DURATION, "stage" => "follower_append_rpc")
+                    .record(t.elapsed().as_secs_f64());
+            }
+            drop(room);
+            resp
+        });
+        appended
+            .await
+            .map_err(|e| (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response())
     })
     .await
+}
+
+/// 507 for an append before the space guard's first look (the node has just started): the
+/// leader backs off and sends it again.
+fn not_looked() -> Response {
+    tracing::debug!("an append before the space guard's first look: refused for now");
+    let mut r = refuse(
+        StatusCode::INSUFFICIENT_STORAGE,
+        &json!({ "error": "no_space", "reason": "the node is starting: its volume's room is not known yet" }),
+    );
+    r.headers_mut().insert(axum::http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+    r
 }
 
 async fn transfer(State(slot): State<Arc<Slot>>, headers: HeaderMap, body: Bytes) -> Response {
@@ -558,7 +580,8 @@ async fn snapshot(
 }
 
 /// 507 for a leader's `what` (an append, a snapshot) of `bytes` that the volume has no room
-/// for now: `free` bytes of room, `need` bytes needed.
+/// for now: `free` bytes of room (for an append: the free space less the room held back
+/// for snapshots and appends being written), `need` bytes needed.
 fn no_room(what: &str, bytes: u64, (free, need): (u64, u64)) -> Response {
     tracing::warn!(
         bytes,

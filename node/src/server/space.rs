@@ -34,9 +34,9 @@
 //!   behind, and stays up.
 //! - **A leader's appends too.** An append is taken only while the volume has room for it
 //!   and a segment, and one of entries already committed (a follower catching up) only
-//!   while the next snapshots still fit after it ([`Space::hold_append`]); else 507, and a
-//!   snapshot and a purge at the guard's next look. A follower behind more log than its
-//!   volume holds takes it in steps.
+//!   while the next snapshots still fit after it ([`Space::hold_append`]; none before the
+//!   guard's first look); else 507, and the guard asks for snapshots at its next look and
+//!   purges up to them. A follower behind more log than its volume holds takes it in steps.
 //! - **The cluster's smallest volume.** Every Raft answer of a node says which client writes
 //!   its volume takes ([`SPACE_HEADER`], [`Space::word`]), and a node that hears a peer
 //!   refuse puts (or deletes) refuses them too, for [`PEER_WORD`] after the peer last said
@@ -140,6 +140,16 @@ impl Drop for InstallRoom {
     fn drop(&mut self) {
         self.0.install.store(0, Ordering::Release);
     }
+}
+
+/// Why a leader's append is not taken now ([`Space::hold_append`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendRefused {
+    /// The guard has not looked at the volume yet (the node has just started).
+    NotLooked,
+    /// `room` bytes are left for appends (the free space less the room held back), and it
+    /// needs `need`.
+    NoRoom { room: u64, need: u64 },
 }
 
 /// The room of a leader's append being written, counted against the volume's free space
@@ -277,7 +287,10 @@ impl Space {
         .await
         .unwrap_or(0);
         let need = bytes.saturating_add(SNAPSHOT_SLACK_SEGMENTS * self.segment);
-        let room = free.saturating_sub(self.builds.load(Ordering::Acquire));
+        // `free` was read now: appends written already are in it, not those being written.
+        let room = free
+            .saturating_sub(self.builds.load(Ordering::Acquire))
+            .saturating_sub(self.appending.load(Ordering::Acquire));
         if room < need {
             return Err((free, need));
         }
@@ -285,9 +298,10 @@ impl Space {
         Ok(InstallRoom(Arc::clone(self)))
     }
 
-    /// Holds back room for a leader's append of `bytes` (its RPC body, as much as the
-    /// entries take in the log) before it goes to openraft: an append that finds the volume
-    /// full stops the Raft core. `Err` with the room there is and the room it needs:
+    /// Holds back room for a leader's append of `bytes` (its RPC body: the entries' bytes,
+    /// less than the whole blocks the log writes them in, which the segment of slack
+    /// covers) before it goes to openraft: an append that finds the volume full stops the
+    /// Raft core. Refused until the guard's first look, and when it does not fit:
     /// - every append needs its bytes and a segment of room (the log allocates whole
     ///   segments), the same floor below which client deletes are refused;
     /// - a `catch_up` append (all its entries already committed: the cluster does not wait
@@ -296,21 +310,20 @@ impl Space {
     ///   followed by a snapshot and a purge, instead of filling its volume with a log it
     ///   cannot compact.
     ///
-    /// A refusal makes the guard snapshot and purge at its next look. The room counted is
-    /// the guard's last look, less the snapshots' held room and the appends since that look.
+    /// A refusal for room makes the guard ask for snapshots at its next look (as when the
+    /// log outgrows its share of the volume: if there is room for them and none was asked
+    /// for within [`SNAPSHOT_PAUSE`]) and purge up to them once built. The room counted is
+    /// the guard's last look, less the snapshots' held room and the appends since that look
+    /// (checked and counted in one step).
     pub fn hold_append(
         self: &Arc<Self>,
         bytes: u64,
         catch_up: bool,
-    ) -> Result<AppendRoom, (u64, u64)> {
+    ) -> Result<AppendRoom, AppendRefused> {
         if !self.looked.load(Ordering::Acquire) {
-            // Not looked yet (the node has just started): as the guard's first look will.
-            return Ok(self.append_room(bytes));
+            // The node has just started: nothing is known of its volume for a moment.
+            return Err(AppendRefused::NotLooked);
         }
-        let held = [&self.builds, &self.install, &self.appending, &self.appended]
-            .iter()
-            .fold(0u64, |sum, a| sum.saturating_add(a.load(Ordering::Acquire)));
-        let room = self.free.load(Ordering::Relaxed).saturating_sub(held);
         // What the next snapshots write: the puts' reserve less the segments it keeps for
         // the log beyond a snapshot's slack.
         let snapshots = self.reserve.load(Ordering::Relaxed).saturating_sub(
@@ -318,16 +331,28 @@ impl Space {
         );
         let after = if catch_up { snapshots } else { 0 };
         let need = bytes.saturating_add(self.segment).saturating_add(after);
-        if room < need {
-            self.starved.store(true, Ordering::Release);
-            return Err((room, need));
+        // Checked and counted in one step: appends of several groups (or a leader's retry)
+        // at once never count on the same bytes.
+        let mut appending = self.appending.load(Ordering::Acquire);
+        loop {
+            let held = [&self.builds, &self.install, &self.appended]
+                .iter()
+                .fold(appending, |sum, a| sum.saturating_add(a.load(Ordering::Acquire)));
+            let room = self.free.load(Ordering::Relaxed).saturating_sub(held);
+            if room < need {
+                self.starved.store(true, Ordering::Release);
+                return Err(AppendRefused::NoRoom { room, need });
+            }
+            match self.appending.compare_exchange_weak(
+                appending,
+                appending.saturating_add(bytes),
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Ok(AppendRoom { space: Arc::clone(self), bytes }),
+                Err(now) => appending = now,
+            }
         }
-        Ok(self.append_room(bytes))
-    }
-
-    fn append_room(self: &Arc<Self>, bytes: u64) -> AppendRoom {
-        self.appending.fetch_add(bytes, Ordering::AcqRel);
-        AppendRoom { space: Arc::clone(self), bytes }
     }
 
     /// Judges the last look: `free` bytes, the `reserve` puts need, the log's `segment`, and
@@ -401,10 +426,14 @@ pub fn spawn_guard(
         // and the snapshot index it replaces. Their bytes are not all allocated yet, so the
         // room they take is held back from the next asks.
         let mut building: BTreeMap<u64, (u64, u64, Instant)> = BTreeMap::new();
+        // The first look at once: the Raft port refuses appends until it is done.
+        let mut first = true;
         loop {
-            tokio::select! {
-                () = tokio::time::sleep(SPACE_EVERY) => {}
-                _ = stop.changed() => return,
+            if !std::mem::take(&mut first) {
+                tokio::select! {
+                    () = tokio::time::sleep(SPACE_EVERY) => {}
+                    _ = stop.changed() => return,
+                }
             }
             if *stop.borrow() {
                 return;
@@ -425,7 +454,8 @@ pub fn spawn_guard(
             // so a run of small writes (deletes, one at a time) fills segments many times
             // faster than its entries' bytes grow.
             // An append refused for its room asks the same: compact what the node has.
-            let over = log.space().0 > budget || space.starved.swap(false, Ordering::AcqRel);
+            let starved = space.starved.swap(false, Ordering::AcqRel);
+            let over = log.space().0 > budget || starved;
             let all = groups.all();
             building.retain(|id, (_, was, at)| {
                 let now = all
@@ -593,22 +623,46 @@ mod tests {
     #[test]
     fn an_append_needs_its_bytes_and_a_segment_and_catching_up_the_next_snapshots() {
         let space = Arc::new(Space::new(2));
-        assert!(space.hold_append(1_000, true).is_ok(), "before the first look: as before");
-        drop(space.hold_append(0, false));
-        space.appended.store(0, Ordering::Release);
+        let no_room = |room, need| Some(AppendRefused::NoRoom { room, need });
+        let refused = |r: Result<AppendRoom, AppendRefused>| r.err();
+        assert_eq!(refused(space.hold_append(1, false)), Some(AppendRefused::NotLooked));
         // Free 20, a map of 5: the reserve is 5 + 3 segments, the next snapshots 5 + 1.
         space.set(20, reserve(5, 2), 2, 0);
-        assert_eq!(space.hold_append(19, false).err(), Some((20, 21)), "bytes and a segment");
-        assert_eq!(space.hold_append(12, true).err(), Some((20, 21)), "and the snapshots");
+        assert_eq!(refused(space.hold_append(19, false)), no_room(20, 21), "a segment");
+        assert_eq!(refused(space.hold_append(12, true)), no_room(20, 21), "snapshots");
         assert!(space.starved.swap(false, Ordering::AcqRel), "a refusal asks for a compaction");
         let held = space.hold_append(11, true).expect("it fits beside the snapshots");
-        assert_eq!(space.hold_append(8, false).err(), Some((9, 10)), "held while written");
+        assert_eq!(refused(space.hold_append(8, false)), no_room(9, 10), "being written");
         drop(held);
-        assert_eq!(space.hold_append(8, false).err(), Some((9, 10)), "written, until a look");
+        assert_eq!(refused(space.hold_append(8, false)), no_room(9, 10), "until a look");
         space.appended.fetch_sub(11, Ordering::AcqRel);
         space.set(9, reserve(5, 2), 2, 0);
         assert!(space.hold_append(7, false).is_ok(), "the look counts it in the free space");
         space.builds.store(2, Ordering::Release);
         assert!(space.hold_append(6, false).is_err(), "a build's room is not an append's");
+    }
+
+    #[test]
+    fn appends_at_once_never_count_on_the_same_room() {
+        let space = Arc::new(Space::new(1 << 20));
+        space.set(64 << 20, reserve(0, 1 << 20), 1 << 20, 0);
+        // Room for 63 appends of 1 MiB beside the segment of slack, taken by 8 threads.
+        let held: Vec<AppendRoom> = std::thread::scope(|s| {
+            let threads: Vec<_> = (0..8)
+                .map(|_| {
+                    s.spawn(|| {
+                        (0..16)
+                            .filter_map(|_| space.hold_append(1 << 20, false).ok())
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            threads.into_iter().flat_map(|t| t.join().unwrap()).collect()
+        });
+        assert_eq!(held.len(), 63);
+        assert_eq!(space.appending.load(Ordering::Acquire), 63 << 20);
+        drop(held);
+        assert_eq!(space.appending.load(Ordering::Acquire), 0);
+        assert_eq!(space.appended.load(Ordering::Acquire), 63 << 20, "counted until a look");
     }
 }

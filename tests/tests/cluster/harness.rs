@@ -75,8 +75,21 @@ impl Node {
         format!("{scheme}://127.0.0.1:{}{path}", self.api)
     }
 
-    pub fn is_running(&self) -> bool {
+    /// Started by the test and not killed or stopped by it since (it may have exited by
+    /// itself: [`Node::is_running`] tells).
+    pub fn is_started(&self) -> bool {
         self.child.is_some()
+    }
+
+    /// Started, and its process has not exited (an exited one not yet reaped, a zombie,
+    /// counts as exited; one stopped by `SIGSTOP` is running).
+    pub fn is_running(&self) -> bool {
+        self.child.as_ref().is_some_and(|c| {
+            std::fs::read_to_string(format!("/proc/{}/stat", c.id())).is_ok_and(|stat| {
+                // `pid (comm) state ...`: the state follows the last parenthesis.
+                stat.rsplit_once(')').is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+            })
+        })
     }
 
     /// Starts the process with `args` after the common ones.
@@ -244,14 +257,18 @@ impl Cluster {
         self.authed(self.http.get(url)).send().ok()
     }
 
-    /// Waits until every running node answers `/readyz` with 200.
+    /// Waits until every started node answers `/readyz` with 200 (one that exited by itself
+    /// fails the test at once).
     pub fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
+            if let Some(n) = self.nodes.iter().find(|n| n.is_started() && !n.is_running()) {
+                panic!("node {} exited while it was awaited; logs: {}", n.id, self.logs());
+            }
             let ready = self
                 .nodes
                 .iter()
-                .filter(|n| n.is_running())
+                .filter(|n| n.is_started())
                 .all(|n| self.get(&n.url("/readyz")).is_some_and(|r| r.status().is_success()));
             if ready {
                 return;
@@ -261,15 +278,15 @@ impl Cluster {
         }
     }
 
-    /// The leader as the running nodes report it (waiting for one).
+    /// The leader as the started nodes report it (waiting for one).
     pub fn leader(&self) -> u64 {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            for n in self.nodes.iter().filter(|n| n.is_running()) {
+            for n in self.nodes.iter().filter(|n| n.is_started()) {
                 if let Some(r) = self.get(&n.url("/v1/cluster/status"))
                     && let Ok(v) = r.json::<serde_json::Value>()
                     && let Some(l) = v["leader"].as_u64()
-                    && self.nodes.iter().any(|m| m.id == l && m.is_running())
+                    && self.nodes.iter().any(|m| m.id == l && m.is_started())
                 {
                     return l;
                 }

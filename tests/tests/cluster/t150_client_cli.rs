@@ -181,7 +181,7 @@ fn membership_changes_wait_out_a_dead_leader() {
     assert!(c.put(&c.nodes[0], "before", "kill"));
     let (api5, raft5) = waiting_node(&mut c, 5);
     let live = |c: &Cluster| -> String {
-        let running = c.nodes.iter().filter(|n| n.is_running() && n.id != 5);
+        let running = c.nodes.iter().filter(|n| n.is_started() && n.id != 5);
         running.map(|n| format!("127.0.0.1:{}", n.api)).collect::<Vec<_>>().join(",")
     };
 
@@ -206,7 +206,7 @@ fn membership_changes_wait_out_a_dead_leader() {
     assert!(out.contains("node 5 promoted to voter"), "{out}");
     let voters = ids(&status_of(
         &c,
-        c.nodes.iter().position(crate::harness::Node::is_running).unwrap(),
+        c.nodes.iter().position(crate::harness::Node::is_started).unwrap(),
     )["voters"]);
     let want: Vec<u64> = (1..=5).filter(|id| *id != first).collect();
     assert_eq!(voters, want);

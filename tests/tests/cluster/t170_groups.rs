@@ -50,7 +50,7 @@ fn wait_spread(c: &Cluster, node: &Node, ids: &[u64], within: Duration) -> Vec<u
 
 /// Writes `range` through the running nodes in turn from 8 threads; the keys acknowledged.
 pub(crate) fn write_all(c: &Cluster, range: std::ops::Range<usize>) -> Vec<usize> {
-    let running: Vec<&Node> = c.nodes.iter().filter(|n| n.is_running()).collect();
+    let running: Vec<&Node> = c.nodes.iter().filter(|n| n.is_started()).collect();
     std::thread::scope(|s| {
         let handles: Vec<_> = (0..8)
             .map(|t| {

@@ -70,7 +70,7 @@ fn wait_placed(c: &Cluster, members: &[u64]) -> Vec<Vec<u64>> {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let views: Vec<Option<Vec<Vec<u64>>>> =
-            c.nodes.iter().filter(|n| n.is_running()).map(|n| voters(c, n)).collect();
+            c.nodes.iter().filter(|n| n.is_started()).map(|n| voters(c, n)).collect();
         if let Some(Some(first)) = views.first()
             && views.iter().all(|v| v.as_ref() == Some(first))
         {
@@ -96,7 +96,7 @@ fn wait_released(c: &Cluster, sets: &[Vec<u64>]) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
         let mut held_on = Vec::new();
-        for n in c.nodes.iter().filter(|n| n.is_running()) {
+        for n in c.nodes.iter().filter(|n| n.is_started()) {
             let Some(v) = c.get(&n.url("/v1/cluster/status")).and_then(|r| r.json().ok()) else {
                 held_on.push((n.id, None));
                 continue;
@@ -167,7 +167,7 @@ fn a_fourth_and_fifth_node_take_their_share_of_the_replicas() {
         let from = acked.len();
         acked.extend(write_all(&c, from..from + 200));
         assert_eq!(acked.len(), from + 200, "writes go on; {}", c.logs());
-        for n in c.nodes.iter().filter(|n| n.is_running()) {
+        for n in c.nodes.iter().filter(|n| n.is_started()) {
             let gone = lost(&c, n, &acked);
             assert!(gone.is_empty(), "{} writes lost, read through node {}", gone.len(), n.id);
         }
