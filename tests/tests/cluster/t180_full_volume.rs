@@ -177,6 +177,16 @@ fn start_led_by_another_than_3(c: &mut Cluster) -> u64 {
     leader
 }
 
+/// Kills node 3, waits until `leader` takes puts again (node 3's word lapses), and has 16
+/// writers put 6,400 values of 4 KiB there over the `keys` keys `{prefix}0`.. (every one taken).
+fn overwrite_without_node_3(c: &mut Cluster, leader: u64, prefix: &str, keys: usize) {
+    c.by_id(3).kill();
+    puts_taken_again(c, leader);
+    let (ok, refused) =
+        put_many(c, c.by_ref(leader), 16, 400, |w, i| format!("{prefix}{}", (w * 400 + i) % keys));
+    assert!(refused.is_empty() && ok == 6400, "{ok} puts taken, {:?}{}", refused.first(), c.logs());
+}
+
 /// Waits until `leader` takes puts again once node 3 is away (its word lapses).
 fn puts_taken_again(c: &Cluster, leader: u64) {
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -229,11 +239,7 @@ fn a_follower_on_a_small_volume_stops_the_writes_not_itself() {
     );
     alive(&c);
     phase("node 3 away, the map grows past what its volume has room for, the log is purged");
-    c.by_id(3).kill();
-    puts_taken_again(&c, leader);
-    let (ok, refused) =
-        put_many(&c, c.by_ref(leader), 16, 400, |w, i| format!("b{}", (w * 400 + i) % 1600));
-    assert!(refused.is_empty() && ok == 6400, "{ok} puts taken, {:?}{}", refused.first(), c.logs());
+    overwrite_without_node_3(&mut c, leader, "b", 1600);
     phase("node 3 back: it refuses the snapshot it has no room for, and lives on");
     c.by_id(3).start();
     node3_says(&c, "refused a leader's snapshot", Duration::from_secs(60));
@@ -266,11 +272,7 @@ fn a_follower_behind_by_more_log_than_its_volume_holds_catches_up_in_steps() {
     let (ok, refused) = put_many(&c, c.by_ref(leader), 16, 125, |w, i| format!("k{}", w * 125 + i));
     assert!(refused.is_empty() && ok == 2000, "{ok} puts taken, {:?}{}", refused.first(), c.logs());
     phase("node 3 away: 6,400 overwrites, 26 MB of log the leader keeps");
-    c.by_id(3).kill();
-    puts_taken_again(&c, leader);
-    let (ok, refused) =
-        put_many(&c, c.by_ref(leader), 16, 400, |w, i| format!("k{}", (w * 400 + i) % 2000));
-    assert!(refused.is_empty() && ok == 6400, "{ok} puts taken, {:?}{}", refused.first(), c.logs());
+    overwrite_without_node_3(&mut c, leader, "k", 2000);
     assert!(c.put(c.by_ref(leader), "last", "written last"), "{}", c.logs());
     phase("node 3 back: it refuses the appends it has no room for, lives on and catches up");
     c.by_id(3).start();

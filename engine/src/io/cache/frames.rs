@@ -75,8 +75,10 @@ impl PageCache {
                     }
                     ahead += u64::from(slot.prefetched);
                 }
-                drop(st);
+                // Counted before the pages can be hit (under the state lock): a reader that
+                // hits one sees it counted.
                 self.counters.readahead_pages.fetch_add(ahead, Ordering::Relaxed);
+                drop(st);
                 self.notify();
                 Ok(Some(run[0]))
             }
@@ -139,12 +141,14 @@ impl PageCache {
                 Self::remove(&mut st, f);
             }
         }
+        if result.is_ok() {
+            // Counted before the pages can be hit (under the state lock): a reader that hits
+            // one sees it counted.
+            self.counters.readahead_pages.fetch_add(run.len() as u64, Ordering::Relaxed);
+        }
         drop(st);
         self.notify();
-        result.map(|()| {
-            self.counters.readahead_pages.fetch_add(run.len() as u64, Ordering::Relaxed);
-            run.len()
-        })
+        result.map(|()| run.len())
     }
 
     /// Reads the pages of `run` (frames of consecutive blocks from `first`) from the carrier
