@@ -304,11 +304,11 @@ impl Space {
     /// Raft core. Refused until the guard's first look, and when it does not fit:
     /// - every append needs its bytes and a segment of room (the log allocates whole
     ///   segments), the same floor below which client deletes are refused;
-    /// - a `catch_up` append (all its entries already committed: the cluster does not wait
-    ///   for this node to take them) also needs room for the next snapshots after it (the
-    ///   applied state and a segment): a node far behind takes the log in steps, each
-    ///   followed by a snapshot and a purge, instead of filling its volume with a log it
-    ///   cannot compact.
+    /// - a `catch_up` append (all its entries already committed: no commit waits for this
+    ///   node to take them, unless it is needed for the quorum because another member is
+    ///   down) also needs room for the next snapshots after it (the applied state and a
+    ///   segment): a node far behind takes the log in steps, each followed by a snapshot and
+    ///   a purge, instead of filling its volume with a log it cannot compact.
     ///
     /// A refusal for room makes the guard ask for snapshots at its next look (as when the
     /// log outgrows its share of the volume: if there is room for them and none was asked
