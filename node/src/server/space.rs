@@ -15,8 +15,9 @@
 //!   times faster than their bytes say.
 //! - **Admission.** While the volume's free space is below what the next snapshots need (the
 //!   applied state's bytes of every group, plus three log segments: [`reserve`]; not while
-//!   a purge is about to free segments), this node refuses client puts (HTTP 507), and takes
-//!   them again once there is room. Deletes pass (they free space) until less than one
+//!   a purge is about to free segments), this node refuses client puts (HTTP 507), compacts
+//!   its log as if it had outgrown its share, and takes puts again once there is room: a
+//!   segment above the reserve, or the reserve once nothing is left to compact. Deletes pass (they free space) until less than one
 //!   segment is left. Known limit: when the map has grown so that its next snapshot no
 //!   longer fits, deletes (of missing keys above all: they cost log blocks and free nothing)
 //!   can use up that room, and the node ends read-only (every write 507) until the volume
@@ -102,7 +103,8 @@ pub struct NoRoom {
 /// the Raft port read it.
 #[derive(Debug)]
 pub struct Space {
-    /// Puts are taken (free space at least the reserve).
+    /// Puts are taken (free space at least the reserve). While they are refused, the guard
+    /// compacts the log as if it had outgrown its share of the volume.
     puts: AtomicBool,
     /// Deletes are taken (free space at least one segment).
     deletes: AtomicBool,
@@ -355,16 +357,20 @@ impl Space {
         }
     }
 
-    /// Judges the last look: `free` bytes, the `reserve` puts need, the log's `segment`, and
-    /// the bytes a purge about to run will free (`reclaimable`: log segments a new snapshot
-    /// covers, beyond the ones the log keeps).
-    fn set(&self, free: u64, reserve: u64, segment: u64, reclaimable: u64) {
+    /// Judges the last look: `free` bytes, the `reserve` puts need, the log's `segment`, the
+    /// bytes a purge about to run will free (`reclaimable`: log segments a new snapshot
+    /// covers, beyond the ones the log keeps), and whether the log is `compacted` (every
+    /// group's applied entries are in a snapshot and purged, none being built: no look to
+    /// come frees more).
+    fn set(&self, free: u64, reserve: u64, segment: u64, reclaimable: u64, compacted: bool) {
         self.free.store(free, Ordering::Relaxed);
         self.reserve.store(reserve, Ordering::Relaxed);
-        // Once refused, puts wait for a segment more than the reserve, so that a volume at
-        // the edge does not flip at every look.
+        // Once refused, puts wait for a segment more than the reserve while compacting can
+        // still free some, so that a volume at the edge does not flip at every look. Once
+        // the log is compacted, waiting for that segment would wait for ever (nothing frees
+        // it but deletes), so the reserve is enough.
         let was = self.puts.load(Ordering::Acquire);
-        let want = if was { reserve } else { reserve + segment };
+        let want = if was || compacted { reserve } else { reserve + segment };
         let puts = free.saturating_add(reclaimable) >= want;
         self.puts.store(puts, Ordering::Release);
         if was && !puts {
@@ -454,8 +460,11 @@ pub fn spawn_guard(
             // so a run of small writes (deletes, one at a time) fills segments many times
             // faster than its entries' bytes grow.
             // An append refused for its room asks the same: compact what the node has.
+            // So do refused puts: the room they wait for is what compacting frees, and a
+            // log within its share may still hold a segment of entries a snapshot covers.
             let starved = space.starved.swap(false, Ordering::AcqRel);
-            let over = log.space().0 > budget || starved;
+            let refused = !space.puts.load(Ordering::Acquire);
+            let over = log.space().0 > budget || starved || refused;
             let all = groups.all();
             building.retain(|id, (_, was, at)| {
                 let now = all
@@ -466,6 +475,8 @@ pub fn spawn_guard(
                 now <= *was && at.elapsed() < BUILD_HELD
             });
             let held: u64 = building.values().map(|(need, _, _)| need).sum();
+            // Every group's applied entries in a snapshot and purged, none being built.
+            let mut compacted = building.is_empty();
             let mut room = free_bytes
                 .saturating_sub(held)
                 .saturating_sub(space.install.load(Ordering::Acquire));
@@ -478,6 +489,7 @@ pub fn spawn_guard(
                 let by_count = applied.saturating_sub(snapshot) >= every;
                 let by_bytes = over && handle.live_bytes() > 0;
                 purging |= by_bytes && snapshot > purged_to;
+                compacted &= applied <= snapshot && (snapshot <= purged_to || !by_bytes);
                 if by_bytes && snapshot > purged_to && purged.get(&g.id) != Some(&snapshot) {
                     purged.insert(g.id, snapshot);
                     tracing::info!(
@@ -533,7 +545,7 @@ pub fn spawn_guard(
             // others into spares; it frees the rest.
             let reclaimable =
                 if purging { log.space().0.saturating_sub(KEPT_SEGMENTS * segment) } else { 0 };
-            space.set(free_bytes, reserve(state, segment), segment, reclaimable);
+            space.set(free_bytes, reserve(state, segment), segment, reclaimable, compacted);
             space.appended.fetch_sub(seen, Ordering::AcqRel);
         }
     });
@@ -558,31 +570,43 @@ mod tests {
     fn puts_are_refused_below_the_reserve_and_deletes_below_a_segment() {
         let space = Space::new(2);
         assert_eq!(space.refusal(true), None);
-        space.set(10, reserve(5, 2), 2, 0);
+        space.set(10, reserve(5, 2), 2, 0, false);
         assert_eq!(space.refusal(true), Some(own(10, 11)), "puts stop below the reserve");
         assert_eq!(space.refusal(false), None, "deletes go on: they free space");
-        space.set(1, reserve(5, 2), 2, 0);
+        space.set(1, reserve(5, 2), 2, 0, false);
         assert_eq!(space.refusal(false), Some(own(1, 11)), "below a segment, deletes stop too");
-        space.set(8, 11, 2, 5);
+        space.set(8, 11, 2, 5, false);
         assert_eq!(space.refusal(true), None, "what a purge about to run frees counts");
-        space.set(1, 11, 2, 0);
-        space.set(11, 11, 2, 0);
+        space.set(1, 11, 2, 0, false);
+        space.set(11, 11, 2, 0, false);
         assert!(space.refusal(true).is_some(), "once refused, the reserve and a segment more");
-        space.set(13, 11, 2, 0);
+        space.set(13, 11, 2, 0, false);
         assert_eq!((space.refusal(true), space.refusal(false)), (None, None));
+    }
+
+    #[test]
+    fn once_the_log_is_compacted_a_refused_volume_takes_puts_at_the_reserve() {
+        let space = Space::new(2);
+        space.set(10, 11, 2, 0, false);
+        space.set(12, 11, 2, 0, false);
+        assert!(space.refusal(true).is_some(), "a snapshot or a purge may still free room");
+        space.set(12, 11, 2, 0, true);
+        assert_eq!(space.refusal(true), None, "nothing left to free: the reserve is enough");
+        space.set(10, 11, 2, 0, true);
+        assert!(space.refusal(true).is_some(), "below the reserve, compacted or not");
     }
 
     #[test]
     fn a_node_refuses_what_a_peer_says_its_volume_refuses() {
         let (me, leader) = (Space::new(2), Space::new(2));
         assert_eq!(me.word(), "all 0 0");
-        me.set(10, 11, 2, 0);
+        me.set(10, 11, 2, 0, false);
         assert_eq!(me.word(), "deletes 10 11");
         leader.heard(3, &me.word());
         let peer = Some(NoRoom { member: Some(3), free: 10, reserve: 11 });
         assert_eq!(leader.refusal(true), peer, "the peer's refusal of puts holds here");
         assert_eq!(leader.refusal(false), None, "the peer takes deletes");
-        me.set(1, 11, 2, 0);
+        me.set(1, 11, 2, 0, false);
         assert_eq!(me.word(), "none 1 11");
         leader.heard(3, &me.word());
         assert_eq!(leader.refusal(false).and_then(|r| r.member), Some(3));
@@ -627,7 +651,7 @@ mod tests {
         let refused = |r: Result<AppendRoom, AppendRefused>| r.err();
         assert_eq!(refused(space.hold_append(1, false)), Some(AppendRefused::NotLooked));
         // Free 20, a map of 5: the reserve is 5 + 3 segments, the next snapshots 5 + 1.
-        space.set(20, reserve(5, 2), 2, 0);
+        space.set(20, reserve(5, 2), 2, 0, false);
         assert_eq!(refused(space.hold_append(19, false)), no_room(20, 21), "a segment");
         assert_eq!(refused(space.hold_append(12, true)), no_room(20, 21), "snapshots");
         assert!(space.starved.swap(false, Ordering::AcqRel), "a refusal asks for a compaction");
@@ -636,7 +660,7 @@ mod tests {
         drop(held);
         assert_eq!(refused(space.hold_append(8, false)), no_room(9, 10), "until a look");
         space.appended.fetch_sub(11, Ordering::AcqRel);
-        space.set(9, reserve(5, 2), 2, 0);
+        space.set(9, reserve(5, 2), 2, 0, false);
         assert!(space.hold_append(7, false).is_ok(), "the look counts it in the free space");
         space.builds.store(2, Ordering::Release);
         assert!(space.hold_append(6, false).is_err(), "a build's room is not an append's");
@@ -645,7 +669,7 @@ mod tests {
     #[test]
     fn appends_at_once_never_count_on_the_same_room() {
         let space = Arc::new(Space::new(1 << 20));
-        space.set(64 << 20, reserve(0, 1 << 20), 1 << 20, 0);
+        space.set(64 << 20, reserve(0, 1 << 20), 1 << 20, 0, false);
         // Room for 63 appends of 1 MiB beside the segment of slack, taken by 8 threads.
         let held: Vec<AppendRoom> = std::thread::scope(|s| {
             let threads: Vec<_> = (0..8)
