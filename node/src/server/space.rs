@@ -16,13 +16,15 @@
 //! - **Admission.** While the volume's free space is below what the next snapshots need (the
 //!   applied state's bytes of every group, plus three log segments: [`reserve`]; not while
 //!   a purge is about to free segments), this node refuses client puts (HTTP 507), compacts
-//!   its log as if it had outgrown its share, and takes puts again once there is room: a
-//!   segment above the reserve, or the reserve once nothing is left to compact. Deletes pass (they free space) until less than one
+//!   its log as if it had outgrown its share while more than the segment being written is
+//!   active, and takes puts again once there is room: a segment above the reserve, or the
+//!   reserve once compacting frees no more. Deletes pass (they free space) until less than one
 //!   segment is left. Known limit: when the map has grown so that its next snapshot no
 //!   longer fits, deletes (of missing keys above all: they cost log blocks and free nothing)
 //!   can use up that room, and the node ends read-only (every write 507) until the volume
-//!   has more space; it stays up and serves reads. The state a snapshot writes is the whole map, so a volume must hold
-//!   the map twice: a full volume says so to the client instead of killing the node.
+//!   has more space; it stays up and serves reads. The state a snapshot writes is the whole
+//!   map, so a volume must hold the map twice: a full volume says so to the client instead
+//!   of killing the node.
 //! - **Room first.** The guard also takes over openraft's count policy (`--snapshot-entries`,
 //!   openraft's own is `Never`): a snapshot is asked for only while the volume has room for
 //!   it (the group's map and one segment, less than the puts' reserve, so that a snapshot
@@ -104,7 +106,8 @@ pub struct NoRoom {
 #[derive(Debug)]
 pub struct Space {
     /// Puts are taken (free space at least the reserve). While they are refused, the guard
-    /// compacts the log as if it had outgrown its share of the volume.
+    /// compacts the log as if it had outgrown its share of the volume (while more than one
+    /// segment is active).
     puts: AtomicBool,
     /// Deletes are taken (free space at least one segment).
     deletes: AtomicBool,
@@ -359,9 +362,9 @@ impl Space {
 
     /// Judges the last look: `free` bytes, the `reserve` puts need, the log's `segment`, the
     /// bytes a purge about to run will free (`reclaimable`: log segments a new snapshot
-    /// covers, beyond the ones the log keeps), and whether the log is `compacted` (every
-    /// group's applied entries are in a snapshot and purged, none being built: no look to
-    /// come frees more).
+    /// covers, beyond the ones the log keeps), and whether the log is `compacted` (no
+    /// snapshot being built, and only the segment being written active or every group's
+    /// applied entries in a snapshot and purged: no look to come frees more).
     fn set(&self, free: u64, reserve: u64, segment: u64, reclaimable: u64, compacted: bool) {
         self.free.store(free, Ordering::Relaxed);
         self.reserve.store(reserve, Ordering::Relaxed);
@@ -460,11 +463,15 @@ pub fn spawn_guard(
             // so a run of small writes (deletes, one at a time) fills segments many times
             // faster than its entries' bytes grow.
             // An append refused for its room asks the same: compact what the node has.
-            // So do refused puts: the room they wait for is what compacting frees, and a
-            // log within its share may still hold a segment of entries a snapshot covers.
+            let used = log.space().0;
             let starved = space.starved.swap(false, Ordering::AcqRel);
+            let grown = used > budget || starved;
+            // So do refused puts, while more than the segment being written is active: the
+            // room they wait for is what compacting frees (a purge frees or recycles only
+            // the other segments, so with one active there is nothing to gain from a new
+            // snapshot of the whole map).
             let refused = !space.puts.load(Ordering::Acquire);
-            let over = log.space().0 > budget || starved || refused;
+            let over = grown || (refused && used > segment);
             let all = groups.all();
             building.retain(|id, (_, was, at)| {
                 let now = all
@@ -475,8 +482,9 @@ pub fn spawn_guard(
                 now <= *was && at.elapsed() < BUILD_HELD
             });
             let held: u64 = building.values().map(|(need, _, _)| need).sum();
-            // Every group's applied entries in a snapshot and purged, none being built.
-            let mut compacted = building.is_empty();
+            // Compacting frees no more: none being built, and only the segment being written
+            // active, or every group's applied entries in a snapshot and purged.
+            let mut purged_all = true;
             let mut room = free_bytes
                 .saturating_sub(held)
                 .saturating_sub(space.install.load(Ordering::Acquire));
@@ -488,8 +496,11 @@ pub fn spawn_guard(
                 let purged_to = m.purged.map_or(0, |p| p.index);
                 let by_count = applied.saturating_sub(snapshot) >= every;
                 let by_bytes = over && handle.live_bytes() > 0;
-                purging |= by_bytes && snapshot > purged_to;
-                compacted &= applied <= snapshot && (snapshot <= purged_to || !by_bytes);
+                // Counted for the reserve only when the log outgrew its share: refused puts
+                // alone must not lift their own refusal before the purge has run.
+                purging |= grown && by_bytes && snapshot > purged_to;
+                purged_all &=
+                    applied <= snapshot && (snapshot <= purged_to || handle.live_bytes() == 0);
                 if by_bytes && snapshot > purged_to && purged.get(&g.id) != Some(&snapshot) {
                     purged.insert(g.id, snapshot);
                     tracing::info!(
@@ -545,6 +556,7 @@ pub fn spawn_guard(
             // others into spares; it frees the rest.
             let reclaimable =
                 if purging { log.space().0.saturating_sub(KEPT_SEGMENTS * segment) } else { 0 };
+            let compacted = building.is_empty() && (used <= segment || purged_all);
             space.set(free_bytes, reserve(state, segment), segment, reclaimable, compacted);
             space.appended.fetch_sub(seen, Ordering::AcqRel);
         }

@@ -48,6 +48,21 @@ fn wait_spread(c: &Cluster, node: &Node, ids: &[u64], within: Duration) -> Vec<u
     }
 }
 
+/// Waits until `node` reports `want` as group 0's voters: a member outside the quorum of a
+/// change may hear of it a moment after `cluster add` or `remove` returns.
+fn wait_voters(c: &Cluster, node: &Node, want: &[u64]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v: Option<serde_json::Value> =
+            c.get(&node.url("/v1/cluster/status")).and_then(|r| r.json().ok());
+        if v.as_ref().is_some_and(|v| v["voters"] == serde_json::json!(want)) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "node {} reports voters {v:?}, not {want:?}", node.id);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// Writes `range` through the running nodes in turn from 8 threads; the keys acknowledged.
 pub(crate) fn write_all(c: &Cluster, range: std::ops::Range<usize>) -> Vec<usize> {
     let running: Vec<&Node> = c.nodes.iter().filter(|n| n.is_started()).collect();
@@ -204,9 +219,7 @@ fn sixteen_groups_on_three_nodes_spread_survive_a_kill_and_rebalance() {
         c.logs()
     );
     c.wait_ready();
-    let v: serde_json::Value =
-        c.get(&c.by_ref(2).url("/v1/cluster/status")).unwrap().json().unwrap();
-    assert_eq!(v["voters"], serde_json::json!([1, 2, 3, 4]), "{v}");
+    wait_voters(&c, c.by_ref(2), &[1, 2, 3, 4]);
     let counts = wait_spread(&c, c.by_ref(4), &[1, 2, 3, 4], Duration::from_secs(60));
     eprintln!("leaders per node with 4 members: {counts:?}");
     acked.extend(write_all(&c, 800..1000));
@@ -224,9 +237,7 @@ fn sixteen_groups_on_three_nodes_spread_survive_a_kill_and_rebalance() {
     c.nodes.retain(|n| n.id != 4);
     let counts = wait_spread(&c, c.by_ref(1), &[1, 2, 3], Duration::from_secs(60));
     eprintln!("leaders per node after the removal: {counts:?}");
-    let v: serde_json::Value =
-        c.get(&c.by_ref(3).url("/v1/cluster/status")).unwrap().json().unwrap();
-    assert_eq!(v["voters"], serde_json::json!([1, 2, 3]), "{v}");
+    wait_voters(&c, c.by_ref(3), &[1, 2, 3]);
     acked.extend(write_all(&c, 1000..1100));
     assert_eq!(acked.len(), 1100, "writes go on without node 4; {}", c.logs());
     assert!(lost(&c, c.by_ref(2), &acked).is_empty());
