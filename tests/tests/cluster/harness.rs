@@ -319,6 +319,28 @@ impl Cluster {
         r.status().is_success().then(|| r.text().unwrap_or_default())
     }
 
+    /// Reads `key` linearizably through `node`, retrying for up to 20 s what is not an
+    /// answer about the key (a transport error, or a 5xx while an election settles): `None`
+    /// only for a 404, or when no answer came.
+    pub fn read_settled(&self, node: &Node, key: &str) -> Option<String> {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Some(r) = self.get(&node.url(&format!("/v1/kv/{key}"))) {
+                let status = r.status();
+                if status.is_success() {
+                    return Some(r.text().unwrap_or_default());
+                }
+                if !status.is_server_error() {
+                    return None;
+                }
+            }
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     pub fn logs(&self) -> String {
         self.nodes
             .iter()

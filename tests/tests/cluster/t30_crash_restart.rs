@@ -56,7 +56,7 @@ fn no_acknowledged_write_is_lost_across_kill_and_restart() {
         .iter()
         .copied()
         .filter(|k| {
-            c.read(survivor, &format!("key-{k}"), false).as_deref()
+            c.read_settled(survivor, &format!("key-{k}")).as_deref()
                 != Some(format!("value-{k}").as_str())
         })
         .collect();
@@ -90,7 +90,7 @@ fn no_acknowledged_write_is_lost_across_kill_and_restart() {
     let node = &c.nodes[0];
     let lost: Vec<usize> = (0..1100)
         .filter(|k| {
-            c.read(node, &format!("key-{k}"), false).as_deref()
+            c.read_settled(node, &format!("key-{k}")).as_deref()
                 != Some(format!("value-{k}").as_str())
         })
         .collect();

@@ -102,6 +102,13 @@ fn a_write_whose_entry_a_new_leader_replaced_gets_503_outcome_unknown() {
     // Killed, not frozen: a frozen follower would still find the entry in its socket buffer
     // when it resumes, and could commit it.
     phase("kill both followers, and write to the leader at once (inside its lease)");
+    let last_index = |c: &Cluster| -> u64 {
+        c.get(&c.by_ref(leader).url("/v1/cluster/status"))
+            .and_then(|r| r.json::<serde_json::Value>().ok())
+            .and_then(|v| v["last_log_index"].as_u64())
+            .unwrap_or(0)
+    };
+    let before = last_index(&c);
     for &f in &followers {
         c.by_id(f).kill();
     }
@@ -110,7 +117,13 @@ fn a_write_whose_entry_a_new_leader_replaced_gets_503_outcome_unknown() {
         Ok(r) => (r.status().as_u16(), r.json::<serde_json::Value>().unwrap_or_default()),
         Err(e) => (0, serde_json::json!({ "transport": e.to_string() })),
     });
-    std::thread::sleep(Duration::from_millis(250));
+    // Frozen only once the write is in its log: frozen before, it would forward the write
+    // to the new leader when it resumes, and the case would not be reached. A write that
+    // missed the lease never gets there, and is answered `no_leader` below.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while last_index(&c) <= before && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
     phase("freeze the leader, restart the followers: they elect a leader and write");
     c.by_ref(leader).signal("STOP");
     for &f in &followers {

@@ -18,11 +18,12 @@ fn have(tool: &str) -> bool {
 #[test]
 fn local_cluster_script_starts_and_stops_its_own_nodes() {
     let dir = tempfile::tempdir().unwrap();
-    // The script takes BASE+1..3 and BASE+11..13: take fourteen consecutive ports from the
-    // harness (below the ephemeral range, and handed to no other test of this process).
+    // The script takes BASE+1..3, BASE+11..13 and BASE+21..23 (metrics): take twenty-four
+    // consecutive ports from the harness (below the ephemeral range, and handed to no other
+    // test of this process).
     let base = loop {
-        let ports: Vec<u16> = (0..14).map(|_| free_port()).collect();
-        if ports[13].checked_sub(ports[0]) == Some(13) {
+        let ports: Vec<u16> = (0..24).map(|_| free_port()).collect();
+        if ports[23].checked_sub(ports[0]) == Some(23) {
             break ports[0];
         }
     };

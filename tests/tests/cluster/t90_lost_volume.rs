@@ -112,8 +112,15 @@ fn an_amnesiac_that_started_while_its_peers_were_away_is_never_counted() {
     c.by_id(3).kill();
     c.by_id(3).lose_volume();
     c.by_id(3).start();
-    assert!(c.by_id(3).wait_exit(Duration::from_secs(3)).is_none(), "node 3 waits");
-    assert!(c.by_id(3).log_text().contains("waiting for every member"), "{}", c.logs());
+    // It formats its new volume first and says so only after waiting a while: poll for the
+    // line (a loaded machine may take seconds), the node alive all along.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !c.by_ref(3).log_text().contains("waiting for every member") {
+        assert!(c.by_ref(3).is_running(), "node 3 waits, it does not exit: {}", c.logs());
+        assert!(Instant::now() < deadline, "node 3 never said it waits: {}", c.logs());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(c.by_id(3).wait_exit(Duration::from_secs(1)).is_none(), "node 3 waits");
     phase("node 2 starts: 2 and 3 elect nobody (node 3 refuses if 2 knows it)");
     c.by_id(2).start();
     assert!(
