@@ -281,11 +281,15 @@ impl Health {
 /// Feeds the Raft gauges from openraft's metrics, and raises `ready` once there is a leader
 /// and the state machine has applied the commit index known at start-up. On the leader, also
 /// once a quorum acknowledged it: openraft 0.10 refuses writes until its leader lease holds.
-/// Watches the core: once it stopped, `health` says so (and `ready` drops for good).
+/// Watches the core: once it stopped, `health` says so (and `ready` drops for good). A group
+/// this node does not vote in is ready at once, unless the node is to `bootstrap` it (it
+/// initializes the group in this start): until its membership shows, such a group waits for
+/// a leader like a voter's, so that the node is never ready between two groups' bootstraps.
 pub fn spawn_raft_watch(
     raft: KvRaft,
     group: u64,
     startup_commit: u64,
+    bootstrap: bool,
     ready: Arc<AtomicBool>,
     health: Arc<Health>,
     retired: Arc<AtomicBool>,
@@ -334,7 +338,10 @@ pub fn spawn_raft_watch(
             let leading = m.state == ServerState::Leader;
             // A group this node does not vote in (its replica moved away, or not here yet)
             // waits for no leader of its own: the node routes its keys elsewhere.
-            let voter = group == 0 || crate::server::directory::votes_in(&m, m.id);
+            let uninitialized = m.membership_config.membership().voter_ids().next().is_none();
+            let voter = group == 0
+                || crate::server::directory::votes_in(&m, m.id)
+                || (bootstrap && uninitialized);
             ready.store(
                 !voter
                     || (m.current_leader.is_some()

@@ -681,10 +681,13 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         .enumerate()
         .map(|(id, (raft, kv))| launch.group(id as u64, raft.clone(), kv))
         .collect();
+    // Without `--join` or `--standby`, this start initializes every group that has no
+    // membership yet (`lone_cluster` above, or `--initial-cluster` below), one after another.
+    let bootstrap = args.join.is_none() && !args.standby;
     for ((group, commit), flag) in table.iter().zip(&startup).zip(&launch.ready) {
         let (raft, retired) = (group.raft.clone(), Arc::clone(&group.retired));
         let (flag, health) = (Arc::clone(flag), Arc::clone(&health));
-        metrics::spawn_raft_watch(raft, group.id, *commit, flag, health, retired);
+        metrics::spawn_raft_watch(raft, group.id, *commit, bootstrap, flag, health, retired);
     }
     if rafts.len() > 1 {
         groups::spawn_ready(launch.ready.clone(), Arc::clone(&ready), stop_rx.clone());

@@ -390,6 +390,7 @@ async fn release(
         raft,
         g,
         0,
+        false,
         Arc::clone(&launch.ready[usize::try_from(g).unwrap_or(0)]),
         Arc::clone(&launch.health),
         Arc::clone(&group.retired),

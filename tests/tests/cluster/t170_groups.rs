@@ -269,8 +269,15 @@ fn a_lone_node_of_four_groups_serves_restarts_and_refuses_archives() {
     c.nodes[0].extra = vec!["--groups".into(), "4".into()];
     c.nodes[0].start();
     c.wait_ready();
+    // Ready means every group has its leader: no put may fail.
     for k in 0..40 {
-        assert!(c.put(&c.nodes[0], &format!("g-{k}"), &format!("v-{k}")), "{}", c.logs());
+        let r = c.http.put(c.nodes[0].url(&format!("/v1/kv/g-{k}"))).body(format!("v-{k}"));
+        let got = r.send().map(|r| (r.status(), r.text().unwrap_or_default()));
+        assert!(
+            got.as_ref().is_ok_and(|(s, _)| s.is_success()),
+            "PUT g-{k}: {got:?}; {}",
+            c.logs()
+        );
     }
     let v: serde_json::Value =
         c.get(&c.nodes[0].url("/v1/cluster/status")).unwrap().json().unwrap();
