@@ -283,8 +283,9 @@ impl Health {
 /// once a quorum acknowledged it: openraft 0.10 refuses writes until its leader lease holds.
 /// Watches the core: once it stopped, `health` says so (and `ready` drops for good). A group
 /// this node does not vote in is ready at once, unless the node is to `bootstrap` it (it
-/// initializes the group in this start): until its membership shows, such a group waits for
-/// a leader like a voter's, so that the node is never ready between two groups' bootstraps.
+/// initializes the group, which had no raft state, in this start): until its membership
+/// shows, such a group waits for a leader like a voter's, so that the node is never ready
+/// between two groups' bootstraps.
 pub fn spawn_raft_watch(
     raft: KvRaft,
     group: u64,

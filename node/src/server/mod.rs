@@ -654,6 +654,15 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         rafts.push(launch.raft(group as u64, log, sm).await.map_err(fail("starting raft"))?);
     }
     let raft = rafts[0].clone();
+    // The groups this start bootstraps: without `--join` or `--standby`, every group with no
+    // raft state yet is initialized (by `lone_cluster` just below, or for `--initial-cluster`
+    // once the node serves). A group with state (a vote, or entries) is not, a released
+    // replica's included: it keeps its vote.
+    let mut bootstraps = Vec::with_capacity(count);
+    for r in &rafts {
+        let fresh = !r.is_initialized().await.map_err(|e| fail("starting raft")(e.to_string()))?;
+        bootstraps.push(fresh && args.join.is_none() && !args.standby);
+    }
     let refused = if lone { lone_cluster(&args, &rafts).await.err() } else { None };
     if let Some(refused) = refused {
         // Nothing served yet: stop Raft and close the volume clean, then say why.
@@ -681,10 +690,9 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         .enumerate()
         .map(|(id, (raft, kv))| launch.group(id as u64, raft.clone(), kv))
         .collect();
-    // Without `--join` or `--standby`, this start initializes every group that has no
-    // membership yet (`lone_cluster` above, or `--initial-cluster` below), one after another.
-    let bootstrap = args.join.is_none() && !args.standby;
-    for ((group, commit), flag) in table.iter().zip(&startup).zip(&launch.ready) {
+    for (((group, commit), flag), bootstrap) in
+        table.iter().zip(&startup).zip(&launch.ready).zip(bootstraps)
+    {
         let (raft, retired) = (group.raft.clone(), Arc::clone(&group.retired));
         let (flag, health) = (Arc::clone(flag), Arc::clone(&health));
         metrics::spawn_raft_watch(raft, group.id, *commit, bootstrap, flag, health, retired);
