@@ -321,7 +321,7 @@ impl Cluster {
 
     /// Reads `key` linearizably through `node`, retrying for up to 20 s what is not an
     /// answer about the key (a transport error, or a 5xx while an election settles): `None`
-    /// only for a 404, or when no answer came.
+    /// for any other refusal (a 404 above all), or when no answer came.
     pub fn read_settled(&self, node: &Node, key: &str) -> Option<String> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
