@@ -19,12 +19,12 @@
 //!   its log as if it had outgrown its share while more than the segment being written is
 //!   active, and takes puts again once there is room: a segment above the reserve, or the
 //!   reserve once compacting frees no more. Deletes pass (they free space) until less than one
-//!   segment is left. Known limit: when the map has grown so that its next snapshot no
-//!   longer fits, deletes (of missing keys above all: they cost log blocks and free nothing)
-//!   can use up that room, and the node ends read-only (every write 507) until the volume
-//!   has more space; it stays up and serves reads. The state a snapshot writes is the whole
-//!   map, so a volume must hold the map twice: a full volume says so to the client instead
-//!   of killing the node.
+//!   segment is left beside the room held for snapshots being built or installed. Known
+//!   limit: when the map has grown so that its next snapshot no longer fits, deletes (of
+//!   missing keys above all: they cost log blocks and free nothing) can use up that room,
+//!   and the node ends read-only (every write 507) until the volume has more space; it stays
+//!   up and serves reads. The state a snapshot writes is the whole map, so a volume must hold
+//!   the map twice: a full volume says so to the client instead of killing the node.
 //! - **Room first.** The guard also takes over openraft's count policy (`--snapshot-entries`,
 //!   openraft's own is `Never`): a snapshot is asked for only while the volume has room for
 //!   it (the group's map and one segment, less than the puts' reserve, so that a snapshot
@@ -109,10 +109,14 @@ pub struct Space {
     /// compacts the log as if it had outgrown its share of the volume (while more than one
     /// segment is active).
     puts: AtomicBool,
-    /// Deletes are taken (free space at least one segment).
+    /// Deletes are taken (free space at least one segment beside the room held for
+    /// snapshots being built or installed).
     deletes: AtomicBool,
     free: AtomicU64,
     reserve: AtomicU64,
+    /// What the next snapshots write: the applied state of every group and a segment of
+    /// slack ([`snapshots_room`]); a catching-up append leaves room for it.
+    snapshots: AtomicU64,
     /// The log's segment size: the slack of a snapshot's room.
     segment: u64,
     /// Room held back for the snapshots the guard asked for and has not seen built.
@@ -181,6 +185,7 @@ impl Space {
             deletes: AtomicBool::new(true),
             free: AtomicU64::new(0),
             reserve: AtomicU64::new(0),
+            snapshots: AtomicU64::new(0),
             segment,
             builds: AtomicU64::new(0),
             install: AtomicU64::new(0),
@@ -329,12 +334,7 @@ impl Space {
             // The node has just started: nothing is known of its volume for a moment.
             return Err(AppendRefused::NotLooked);
         }
-        // What the next snapshots write: the puts' reserve less the segments it keeps for
-        // the log beyond a snapshot's slack.
-        let snapshots = self.reserve.load(Ordering::Relaxed).saturating_sub(
-            (RESERVE_SEGMENTS - SNAPSHOT_SLACK_SEGMENTS).saturating_mul(self.segment),
-        );
-        let after = if catch_up { snapshots } else { 0 };
+        let after = if catch_up { self.snapshots.load(Ordering::Relaxed) } else { 0 };
         let need = bytes.saturating_add(self.segment).saturating_add(after);
         // Checked and counted in one step: appends of several groups (or a leader's retry)
         // at once never count on the same bytes.
@@ -360,14 +360,19 @@ impl Space {
         }
     }
 
-    /// Judges the last look: `free` bytes, the `reserve` puts need, the log's `segment`, the
-    /// bytes a purge about to run will free (`reclaimable`: log segments a new snapshot
-    /// covers, beyond the ones the log keeps), and whether the log is `compacted` (no
-    /// snapshot being built, and only the segment being written active or every group's
-    /// applied entries in a snapshot and purged: no look to come frees more).
-    fn set(&self, free: u64, reserve: u64, segment: u64, reclaimable: u64, compacted: bool) {
+    /// Judges the last look: `free` bytes, the applied `state` of every group (what the next
+    /// snapshots write; the puts' reserve is [`reserve`] of it), the bytes a purge about to
+    /// run will free (`reclaimable`: log segments a new snapshot covers, beyond the ones the
+    /// log keeps), and whether the log is `compacted` (no snapshot being built, and only the
+    /// segment being written active or every group's applied entries in a snapshot and
+    /// purged: no look to come frees more). The room held for snapshots being built or
+    /// installed is read as it is now.
+    fn set(&self, free: u64, state: u64, reclaimable: u64, compacted: bool) {
+        let segment = self.segment;
+        let reserve = reserve(state, segment);
         self.free.store(free, Ordering::Relaxed);
         self.reserve.store(reserve, Ordering::Relaxed);
+        self.snapshots.store(snapshots_room(state, segment), Ordering::Relaxed);
         // Once refused, puts wait for a segment more than the reserve while compacting can
         // still free some, so that a volume at the edge does not flip at every look. Once
         // the log is compacted, waiting for that segment would wait for ever (nothing frees
@@ -387,8 +392,15 @@ impl Space {
             tracing::info!(free, reserve, "the volume has room again: client puts are taken");
         }
         // Every write of the log takes whole blocks, deletes too: below one segment of room
-        // they would fill what is left, and an append that finds no room stops the core.
-        let deletes = free >= segment;
+        // they would fill what is left, and an append that finds no room stops the core. The
+        // room held for a snapshot being built or installed is not theirs: deletes taken
+        // while it is written would eat its slack, and a snapshot write that finds the
+        // volume full stops the core as an append does.
+        let held = self
+            .builds
+            .load(Ordering::Acquire)
+            .saturating_add(self.install.load(Ordering::Acquire));
+        let deletes = free.saturating_sub(held) >= segment;
         if self.deletes.swap(deletes, Ordering::AcqRel) != deletes {
             tracing::warn!(free, deletes, "client deletes are taken: {deletes}");
         }
@@ -410,6 +422,12 @@ pub fn log_budget(capacity: u64, segment: u64) -> u64 {
 /// there is still room to snapshot and purge the log.
 pub fn reserve(state: u64, segment: u64) -> u64 {
     state + RESERVE_SEGMENTS * segment
+}
+
+/// Free bytes the next snapshots of every group take: the applied state (`state`) and
+/// [`SNAPSHOT_SLACK_SEGMENTS`] log segments, what the log takes while they are written.
+pub fn snapshots_room(state: u64, segment: u64) -> u64 {
+    state + SNAPSHOT_SLACK_SEGMENTS * segment
 }
 
 /// Starts the guard over `groups` of `log` on `volume`, asking a group for a snapshot also
@@ -557,7 +575,7 @@ pub fn spawn_guard(
             let reclaimable =
                 if purging { log.space().0.saturating_sub(KEPT_SEGMENTS * segment) } else { 0 };
             let compacted = building.is_empty() && (used <= segment || purged_all);
-            space.set(free_bytes, reserve(state, segment), segment, reclaimable, compacted);
+            space.set(free_bytes, state, reclaimable, compacted);
             space.appended.fetch_sub(seen, Ordering::AcqRel);
         }
     });
@@ -582,29 +600,47 @@ mod tests {
     fn puts_are_refused_below_the_reserve_and_deletes_below_a_segment() {
         let space = Space::new(2);
         assert_eq!(space.refusal(true), None);
-        space.set(10, reserve(5, 2), 2, 0, false);
+        space.set(10, 5, 0, false);
         assert_eq!(space.refusal(true), Some(own(10, 11)), "puts stop below the reserve");
         assert_eq!(space.refusal(false), None, "deletes go on: they free space");
-        space.set(1, reserve(5, 2), 2, 0, false);
+        space.set(1, 5, 0, false);
         assert_eq!(space.refusal(false), Some(own(1, 11)), "below a segment, deletes stop too");
-        space.set(8, 11, 2, 5, false);
+        space.set(8, 5, 5, false);
         assert_eq!(space.refusal(true), None, "what a purge about to run frees counts");
-        space.set(1, 11, 2, 0, false);
-        space.set(11, 11, 2, 0, false);
+        space.set(1, 5, 0, false);
+        space.set(11, 5, 0, false);
         assert!(space.refusal(true).is_some(), "once refused, the reserve and a segment more");
-        space.set(13, 11, 2, 0, false);
+        space.set(13, 5, 0, false);
         assert_eq!((space.refusal(true), space.refusal(false)), (None, None));
+    }
+
+    #[test]
+    fn deletes_leave_the_room_of_a_snapshot_being_built_or_installed() {
+        let space = Space::new(2);
+        space.set(12, 5, 0, false);
+        assert_eq!(space.refusal(false), None, "12 free: deletes are taken");
+        // A build of a map of 9 holds its bytes and a segment of slack: 11 of the 12.
+        space.builds.store(11, Ordering::Release);
+        space.set(12, 5, 0, false);
+        assert_eq!(space.refusal(false), Some(own(12, 11)), "a delete would eat the build's slack");
+        space.builds.store(0, Ordering::Release);
+        space.install.store(11, Ordering::Release);
+        space.set(12, 5, 0, false);
+        assert!(space.refusal(false).is_some(), "nor an install's");
+        space.install.store(0, Ordering::Release);
+        space.set(12, 5, 0, false);
+        assert_eq!(space.refusal(false), None, "built: deletes are taken again");
     }
 
     #[test]
     fn once_the_log_is_compacted_a_refused_volume_takes_puts_at_the_reserve() {
         let space = Space::new(2);
-        space.set(10, 11, 2, 0, false);
-        space.set(12, 11, 2, 0, false);
+        space.set(10, 5, 0, false);
+        space.set(12, 5, 0, false);
         assert!(space.refusal(true).is_some(), "a snapshot or a purge may still free room");
-        space.set(12, 11, 2, 0, true);
+        space.set(12, 5, 0, true);
         assert_eq!(space.refusal(true), None, "nothing left to free: the reserve is enough");
-        space.set(10, 11, 2, 0, true);
+        space.set(10, 5, 0, true);
         assert!(space.refusal(true).is_some(), "below the reserve, compacted or not");
     }
 
@@ -612,13 +648,13 @@ mod tests {
     fn a_node_refuses_what_a_peer_says_its_volume_refuses() {
         let (me, leader) = (Space::new(2), Space::new(2));
         assert_eq!(me.word(), "all 0 0");
-        me.set(10, 11, 2, 0, false);
+        me.set(10, 5, 0, false);
         assert_eq!(me.word(), "deletes 10 11");
         leader.heard(3, &me.word());
         let peer = Some(NoRoom { member: Some(3), free: 10, reserve: 11 });
         assert_eq!(leader.refusal(true), peer, "the peer's refusal of puts holds here");
         assert_eq!(leader.refusal(false), None, "the peer takes deletes");
-        me.set(1, 11, 2, 0, false);
+        me.set(1, 5, 0, false);
         assert_eq!(me.word(), "none 1 11");
         leader.heard(3, &me.word());
         assert_eq!(leader.refusal(false).and_then(|r| r.member), Some(3));
@@ -663,7 +699,7 @@ mod tests {
         let refused = |r: Result<AppendRoom, AppendRefused>| r.err();
         assert_eq!(refused(space.hold_append(1, false)), Some(AppendRefused::NotLooked));
         // Free 20, a map of 5: the reserve is 5 + 3 segments, the next snapshots 5 + 1.
-        space.set(20, reserve(5, 2), 2, 0, false);
+        space.set(20, 5, 0, false);
         assert_eq!(refused(space.hold_append(19, false)), no_room(20, 21), "a segment");
         assert_eq!(refused(space.hold_append(12, true)), no_room(20, 21), "snapshots");
         assert!(space.starved.swap(false, Ordering::AcqRel), "a refusal asks for a compaction");
@@ -672,7 +708,7 @@ mod tests {
         drop(held);
         assert_eq!(refused(space.hold_append(8, false)), no_room(9, 10), "until a look");
         space.appended.fetch_sub(11, Ordering::AcqRel);
-        space.set(9, reserve(5, 2), 2, 0, false);
+        space.set(9, 5, 0, false);
         assert!(space.hold_append(7, false).is_ok(), "the look counts it in the free space");
         space.builds.store(2, Ordering::Release);
         assert!(space.hold_append(6, false).is_err(), "a build's room is not an append's");
@@ -681,7 +717,7 @@ mod tests {
     #[test]
     fn appends_at_once_never_count_on_the_same_room() {
         let space = Arc::new(Space::new(1 << 20));
-        space.set(64 << 20, reserve(0, 1 << 20), 1 << 20, 0, false);
+        space.set(64 << 20, 0, 0, false);
         // Room for 63 appends of 1 MiB beside the segment of slack, taken by 8 threads.
         let held: Vec<AppendRoom> = std::thread::scope(|s| {
             let threads: Vec<_> = (0..8)
