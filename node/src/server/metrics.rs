@@ -23,8 +23,9 @@ use axum::response::Response;
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use vellum_raft_store::metrics::{HISTOGRAMS, LATENCY_BUCKETS};
-use vellum_raft_store::v010::openraft::ServerState;
+use vellum_raft_store::v010::TypeConfig;
 use vellum_raft_store::v010::openraft::async_runtime::WatchReceiver;
+use vellum_raft_store::v010::openraft::{RaftMetrics, ServerState};
 
 use super::KvRaft;
 
@@ -336,20 +337,7 @@ pub fn spawn_raft_watch(
                 }
                 leader = m.current_leader;
             }
-            let leading = m.state == ServerState::Leader;
-            // A group this node does not vote in (its replica moved away, or not here yet)
-            // waits for no leader of its own: the node routes its keys elsewhere.
-            let uninitialized = m.membership_config.membership().voter_ids().next().is_none();
-            let voter = group == 0
-                || crate::server::directory::votes_in(&m, m.id)
-                || (bootstrap && uninitialized);
-            ready.store(
-                !voter
-                    || (m.current_leader.is_some()
-                        && applied >= startup_commit
-                        && (!leading || m.last_quorum_acked.is_some())),
-                Ordering::Release,
-            );
+            ready.store(group_ready(&m, group, startup_commit, bootstrap), Ordering::Release);
             if rx.changed().await.is_err() {
                 // The core task ended without saying why (a panic drops its sender).
                 if !retired.load(Ordering::Acquire) {
@@ -359,6 +347,28 @@ pub fn spawn_raft_watch(
             }
         }
     });
+}
+
+/// Whether group `group`, as `m` shows it, lets the node say it is ready
+/// ([`spawn_raft_watch`]): it has a leader, has applied `startup_commit`, and (led here) a
+/// quorum acknowledged its leader; or this node does not vote in it (its replica moved
+/// away, or is not here yet: the node routes its keys elsewhere), unless it is group 0 or
+/// a group this node is to `bootstrap` whose membership does not show yet.
+fn group_ready(
+    m: &RaftMetrics<TypeConfig>,
+    group: u64,
+    startup_commit: u64,
+    bootstrap: bool,
+) -> bool {
+    let uninitialized = m.membership_config.membership().voter_ids().next().is_none();
+    let voter =
+        group == 0 || crate::server::directory::votes_in(m, m.id) || (bootstrap && uninitialized);
+    let applied = m.last_applied.map_or(0, |l| l.index);
+    let leading = m.state == ServerState::Leader;
+    !voter
+        || (m.current_leader.is_some()
+            && applied >= startup_commit
+            && (!leading || m.last_quorum_acked.is_some()))
 }
 
 /// Records every API request's duration by route, method and status.
@@ -383,4 +393,54 @@ pub async fn track(req: Request, next: Next) -> Response {
     metrics::histogram!(HTTP_DURATION, "route" => route, "method" => method, "code" => code)
         .record(started.elapsed().as_secs_f64());
     resp
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
+
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use vellum_raft_store::v010::openraft::impls::leader_id_adv::LeaderId;
+    use vellum_raft_store::v010::openraft::{Membership, StoredMembership};
+    use vellum_raft_store::v010::{KvNode, LogId};
+
+    use super::*;
+
+    /// Node 1's metrics of a group whose voters are `voters` (none: no membership yet),
+    /// without a leader, having applied up to 5.
+    fn metrics(voters: &[u64]) -> RaftMetrics<TypeConfig> {
+        let mut m = RaftMetrics::<TypeConfig>::new_initial(1);
+        if !voters.is_empty() {
+            let set: BTreeSet<u64> = voters.iter().copied().collect();
+            let nodes: BTreeMap<u64, KvNode> =
+                voters.iter().map(|id| (*id, KvNode::default())).collect();
+            let membership = Membership::new(vec![set], nodes).unwrap();
+            m.membership_config = Arc::new(StoredMembership::new(None, membership));
+        }
+        m.last_applied = Some(LogId::new(LeaderId { term: 1, node_id: 2 }, 5));
+        m
+    }
+
+    #[test]
+    fn a_group_waits_for_its_leader_where_this_node_votes_or_bootstraps_it() {
+        // Not voting here (its replica is elsewhere): ready without a leader.
+        assert!(group_ready(&metrics(&[2, 3, 4]), 1, 5, false));
+        assert!(group_ready(&metrics(&[2, 3, 4]), 1, 5, true), "a membership shows: not ours");
+        // No membership yet: ready unless this start bootstraps the group.
+        assert!(group_ready(&metrics(&[]), 1, 5, false), "a joining node's group");
+        assert!(!group_ready(&metrics(&[]), 1, 5, true), "bootstrapped, no leader yet");
+        // Group 0 and a group this node votes in wait for a leader, then for the start's
+        // commit to be applied.
+        assert!(!group_ready(&metrics(&[2, 3, 4]), 0, 5, false));
+        let mut m = metrics(&[1, 2, 3]);
+        assert!(!group_ready(&m, 1, 5, false), "no leader");
+        m.current_leader = Some(2);
+        assert!(group_ready(&m, 1, 5, false));
+        assert!(!group_ready(&m, 1, 6, false), "the start's commit is not applied yet");
+        // Led here: once a quorum acknowledged the leader.
+        m.current_leader = Some(1);
+        m.state = ServerState::Leader;
+        assert!(!group_ready(&m, 1, 5, false), "no quorum acknowledged the leader yet");
+    }
 }
