@@ -320,8 +320,8 @@ impl Cluster {
     }
 
     /// Reads `key` linearizably through `node`, retrying for up to 20 s what is not an
-    /// answer about the key (a transport error, or a 5xx while an election settles): `None`
-    /// for any other refusal (a 404 above all), or when no answer came.
+    /// answer about the key (a transport error, a 5xx while an election settles, a 4xx
+    /// while a group moves): `None` for a 404, or when no answer came.
     pub fn read_settled(&self, node: &Node, key: &str) -> Option<String> {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -330,7 +330,7 @@ impl Cluster {
                 if status.is_success() {
                     return Some(r.text().unwrap_or_default());
                 }
-                if !status.is_server_error() {
+                if status.as_u16() == 404 {
                     return None;
                 }
             }

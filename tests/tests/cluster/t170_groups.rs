@@ -96,21 +96,7 @@ pub(crate) fn write_all(c: &Cluster, range: std::ops::Range<usize>) -> Vec<usize
 /// group electing, or a view that still names a dead leader) is retried for a while: only a
 /// 404 or another value is a lost write.
 pub(crate) fn lost(c: &Cluster, node: &Node, acked: &[usize]) -> Vec<usize> {
-    let read_back = |k: usize| {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            if let Some(r) = c.get(&node.url(&format!("/v1/kv/g-{k}"))) {
-                let status = r.status();
-                if status.is_success() || status.as_u16() == 404 {
-                    return status.is_success() && r.text().unwrap_or_default() == format!("v-{k}");
-                }
-            }
-            if Instant::now() > deadline {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    };
+    let read_back = |k: usize| c.read_settled(node, &format!("g-{k}")) == Some(format!("v-{k}"));
     acked.iter().copied().filter(|k| !read_back(*k)).collect()
 }
 
