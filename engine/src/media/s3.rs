@@ -24,9 +24,10 @@
 //!   (or a read of at least [`READAHEAD`] bytes from the start) opens one streaming GET from
 //!   there to the end, with the same `If-Match`, and the following sequential reads are served
 //!   from it: one request for a whole-object read, not one per read. A task on the runtime
-//!   pulls the stream into blocks of [`BLOCK`] bytes, at most [`BLOCKS_AHEAD`] of them waiting
-//!   (a few MiB ahead at most); a read elsewhere drops the stream (and falls back to a ranged
-//!   GET), as does dropping the reader.
+//!   pulls the stream and hands its chunks on as they came (no copy: the read copies each
+//!   byte once, into the caller's buffer) in runs of at least [`BLOCK`] bytes, at most
+//!   [`BLOCKS_AHEAD`] runs waiting (a few MiB ahead at most); a read elsewhere drops the
+//!   stream (and falls back to a ranged GET), as does dropping the reader.
 //! - **rename is copy + delete** and is not atomic ([`Media::rename_is_atomic`] is false): a
 //!   crash between the two leaves both keys. A single copy is limited to 5 GiB by S3.
 //! - **list** is one level of the prefix with delimiter `/`: objects are files, common
@@ -99,9 +100,9 @@ pub(crate) const PART: usize = 8 << 20;
 pub(crate) const PARTS_IN_FLIGHT: usize = 2;
 /// The smallest ranged GET of a reader (smaller reads are served from what it fetched).
 pub(crate) const READAHEAD: usize = 1 << 20;
-/// The blocks a reader's streaming GET is cut into.
+/// The least bytes of a run of chunks a reader's streaming GET hands on at once.
 pub(crate) const BLOCK: usize = 1 << 20;
-/// Blocks of a streaming GET waiting for the reader (its read-ahead, in blocks).
+/// Runs of a streaming GET waiting for the reader (its read-ahead, in runs).
 pub(crate) const BLOCKS_AHEAD: usize = 4;
 
 /// GET requests per object (`s3://bucket/key`), for tests that count them.
@@ -476,7 +477,8 @@ impl Inner {
     }
 
     /// Opens a streaming GET of `key` from `offset` to the end at version `etag`: a task on
-    /// the runtime pulls it into blocks of [`BLOCK`] bytes, at most [`BLOCKS_AHEAD`] waiting.
+    /// the runtime hands its chunks on in runs of at least [`BLOCK`] bytes, at most
+    /// [`BLOCKS_AHEAD`] runs waiting.
     fn stream_from(
         &self,
         path: &str,
@@ -501,7 +503,10 @@ impl Inner {
                     return;
                 }
             };
-            let mut block = bytes::BytesMut::new();
+            // The chunks as the client hands them over (reference-counted: never copied
+            // here), sent once they hold a block's bytes.
+            let mut run: Vec<Bytes> = Vec::new();
+            let mut len = 0;
             while let Some(chunk) = chunks.next().await {
                 let chunk = match chunk {
                     Ok(chunk) => chunk,
@@ -510,40 +515,34 @@ impl Inner {
                         return;
                     }
                 };
-                let full = if block.is_empty() && chunk.len() >= BLOCK {
-                    chunk
-                } else {
-                    if block.is_empty() {
-                        block.reserve(BLOCK);
-                    }
-                    block.extend_from_slice(&chunk);
-                    if block.len() < BLOCK {
-                        continue;
-                    }
-                    block.split().freeze()
-                };
+                len += chunk.len();
+                run.push(chunk);
+                if len < BLOCK {
+                    continue;
+                }
+                len = 0;
                 // The reader went away (dropped, or read elsewhere): stop, close the GET.
-                if tx.send(Ok(full)).await.is_err() {
+                if tx.send(Ok(std::mem::take(&mut run))).await.is_err() {
                     return;
                 }
             }
-            if !block.is_empty() {
-                let _ = tx.send(Ok(block.freeze())).await;
+            if !run.is_empty() {
+                let _ = tx.send(Ok(run)).await;
             }
         });
-        Ok(Stream { at: offset, block: Bytes::new(), rx: Some(rx), task })
+        Ok(Stream { at: offset, chunks: VecDeque::new(), rx: Some(rx), task })
     }
 }
 
-/// A reader's open streaming GET: the bytes from `at` on are `block`, then what `rx` brings.
+/// A reader's open streaming GET: the bytes from `at` on are `chunks`, then what `rx` brings.
 #[derive(Debug)]
 struct Stream {
-    /// The object offset of `block`'s first byte (the next byte the reader gets).
+    /// The object offset of the first byte of `chunks` (the next byte the reader gets).
     at: u64,
-    /// What is left of the block being read.
-    block: Bytes,
-    /// The blocks the task pulls (taken while a receive is on the runtime).
-    rx: Option<tokio::sync::mpsc::Receiver<object_store::Result<Bytes>>>,
+    /// What is left of the chunks received (a read may have taken the front one in part).
+    chunks: VecDeque<Bytes>,
+    /// The runs of chunks the task pulls (taken while a receive is on the runtime).
+    rx: Option<tokio::sync::mpsc::Receiver<object_store::Result<Vec<Bytes>>>>,
     /// The task pulling the GET.
     task: JoinHandle<()>,
 }
@@ -559,8 +558,8 @@ impl Stream {
     fn read(&mut self, inner: &Inner, path: &str, buf: &mut [u8]) -> Result<()> {
         let mut n = 0;
         while n < buf.len() {
-            if self.block.is_empty() {
-                // One trip to the runtime brings every block this read still needs.
+            let Some(chunk) = self.chunks.front_mut() else {
+                // One trip to the runtime brings every run this read still needs.
                 let need = buf.len() - n;
                 let Some(mut rx) = self.rx.take() else {
                     return Err(ended(inner, path));
@@ -570,9 +569,9 @@ impl Stream {
                     let mut have = 0;
                     while have < need {
                         match rx.recv().await {
-                            Some(Ok(block)) => {
-                                have += block.len();
-                                got.push(Ok(block));
+                            Some(Ok(run)) => {
+                                have += run.iter().map(Bytes::len).sum::<usize>();
+                                got.push(Ok(run));
                             }
                             Some(Err(e)) => {
                                 got.push(Err(e));
@@ -584,23 +583,21 @@ impl Stream {
                     (rx, got)
                 })?;
                 self.rx = Some(rx);
-                for block in got {
-                    let block = removed(path, block.map_err(|e| inner.error(path, &e)))?;
-                    let k = block.len().min(buf.len() - n);
-                    buf[n..n + k].copy_from_slice(&block[..k]);
-                    n += k;
-                    self.at += k as u64;
-                    // Only the last block can reach past the read: it waits for the next.
-                    self.block = block.slice(k..);
-                }
-                if self.block.is_empty() && n < buf.len() {
+                if got.is_empty() {
                     return Err(ended(inner, path));
                 }
+                for run in got {
+                    self.chunks.extend(removed(path, run.map_err(|e| inner.error(path, &e)))?);
+                }
                 continue;
+            };
+            let k = chunk.len().min(buf.len() - n);
+            buf[n..n + k].copy_from_slice(&chunk[..k]);
+            if k == chunk.len() {
+                self.chunks.pop_front();
+            } else {
+                *chunk = chunk.slice(k..);
             }
-            let k = self.block.len().min(buf.len() - n);
-            buf[n..n + k].copy_from_slice(&self.block[..k]);
-            self.block = self.block.slice(k..);
             n += k;
             self.at += k as u64;
         }
