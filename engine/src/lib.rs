@@ -80,6 +80,9 @@ pub use io::{CacheStats, cache_metric_names};
 pub use journal::ReplayReport;
 #[cfg(feature = "test-util")]
 pub use volume::CommitMutation;
+/// Both superblock slots of a carrier, read and decoded (raw inspection, with `internals`).
+#[cfg(feature = "internals")]
+pub use volume::read_slots;
 pub use volume::{
     CheckReport, DEFAULT_CACHE_BYTES, DirEntry, ExtentInfo, File, FileKind, Finding, FindingKind,
     FormatOptions, IoPolicy, JournalInfo, MemberCarrier, MemberInfo, Metadata, OpenReport, Opener,

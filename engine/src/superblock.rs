@@ -17,7 +17,6 @@ use crate::error::{Corruption, Error, Region, Result, Unsupported};
 use crate::format::checksum;
 use crate::format::codec::{Reader, Writer};
 use crate::format::consts::{FORMAT_VERSION, MAX_MEMBERS, SUPERBLOCK_LEN, Uuid};
-use crate::io::{Area, AreaRead, Io};
 use crate::layout::{BlockRange, Layout, VolumeGeometry};
 
 /// `VELLUMSB`: the first 8 bytes of both slots.
@@ -545,23 +544,14 @@ pub struct SlotRead {
     pub result: Result<Superblock>,
 }
 
-/// Reads and decodes both slots. Only a failed carrier read is an `Err`.
-pub fn read_slots(carrier: &dyn crate::carrier::Carrier) -> Result<[SlotRead; 2]> {
-    read_slots_in(&crate::io::Probe::single(carrier))
-}
-
-/// Reads and decodes both slots through the IO layer.
-pub(crate) fn read_slots_in(reader: &dyn AreaRead) -> Result<[SlotRead; 2]> {
-    let mut bytes = Io::buffer(2 * SUPERBLOCK_LEN);
-    if reader.carrier_len() < 2 * SUPERBLOCK_LEN as u64 {
-        return Err(Error::NotAVolume);
-    }
-    reader.read_in(None, Area::Superblocks, 0, bytes.as_mut_slice())?;
-    let b = bytes.as_slice();
-    Ok([
+/// Decodes both slots from the first `2 * SUPERBLOCK_LEN` bytes of a carrier (the volume
+/// reads them: `volume::read_slots`).
+pub fn decode_slots(b: &[u8]) -> [SlotRead; 2] {
+    assert!(b.len() >= 2 * SUPERBLOCK_LEN, "both slots' bytes");
+    [
         SlotRead { slot: 0, result: Superblock::decode(&b[..SUPERBLOCK_LEN], 0) },
-        SlotRead { slot: 1, result: Superblock::decode(&b[SUPERBLOCK_LEN..], 1) },
-    ])
+        SlotRead { slot: 1, result: Superblock::decode(&b[SUPERBLOCK_LEN..2 * SUPERBLOCK_LEN], 1) },
+    ]
 }
 
 /// Orders the slots for adoption, newest generation first, applying the slot-level rules:

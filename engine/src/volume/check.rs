@@ -126,7 +126,7 @@ pub fn check_members(carriers: &[&dyn Carrier]) -> CheckReport {
         return report;
     }
     let probe = Probe::over(carriers.to_vec());
-    let slots = match superblock::read_slots_in(&probe) {
+    let slots = match super::open::read_slots_in(&probe) {
         Ok(s) => s,
         Err(e) => {
             report.add(FindingKind::Incomplete, e.to_string());
@@ -304,7 +304,7 @@ fn check_member_slots(
 ) {
     for k in 1..sb.members.len() {
         let Some(&carrier) = carriers.get(k) else { break };
-        let slots = match superblock::read_slots(carrier) {
+        let slots = match super::open::read_slots(carrier) {
             Ok(s) => s,
             Err(e) => {
                 report.add(FindingKind::Incomplete, format!("member {k}: {e}"));

@@ -267,7 +267,7 @@ pub(crate) fn identity(carrier: &dyn Carrier) -> Result<Option<Superblock>> {
     if carrier.geometry().len_bytes < 2 * SUPERBLOCK_LEN as u64 {
         return Ok(None);
     }
-    match superblock::adoption_order(superblock::read_slots(carrier)?) {
+    match superblock::adoption_order(super::open::read_slots(carrier)?) {
         Ok(order) => Ok(order.into_iter().next().map(|(_, sb)| sb)),
         Err(e @ (Error::Unsupported(_) | Error::Io { .. })) => Err(e),
         Err(_) => Ok(None),

@@ -81,6 +81,23 @@ pub(crate) struct Adopted {
     pub(crate) fell_back_from: Option<u64>,
 }
 
+/// Reads and decodes both superblock slots of `carrier`. Only a failed carrier read (or a
+/// carrier too short to hold them: [`Error::NotAVolume`]) is an `Err`.
+pub fn read_slots(carrier: &dyn Carrier) -> Result<[superblock::SlotRead; 2]> {
+    read_slots_in(&Probe::single(carrier))
+}
+
+/// Reads and decodes both superblock slots through the IO layer.
+pub(crate) fn read_slots_in(reader: &dyn AreaRead) -> Result<[superblock::SlotRead; 2]> {
+    let len = 2 * crate::format::consts::SUPERBLOCK_LEN;
+    if reader.carrier_len() < len as u64 {
+        return Err(Error::NotAVolume);
+    }
+    let mut bytes = Io::buffer(len);
+    reader.read_in(None, Area::Superblocks, 0, bytes.as_mut_slice())?;
+    Ok(superblock::decode_slots(bytes.as_slice()))
+}
+
 /// Adoption: the newest valid superblock whose image verifies. A newer slot may be passed
 /// over only when it is the first-written slot of an interrupted commit (exactly one
 /// generation ahead) or belongs to another volume; anything else is real damage and refuses.
@@ -88,7 +105,7 @@ pub(crate) struct Adopted {
 /// slot that is passed over (another volume's, another journal size or member table) never
 /// decides where the adopted one's blocks are.
 pub(crate) fn adopt(probe: &Probe<'_>) -> Result<Adopted> {
-    let order = superblock::adoption_order(superblock::read_slots_in(probe)?)?;
+    let order = superblock::adoption_order(read_slots_in(probe)?)?;
     let mut first_error = None;
     for (i, (slot, sb)) in order.iter().enumerate() {
         if sb.carrier_index != 0 {

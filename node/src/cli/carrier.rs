@@ -331,7 +331,7 @@ fn refuse_used_device(path: &Path, force: bool) -> Result<(), CliError> {
     }
     let device = media::open_carrier(path, read_only_knobs(path))?;
     // A volume or member is left to the engine, which names it.
-    let holds_volume = vellum_engine::superblock::read_slots(device.as_ref())
+    let holds_volume = vellum_engine::read_slots(device.as_ref())
         .is_ok_and(|slots| slots.iter().any(|s| s.result.is_ok()));
     drop(device);
     if !holds_volume && !media::looks_empty(path)? {

@@ -227,7 +227,7 @@ pub fn journal_ack(path: &Path, force: bool) -> Result<(), CliError> {
 
 pub fn info(path: &Path, json: bool) -> Result<(), CliError> {
     let carrier = open_carrier(path)?;
-    let slots = superblock::read_slots(carrier.as_ref())?;
+    let slots = vellum_engine::read_slots(carrier.as_ref())?;
     // Every member, for the check's figures and the member list (read-only, by the paths
     // member 0's table records).
     let gathered = super::carrier::gather_read_only(path);
