@@ -657,11 +657,15 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
     // The groups this start bootstraps: without `--join` or `--standby`, every group with no
     // raft state yet is initialized (by `lone_cluster` just below, or for `--initial-cluster`
     // once the node serves). A group with state (a vote, or entries) is not, a released
-    // replica's included: it keeps its vote.
+    // replica's included: it keeps its vote. Group 0 waits for its leader whatever its state
+    // (`metrics::spawn_raft_watch`), so it is not asked.
+    let bootstrapping = args.join.is_none() && !args.standby;
     let mut bootstraps = Vec::with_capacity(count);
-    for r in &rafts {
-        let fresh = !r.is_initialized().await.map_err(|e| fail("starting raft")(e.to_string()))?;
-        bootstraps.push(fresh && args.join.is_none() && !args.standby);
+    for (group, r) in rafts.iter().enumerate() {
+        let fresh = group > 0
+            && bootstrapping
+            && !r.is_initialized().await.map_err(|e| fail("starting raft")(e.to_string()))?;
+        bootstraps.push(fresh);
     }
     let refused = if lone { lone_cluster(&args, &rafts).await.err() } else { None };
     if let Some(refused) = refused {
