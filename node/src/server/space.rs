@@ -113,10 +113,10 @@ pub struct Space {
     /// snapshots being built or installed).
     deletes: AtomicBool,
     free: AtomicU64,
-    reserve: AtomicU64,
-    /// What the next snapshots write: the applied state of every group and a segment of
-    /// slack ([`snapshots_room`]); a catching-up append leaves room for it.
-    snapshots: AtomicU64,
+    /// The applied state of every group at the last look: what the next snapshots write.
+    /// The puts' reserve ([`reserve`]) and the next snapshots' room ([`snapshots_room`])
+    /// follow from it.
+    state: AtomicU64,
     /// The log's segment size: the slack of a snapshot's room.
     segment: u64,
     /// Room held back for the snapshots the guard asked for and has not seen built.
@@ -184,8 +184,7 @@ impl Space {
             puts: AtomicBool::new(true),
             deletes: AtomicBool::new(true),
             free: AtomicU64::new(0),
-            reserve: AtomicU64::new(0),
-            snapshots: AtomicU64::new(0),
+            state: AtomicU64::new(0),
             segment,
             builds: AtomicU64::new(0),
             install: AtomicU64::new(0),
@@ -198,6 +197,15 @@ impl Space {
             peer_deletes_until: AtomicU64::new(0),
             peer_word: Mutex::new(NoRoom { member: None, free: 0, reserve: 0 }),
         }
+    }
+
+    /// The free bytes puts need, by the last look ([`reserve`]; 0 before the first: nothing
+    /// is known of the volume yet).
+    fn reserve(&self) -> u64 {
+        if !self.looked.load(Ordering::Acquire) {
+            return 0;
+        }
+        reserve(self.state.load(Ordering::Relaxed), self.segment)
     }
 
     /// Milliseconds since `epoch`, from 1 (0 means never).
@@ -218,7 +226,7 @@ impl Space {
             NoRoom {
                 member: None,
                 free: self.free.load(Ordering::Relaxed),
-                reserve: self.reserve.load(Ordering::Relaxed),
+                reserve: self.reserve(),
             }
         } else if self.now_ms() < peer_until.load(Ordering::Acquire) {
             *self.peer_word.lock().unwrap_or_else(PoisonError::into_inner)
@@ -238,8 +246,7 @@ impl Space {
             (false, true) => "deletes",
             (false, false) => "none",
         };
-        let (free, reserve) =
-            (self.free.load(Ordering::Relaxed), self.reserve.load(Ordering::Relaxed));
+        let (free, reserve) = (self.free.load(Ordering::Relaxed), self.reserve());
         format!("{takes} {free} {reserve}")
     }
 
@@ -334,7 +341,11 @@ impl Space {
             // The node has just started: nothing is known of its volume for a moment.
             return Err(AppendRefused::NotLooked);
         }
-        let after = if catch_up { self.snapshots.load(Ordering::Relaxed) } else { 0 };
+        let after = if catch_up {
+            snapshots_room(self.state.load(Ordering::Relaxed), self.segment)
+        } else {
+            0
+        };
         let need = bytes.saturating_add(self.segment).saturating_add(after);
         // Checked and counted in one step: appends of several groups (or a leader's retry)
         // at once never count on the same bytes.
@@ -371,8 +382,7 @@ impl Space {
         let segment = self.segment;
         let reserve = reserve(state, segment);
         self.free.store(free, Ordering::Relaxed);
-        self.reserve.store(reserve, Ordering::Relaxed);
-        self.snapshots.store(snapshots_room(state, segment), Ordering::Relaxed);
+        self.state.store(state, Ordering::Relaxed);
         // Once refused, puts wait for a segment more than the reserve while compacting can
         // still free some, so that a volume at the edge does not flip at every look. Once
         // the log is compacted, waiting for that segment would wait for ever (nothing frees
@@ -426,7 +436,7 @@ pub fn reserve(state: u64, segment: u64) -> u64 {
 
 /// Free bytes the next snapshots of every group take: the applied state (`state`) and
 /// [`SNAPSHOT_SLACK_SEGMENTS`] log segments, what the log takes while they are written.
-pub fn snapshots_room(state: u64, segment: u64) -> u64 {
+fn snapshots_room(state: u64, segment: u64) -> u64 {
     state + SNAPSHOT_SLACK_SEGMENTS * segment
 }
 

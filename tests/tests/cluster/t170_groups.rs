@@ -92,9 +92,9 @@ pub(crate) fn write_all(c: &Cluster, range: std::ops::Range<usize>) -> Vec<usize
     })
 }
 
-/// The acknowledged keys `node` does not read back linearizably. A read answered 5xx (a
-/// group electing, or a view that still names a dead leader) is retried for a while: only a
-/// 404 or another value is a lost write.
+/// The acknowledged keys `node` does not read back linearizably. A read refused for another
+/// reason than a 404 (a group electing or moving, a view that still names a dead leader) is
+/// retried for a while (`Cluster::read_settled`): only a 404 or another value is a lost write.
 pub(crate) fn lost(c: &Cluster, node: &Node, acked: &[usize]) -> Vec<usize> {
     let read_back = |k: usize| c.read_settled(node, &format!("g-{k}")) == Some(format!("v-{k}"));
     acked.iter().copied().filter(|k| !read_back(*k)).collect()
