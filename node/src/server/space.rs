@@ -19,12 +19,14 @@
 //!   its log as if it had outgrown its share while more than the segment being written is
 //!   active, and takes puts again once there is room: a segment above the reserve, or the
 //!   reserve once compacting frees no more. Deletes pass (they free space) until less than one
-//!   segment is left beside the room held for snapshots being built or installed. Known
-//!   limit: when the map has grown so that its next snapshot no longer fits, deletes (of
-//!   missing keys above all: they cost log blocks and free nothing) can use up that room,
-//!   and the node ends read-only (every write 507) until the volume has more space; it stays
-//!   up and serves reads. The state a snapshot writes is the whole map, so a volume must hold
-//!   the map twice: a full volume says so to the client instead of killing the node.
+//!   segment is left (the room held for a snapshot being built does not count: refusing
+//!   deletes while one is held refused nearly every delete on a full volume, the writes
+//!   that free it). Known limit: when the map has grown so that its next snapshot no longer
+//!   fits, deletes (of missing keys above all: they cost log blocks and free nothing) can
+//!   use up that room, and the node ends read-only (every write 507) until the volume has
+//!   more space; it stays up and serves reads; and deletes during a build can eat its slack. The state a snapshot writes is the whole map, so a volume
+//!   must hold the map twice: a full volume says so to the client instead of killing the
+//!   node.
 //! - **Room first.** The guard also takes over openraft's count policy (`--snapshot-entries`,
 //!   openraft's own is `Never`): a snapshot is asked for only while the volume has room for
 //!   it (the group's map and one segment, less than the puts' reserve, so that a snapshot
@@ -109,8 +111,7 @@ pub struct Space {
     /// compacts the log as if it had outgrown its share of the volume (while more than one
     /// segment is active).
     puts: AtomicBool,
-    /// Deletes are taken (free space at least one segment beside the room held for
-    /// snapshots being built or installed).
+    /// Deletes are taken (free space at least one segment).
     deletes: AtomicBool,
     free: AtomicU64,
     /// The applied state of every group at the last look: what the next snapshots write.
@@ -402,15 +403,8 @@ impl Space {
             tracing::info!(free, reserve, "the volume has room again: client puts are taken");
         }
         // Every write of the log takes whole blocks, deletes too: below one segment of room
-        // they would fill what is left, and an append that finds no room stops the core. The
-        // room held for a snapshot being built or installed is not theirs: deletes taken
-        // while it is written would eat its slack, and a snapshot write that finds the
-        // volume full stops the core as an append does.
-        let held = self
-            .builds
-            .load(Ordering::Acquire)
-            .saturating_add(self.install.load(Ordering::Acquire));
-        let deletes = free.saturating_sub(held) >= segment;
+        // they would fill what is left, and an append that finds no room stops the core.
+        let deletes = free >= segment;
         if self.deletes.swap(deletes, Ordering::AcqRel) != deletes {
             tracing::warn!(free, deletes, "client deletes are taken: {deletes}");
         }
@@ -622,24 +616,6 @@ mod tests {
         assert!(space.refusal(true).is_some(), "once refused, the reserve and a segment more");
         space.set(13, 5, 0, false);
         assert_eq!((space.refusal(true), space.refusal(false)), (None, None));
-    }
-
-    #[test]
-    fn deletes_leave_the_room_of_a_snapshot_being_built_or_installed() {
-        let space = Space::new(2);
-        space.set(12, 5, 0, false);
-        assert_eq!(space.refusal(false), None, "12 free: deletes are taken");
-        // A build of a map of 9 holds its bytes and a segment of slack: 11 of the 12.
-        space.builds.store(11, Ordering::Release);
-        space.set(12, 5, 0, false);
-        assert_eq!(space.refusal(false), Some(own(12, 11)), "a delete would eat the build's slack");
-        space.builds.store(0, Ordering::Release);
-        space.install.store(11, Ordering::Release);
-        space.set(12, 5, 0, false);
-        assert!(space.refusal(false).is_some(), "nor an install's");
-        space.install.store(0, Ordering::Release);
-        space.set(12, 5, 0, false);
-        assert_eq!(space.refusal(false), None, "built: deletes are taken again");
     }
 
     #[test]
