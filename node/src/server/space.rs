@@ -24,9 +24,9 @@
 //!   that free it). Known limit: when the map has grown so that its next snapshot no longer
 //!   fits, deletes (of missing keys above all: they cost log blocks and free nothing) can
 //!   use up that room, and the node ends read-only (every write 507) until the volume has
-//!   more space; it stays up and serves reads; and deletes during a build can eat its slack. The state a snapshot writes is the whole map, so a volume
-//!   must hold the map twice: a full volume says so to the client instead of killing the
-//!   node.
+//!   more space; it stays up and serves reads; and deletes during a build can eat its
+//!   slack. The state a snapshot writes is the whole map, so a volume must hold the map
+//!   twice: a full volume says so to the client instead of killing the node.
 //! - **Room first.** The guard also takes over openraft's count policy (`--snapshot-entries`,
 //!   openraft's own is `Never`): a snapshot is asked for only while the volume has room for
 //!   it (the group's map and one segment, less than the puts' reserve, so that a snapshot
@@ -377,8 +377,7 @@ impl Space {
     /// run will free (`reclaimable`: log segments a new snapshot covers, beyond the ones the
     /// log keeps), and whether the log is `compacted` (no snapshot being built, and only the
     /// segment being written active or every group's applied entries in a snapshot and
-    /// purged: no look to come frees more). The room held for snapshots being built or
-    /// installed is read as it is now.
+    /// purged: no look to come frees more).
     fn set(&self, free: u64, state: u64, reclaimable: u64, compacted: bool) {
         let segment = self.segment;
         let reserve = reserve(state, segment);
