@@ -18,9 +18,9 @@ pub enum CliError {
     /// Arguments that cannot mean anything (a bad URL): exit code 2, as a usage error of the
     /// argument parser.
     BadArguments(String),
-    /// This node must not run as the member it was asked to be (it lost its state, or the
-    /// volume belongs to another node id): exit code 3, which the systemd unit does not
-    /// restart.
+    /// This node must not run as the member it was asked to be (it lost its state, the
+    /// volume belongs to another node id, or holds another `--groups`): exit code 3, which
+    /// the systemd unit does not restart.
     NotThisMember(String),
     /// The Raft core stopped while the node ran (a storage error, or a panic inside
     /// openraft): exit code 4, which the systemd unit restarts (a restart reopens the store

@@ -41,6 +41,7 @@ use vellum_raft_store::v010::{KvBatcher, KvReader, KvStateMachine, LogStore, Typ
 
 use super::KvRaft;
 use super::directory::Directory;
+use crate::error::CliError;
 
 /// The header of a Raft RPC that names its group and the sender's group count: `g/G`.
 pub const GROUP_HEADER: &str = "x-vellum-group";
@@ -207,7 +208,7 @@ pub fn shape(
     dir: &str,
     groups: u64,
     location: &std::path::Path,
-) -> Result<(), String> {
+) -> Result<(), CliError> {
     let have: BTreeSet<u64> = log.groups().into_iter().collect();
     let want: BTreeSet<u64> = (0..groups).collect();
     if have == want {
@@ -220,18 +221,22 @@ pub fn shape(
     });
     if stateful {
         let had = have.len();
-        return Err(format!(
+        // Not a start-up failure that a restart may get past: the same flag on the same
+        // volume is refused again, so exit code 3 (the systemd unit does not restart it).
+        return Err(CliError::NotThisMember(format!(
             "the volume {} holds a cluster of {had} Raft group{} and --groups is {groups}: \
              the group count is fixed when the cluster is created; restart with --groups {had}",
             location.display(),
             if had == 1 { "" } else { "s" },
-        ));
+        )));
     }
+    let failed =
+        |what: String| move |e: vellum_raft_store::Error| CliError::Usage(format!("{what}: {e}"));
     for g in have.difference(&want) {
-        log.drop_group(*g).map_err(|e| format!("dropping group {g}: {e}"))?;
+        log.drop_group(*g).map_err(failed(format!("dropping group {g}")))?;
     }
     for g in want.difference(&have) {
-        log.create_group(*g).map_err(|e| format!("creating group {g}: {e}"))?;
+        log.create_group(*g).map_err(failed(format!("creating group {g}")))?;
     }
     Ok(())
 }

@@ -617,13 +617,12 @@ pub async fn serve(args: ServeArgs) -> Result<(), CliError> {
         let (v, core, d, n, at) =
             (volume.clone(), log_core.clone(), dir.clone(), args.groups, args.volume.clone());
         tokio::task::spawn_blocking(move || {
-            release::finish(&core, &v, &d)?;
+            release::finish(&core, &v, &d).map_err(CliError::Usage)?;
             groups::shape(&core, &v, &d, n, &at)?;
-            groups::open_rest(&v, &core, &d, n)
+            groups::open_rest(&v, &core, &d, n).map_err(CliError::Usage)
         })
         .await
-        .map_err(|e| fail("opening the raft groups")(e.to_string()))?
-        .map_err(CliError::Usage)?
+        .map_err(|e| fail("opening the raft groups")(e.to_string()))??
     };
     let count = stores.len() + 1;
     let ready = Arc::new(AtomicBool::new(false));

@@ -173,7 +173,7 @@ fn sixteen_groups_on_three_nodes_spread_survive_a_kill_and_rebalance() {
     node.extra[at + 1] = "8".into();
     node.start();
     let status = node.wait_exit(Duration::from_secs(30)).expect("the node refuses to start");
-    assert!(!status.success());
+    assert_eq!(status.code(), Some(3), "an operator must act: the unit does not restart it");
     let log = node.log_text();
     assert!(
         log.contains("holds a cluster of 16 Raft groups and --groups is 8"),
