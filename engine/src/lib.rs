@@ -67,6 +67,7 @@ pub mod error;
 mod io;
 pub mod layout;
 pub mod media;
+pub mod metric_names;
 mod sync;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;

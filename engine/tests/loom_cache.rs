@@ -23,9 +23,14 @@ mod sync {
     pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
 }
 
-#[allow(dead_code, unreachable_pub)]
+#[allow(dead_code, unreachable_pub, unused_imports)]
 #[path = "../src/io/cache/mod.rs"]
 mod cache;
+
+// The cache names its metrics from here, as in the crate.
+#[allow(dead_code)]
+#[path = "../src/metric_names.rs"]
+mod metric_names;
 
 use std::time::Duration;
 

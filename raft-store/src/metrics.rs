@@ -3,7 +3,7 @@
 //! The `metrics` facade records; the application installs an exporter and should give every
 //! histogram [`LATENCY_BUCKETS`] (Prometheus renders histograms without buckets as summaries).
 
-pub use vellum_engine::media::carrier_metric_names::{
+pub use vellum_engine::metric_names::carrier::{
     DURABLE_WRITE_DURATION, FLUSH_DURATION, FLUSHES_TOTAL, WRITES_TOTAL, WRITTEN_BYTES_TOTAL,
 };
 
@@ -83,7 +83,7 @@ pub const HISTOGRAMS: &[(&str, &[f64])] = &[
 /// Registers HELP text and units for every metric the engine and the store record.
 pub fn describe() {
     use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
-    use vellum_engine::cache_metric_names as c;
+    use vellum_engine::metric_names::cache as c;
     describe_counter!(c::HITS_TOTAL, "Page cache reads of a resident page.");
     describe_counter!(
         c::MISSES_TOTAL,

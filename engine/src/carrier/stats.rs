@@ -53,19 +53,8 @@ impl std::ops::Sub for StatsSnapshot {
     }
 }
 
-/// Metric names (documented in docs/METRICS.md).
-pub mod names {
-    /// Metric name: histogram of durable (write-through) write latency, in seconds.
-    pub const DURABLE_WRITE_DURATION: &str = "vellum_carrier_durable_write_duration_seconds";
-    /// Metric name: histogram of cache-flush (barrier) latency, in seconds.
-    pub const FLUSH_DURATION: &str = "vellum_carrier_flush_duration_seconds";
-    /// Metric name: counter of carrier writes.
-    pub const WRITES_TOTAL: &str = "vellum_carrier_writes_total";
-    /// Metric name: counter of bytes written to the carrier.
-    pub const WRITTEN_BYTES_TOTAL: &str = "vellum_carrier_written_bytes_total";
-    /// Metric name: counter of cache flushes (barriers).
-    pub const FLUSHES_TOTAL: &str = "vellum_carrier_flushes_total";
-}
+/// Metric names (documented in docs/METRICS.md), kept with the engine's other names.
+pub use crate::metric_names::carrier as names;
 
 impl CarrierStats {
     /// The counters now, to subtract from a later snapshot.

@@ -44,11 +44,11 @@ pub use location::{
 };
 pub use url::{Bare, MediaUrl, S3Url};
 
-/// The carriers' metric names (writes, bytes, flushes, their durations: docs/METRICS.md).
-pub use crate::carrier::stats_names as carrier_metric_names;
 /// The carrier types a user of volumes names (knobs, kinds, the carrier trait for offline
 /// tools), re-exported so that crates above the engine never import the carrier module.
 pub use crate::carrier::{Carrier, CarrierKind, CarrierOptions};
+/// The carriers' metric names (writes, bytes, flushes, their durations: docs/METRICS.md).
+pub use crate::metric_names::carrier as carrier_metric_names;
 
 use std::fmt;
 use std::sync::Arc;

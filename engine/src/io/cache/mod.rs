@@ -107,33 +107,8 @@ pub(crate) struct Counters {
     pub(crate) bypassed: AtomicU64,
 }
 
-/// Metric names of the cache (Prometheus), published by `Volume::publish_metrics`.
-pub mod names {
-    /// Metric name: counter of page reads served from the cache.
-    pub const HITS_TOTAL: &str = "vellum_cache_hits_total";
-    /// Metric name: counter of page reads that went to the carrier.
-    pub const MISSES_TOTAL: &str = "vellum_cache_misses_total";
-    /// Metric name: counter of pages evicted.
-    pub const EVICTIONS_TOTAL: &str = "vellum_cache_evictions_total";
-    /// Metric name: counter of pages read ahead of a request.
-    pub const READAHEAD_PAGES_TOTAL: &str = "vellum_cache_readahead_pages_total";
-    /// Metric name: counter of dirty pages written back.
-    pub const WRITEBACK_PAGES_TOTAL: &str = "vellum_cache_writeback_pages_total";
-    /// Metric name: counter of bytes written back.
-    pub const WRITEBACK_BYTES_TOTAL: &str = "vellum_cache_writeback_bytes_total";
-    /// Metric name: counter of carrier writes the writeback made.
-    pub const WRITEBACK_WRITES_TOTAL: &str = "vellum_cache_writeback_writes_total";
-    /// Metric name: counter of seconds spent in writeback carrier writes.
-    pub const WRITEBACK_BUSY_SECONDS: &str = "vellum_cache_writeback_busy_seconds";
-    /// Metric name: counter of pages that bypassed a full cache.
-    pub const BYPASSED_PAGES_TOTAL: &str = "vellum_cache_bypassed_pages_total";
-    /// Metric name: gauge of dirty pages.
-    pub const DIRTY_PAGES: &str = "vellum_cache_dirty_pages";
-    /// Metric name: gauge of resident pages.
-    pub const RESIDENT_PAGES: &str = "vellum_cache_resident_pages";
-    /// Metric name: gauge of the cache's budget in bytes.
-    pub const CAPACITY_BYTES: &str = "vellum_cache_capacity_bytes";
-}
+/// Metric names of the cache (Prometheus), kept with the engine's other names.
+pub use crate::metric_names::cache as names;
 
 /// A snapshot of the cache's counters and state.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
