@@ -603,14 +603,19 @@ fn a_log_purged_behind_its_appends_writes_its_segments_once() {
         carrier.set_write_hook(None);
         let ratio =
             bytes.load(std::sync::atomic::Ordering::Relaxed) as f64 / (appends * 4096) as f64;
-        (ratio, status.recycled)
+        (ratio, status.recycled, status.created)
     };
-    let (with, recycled) = written(2);
-    let (without, none) = written(0);
+    let (with, recycled, created_with) = written(2);
+    let (without, none, created) = written(0);
     eprintln!(
-        "carrier bytes per byte of frames: {with:.2} recycled ({recycled} spares), {without:.2} zero-filled"
+        "carrier bytes per byte of frames: {with:.2} recycled ({recycled} spares, {created_with} \
+         new), {without:.2} zero-filled ({created} new)"
     );
     assert!(recycled >= 10 && none == 0, "{recycled} {none}");
+    // Every spare is one or the other (the one being made when the count was read aside):
+    // the new files are what takes the volume's free space (the space guard's count).
+    assert!(created >= recycled && created_with < created - 8, "{created_with} {created}");
+    assert!((created_with + recycled).abs_diff(created) <= 1, "{created_with} {created}");
     // Both pay the same metadata commits (a purge every 64 appends, a roll every 63); the
     // zero-fill of each new 256 KiB segment is the difference.
     assert!(

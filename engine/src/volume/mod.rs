@@ -31,7 +31,9 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 pub use check::{CheckReport, Finding, FindingKind, SlotStatus, check, check_members};
 pub use file::File;
 pub use members::{MemberCarrier, MemberInfo, Opener, gather_members};
-pub use open::{OpenReport, read_slots};
+pub use open::OpenReport;
+#[cfg(feature = "internals")]
+pub use open::read_slots;
 pub use options::{
     CommitMutation, DEFAULT_CACHE_BYTES, FormatOptions, IoPolicy, Tier, VolumeOptions,
     WriteConcurrency, default_journal_bytes,

@@ -19,13 +19,15 @@
 //!   its log as if it had outgrown its share while more than the segment being written is
 //!   active, and takes puts again once there is room: a segment above the reserve, or the
 //!   reserve once compacting frees no more. Deletes pass (they free space) until less than one
-//!   segment is left (the room held for a snapshot being built does not count: refusing
-//!   deletes while one is held refused nearly every delete on a full volume, the writes
-//!   that free it). Known limit: when the map has grown so that its next snapshot no longer
-//!   fits, deletes (of missing keys above all: they cost log blocks and free nothing) can
-//!   use up that room, and the node ends read-only (every write 507) until the volume has
-//!   more space; it stays up and serves reads; and deletes during a build can eat its
-//!   slack. The state a snapshot writes is the whole map, so a volume must hold the map
+//!   segment is left, and while a snapshot is being built, until the log has made a new
+//!   segment since it was asked for: that segment was the build's slack, and a second one
+//!   would take the room of the map it writes ([`slack_spent`]). The room held for a build
+//!   is not counted against deletes as such: refusing deletes while one is held refused
+//!   nearly every delete on a full volume, the writes that free it. Known limit: when the
+//!   map has grown so that its next snapshot no longer fits, deletes (of missing keys above
+//!   all: they cost log blocks and free nothing) can use up that room, and the node ends
+//!   read-only (every write 507) until the volume has more space; it stays up and serves
+//!   reads. The state a snapshot writes is the whole map, so a volume must hold the map
 //!   twice: a full volume says so to the client instead of killing the node.
 //! - **Room first.** The guard also takes over openraft's count policy (`--snapshot-entries`,
 //!   openraft's own is `Never`): a snapshot is asked for only while the volume has room for
@@ -111,7 +113,7 @@ pub struct Space {
     /// compacts the log as if it had outgrown its share of the volume (while more than one
     /// segment is active).
     puts: AtomicBool,
-    /// Deletes are taken (free space at least one segment).
+    /// Deletes are taken (free space at least one segment, and no build's slack spent).
     deletes: AtomicBool,
     free: AtomicU64,
     /// The applied state of every group at the last look: what the next snapshots write.
@@ -241,11 +243,13 @@ impl Space {
     /// What this node's Raft answers say of its volume ([`SPACE_HEADER`]): which client
     /// writes it takes (`all`, `deletes` or `none`), its free bytes and the puts' reserve.
     pub fn word(&self) -> String {
+        // Puts taken and deletes not (a build's slack spent beside three or more builds) is
+        // said as `none`: the peers refuse both for a moment, never a write this node would.
         let takes = match (self.puts.load(Ordering::Acquire), self.deletes.load(Ordering::Acquire))
         {
-            (true, _) => "all",
+            (true, true) => "all",
             (false, true) => "deletes",
-            (false, false) => "none",
+            (_, false) => "none",
         };
         let (free, reserve) = (self.free.load(Ordering::Relaxed), self.reserve());
         format!("{takes} {free} {reserve}")
@@ -377,8 +381,9 @@ impl Space {
     /// run will free (`reclaimable`: log segments a new snapshot covers, beyond the ones the
     /// log keeps), and whether the log is `compacted` (no snapshot being built, and only the
     /// segment being written active or every group's applied entries in a snapshot and
-    /// purged: no look to come frees more).
-    fn set(&self, free: u64, state: u64, reclaimable: u64, compacted: bool) {
+    /// purged: no look to come frees more), and whether the log has spent the slack of a
+    /// snapshot being built (`slack_spent`: [`slack_spent`]).
+    fn set(&self, free: u64, state: u64, reclaimable: u64, compacted: bool, slack_spent: bool) {
         let segment = self.segment;
         let reserve = reserve(state, segment);
         self.free.store(free, Ordering::Relaxed);
@@ -403,9 +408,11 @@ impl Space {
         }
         // Every write of the log takes whole blocks, deletes too: below one segment of room
         // they would fill what is left, and an append that finds no room stops the core.
-        let deletes = free >= segment;
+        // Nor may they take a build's room once its slack is spent: a snapshot write that
+        // finds the volume full stops the core as surely.
+        let deletes = free >= segment && !slack_spent;
         if self.deletes.swap(deletes, Ordering::AcqRel) != deletes {
-            tracing::warn!(free, deletes, "client deletes are taken: {deletes}");
+            tracing::warn!(free, slack_spent, deletes, "client deletes are taken: {deletes}");
         }
         metrics::gauge!(VOLUME_FREE_BYTES).set(free as f64);
         metrics::gauge!(VOLUME_RESERVE_BYTES).set(reserve as f64);
@@ -433,6 +440,29 @@ fn snapshots_room(state: u64, segment: u64) -> u64 {
     state + SNAPSHOT_SLACK_SEGMENTS * segment
 }
 
+/// A snapshot the guard asked for and has not seen built yet.
+#[derive(Debug, Clone, Copy)]
+struct Build {
+    /// The room it was given: the map's bytes and [`SNAPSHOT_SLACK_SEGMENTS`] segments.
+    need: u64,
+    /// The snapshot index it replaces: it is built once the group's is past it.
+    replaces: u64,
+    /// When it was asked for: its room is held for [`BUILD_HELD`] at most.
+    at: Instant,
+    /// The log's new segments when it was asked for (`SpareStatus::created`).
+    made: u64,
+}
+
+/// Whether the log has made its slack's worth of new segments ([`SNAPSHOT_SLACK_SEGMENTS`])
+/// since one of the snapshots being built was asked for, the log having made `made` new
+/// segments so far: one more would take the room of the map that build writes. Counted in
+/// the log's new segment files, not in the volume's free space, which the builds' own
+/// writes lower too; a recycled segment takes no room, and a purge that frees some does
+/// not give a build's slack back to the deletes until the build is seen.
+fn slack_spent(building: &BTreeMap<u64, Build>, made: u64) -> bool {
+    building.values().any(|b| made.saturating_sub(b.made) >= SNAPSHOT_SLACK_SEGMENTS)
+}
+
 /// Starts the guard over `groups` of `log` on `volume`, asking a group for a snapshot also
 /// every `every` applied entries (`--snapshot-entries`: openraft's own policy is off, so
 /// that no snapshot starts without room for it); it ends with `stop`.
@@ -452,10 +482,9 @@ pub fn spawn_guard(
         // Per group: when a snapshot was last asked for, and the purge last asked for.
         let mut asked: BTreeMap<u64, Instant> = BTreeMap::new();
         let mut purged: BTreeMap<u64, u64> = BTreeMap::new();
-        // Snapshots asked for and not yet seen built, per group: the room each was given
-        // and the snapshot index it replaces. Their bytes are not all allocated yet, so the
-        // room they take is held back from the next asks.
-        let mut building: BTreeMap<u64, (u64, u64, Instant)> = BTreeMap::new();
+        // Snapshots asked for and not yet seen built, per group. Their bytes are not all
+        // allocated yet, so the room they take is held back from the next asks.
+        let mut building: BTreeMap<u64, Build> = BTreeMap::new();
         // The first look at once: the Raft port refuses appends until it is done.
         let mut first = true;
         loop {
@@ -471,6 +500,10 @@ pub fn spawn_guard(
             // Appends written before the free space is read are in it; the ones written
             // meanwhile count twice until the next look, never zero times.
             let seen = space.appended.load(Ordering::Acquire);
+            // Read before the free space: a segment made in between is in the free space
+            // and counts against the slack of the builds asked for below too (twice, never
+            // zero times).
+            let made = log.spare_status().created;
             let v = volume.clone();
             let Ok(free) = tokio::task::spawn_blocking(move || v.info().free_blocks).await else {
                 return;
@@ -494,15 +527,15 @@ pub fn spawn_guard(
             let refused = !space.puts.load(Ordering::Acquire);
             let over = grown || (refused && used > segment);
             let all = groups.all();
-            building.retain(|id, (_, was, at)| {
+            building.retain(|id, b| {
                 let now = all
                     .iter()
                     .find(|g| g.id == *id)
                     .and_then(|g| g.raft.metrics().borrow_watched().snapshot)
                     .map_or(0, |s| s.index);
-                now <= *was && at.elapsed() < BUILD_HELD
+                now <= b.replaces && b.at.elapsed() < BUILD_HELD
             });
-            let held: u64 = building.values().map(|(need, _, _)| need).sum();
+            let held: u64 = building.values().map(|b| b.need).sum();
             // Compacting frees no more: none being built, and only the segment being written
             // active, or every group's applied entries in a snapshot and purged.
             let mut purged_all = true;
@@ -565,20 +598,24 @@ pub fn spawn_guard(
                     "snapshot"
                 );
                 room -= need;
-                building.insert(g.id, (need, snapshot, Instant::now()));
+                building.insert(g.id, Build { need, replaces: snapshot, at: Instant::now(), made });
                 space.builds.fetch_add(need, Ordering::AcqRel);
                 if let Err(e) = g.raft.trigger().snapshot().await {
                     tracing::warn!(group = g.id, error = %e, "snapshot for the volume's space");
                 }
             }
-            space.builds.store(building.values().map(|(need, _, _)| need).sum(), Ordering::Release);
+            let held: u64 = building.values().map(|b| b.need).sum();
+            space.builds.store(held, Ordering::Release);
             let state: u64 = all.iter().map(|g| g.kv.bytes()).sum();
             // A purge keeps the segment being written and turns up to `KEPT_SEGMENTS` of the
             // others into spares; it frees the rest.
             let reclaimable =
                 if purging { log.space().0.saturating_sub(KEPT_SEGMENTS * segment) } else { 0 };
             let compacted = building.is_empty() && (used <= segment || purged_all);
-            space.set(free_bytes, state, reclaimable, compacted);
+            // A spent slack matters only while the free space is short of the builds' room
+            // and a segment: past that, the next new segment cannot take a map's room.
+            let spent = slack_spent(&building, made) && free_bytes < held.saturating_add(segment);
+            space.set(free_bytes, state, reclaimable, compacted, spent);
             space.appended.fetch_sub(seen, Ordering::AcqRel);
         }
     });
@@ -603,29 +640,50 @@ mod tests {
     fn puts_are_refused_below_the_reserve_and_deletes_below_a_segment() {
         let space = Space::new(2);
         assert_eq!(space.refusal(true), None);
-        space.set(10, 5, 0, false);
+        space.set(10, 5, 0, false, false);
         assert_eq!(space.refusal(true), Some(own(10, 11)), "puts stop below the reserve");
         assert_eq!(space.refusal(false), None, "deletes go on: they free space");
-        space.set(1, 5, 0, false);
+        space.set(1, 5, 0, false, false);
         assert_eq!(space.refusal(false), Some(own(1, 11)), "below a segment, deletes stop too");
-        space.set(8, 5, 5, false);
+        space.set(8, 5, 5, false, false);
         assert_eq!(space.refusal(true), None, "what a purge about to run frees counts");
-        space.set(1, 5, 0, false);
-        space.set(11, 5, 0, false);
+        space.set(1, 5, 0, false, false);
+        space.set(11, 5, 0, false, false);
         assert!(space.refusal(true).is_some(), "once refused, the reserve and a segment more");
-        space.set(13, 5, 0, false);
+        space.set(13, 5, 0, false, false);
         assert_eq!((space.refusal(true), space.refusal(false)), (None, None));
+    }
+
+    #[test]
+    fn deletes_wait_for_a_build_once_the_log_made_its_slack_in_new_segments() {
+        let build = |made| Build { need: 7, replaces: 0, at: Instant::now(), made };
+        let mut building = BTreeMap::new();
+        assert!(!slack_spent(&building, 9), "no build, no slack to spend");
+        building.insert(1, build(4));
+        assert!(!slack_spent(&building, 4), "asked for at 4 new segments, none made since");
+        assert!(slack_spent(&building, 5), "one new segment is the build's slack");
+        building.insert(2, build(5));
+        assert!(slack_spent(&building, 5), "the oldest build's slack counts");
+        building.remove(&1);
+        assert!(!slack_spent(&building, 5), "seen built: the newer build has its slack");
+        // The guard's judgement: a spent slack stops deletes at any free space, for a look.
+        let space = Space::new(2);
+        space.set(100, 5, 0, false, true);
+        assert_eq!(space.refusal(false), Some(own(100, 11)), "the build keeps its room");
+        assert_eq!(space.word(), "none 100 11");
+        space.set(100, 5, 0, false, false);
+        assert_eq!(space.refusal(false), None, "the build is seen: deletes go on");
     }
 
     #[test]
     fn once_the_log_is_compacted_a_refused_volume_takes_puts_at_the_reserve() {
         let space = Space::new(2);
-        space.set(10, 5, 0, false);
-        space.set(12, 5, 0, false);
+        space.set(10, 5, 0, false, false);
+        space.set(12, 5, 0, false, false);
         assert!(space.refusal(true).is_some(), "a snapshot or a purge may still free room");
-        space.set(12, 5, 0, true);
+        space.set(12, 5, 0, true, false);
         assert_eq!(space.refusal(true), None, "nothing left to free: the reserve is enough");
-        space.set(10, 5, 0, true);
+        space.set(10, 5, 0, true, false);
         assert!(space.refusal(true).is_some(), "below the reserve, compacted or not");
     }
 
@@ -633,13 +691,13 @@ mod tests {
     fn a_node_refuses_what_a_peer_says_its_volume_refuses() {
         let (me, leader) = (Space::new(2), Space::new(2));
         assert_eq!(me.word(), "all 0 0");
-        me.set(10, 5, 0, false);
+        me.set(10, 5, 0, false, false);
         assert_eq!(me.word(), "deletes 10 11");
         leader.heard(3, &me.word());
         let peer = Some(NoRoom { member: Some(3), free: 10, reserve: 11 });
         assert_eq!(leader.refusal(true), peer, "the peer's refusal of puts holds here");
         assert_eq!(leader.refusal(false), None, "the peer takes deletes");
-        me.set(1, 5, 0, false);
+        me.set(1, 5, 0, false, false);
         assert_eq!(me.word(), "none 1 11");
         leader.heard(3, &me.word());
         assert_eq!(leader.refusal(false).and_then(|r| r.member), Some(3));
@@ -684,7 +742,7 @@ mod tests {
         let refused = |r: Result<AppendRoom, AppendRefused>| r.err();
         assert_eq!(refused(space.hold_append(1, false)), Some(AppendRefused::NotLooked));
         // Free 20, a map of 5: the reserve is 5 + 3 segments, the next snapshots 5 + 1.
-        space.set(20, 5, 0, false);
+        space.set(20, 5, 0, false, false);
         assert_eq!(refused(space.hold_append(19, false)), no_room(20, 21), "a segment");
         assert_eq!(refused(space.hold_append(12, true)), no_room(20, 21), "snapshots");
         assert!(space.starved.swap(false, Ordering::AcqRel), "a refusal asks for a compaction");
@@ -693,7 +751,7 @@ mod tests {
         drop(held);
         assert_eq!(refused(space.hold_append(8, false)), no_room(9, 10), "until a look");
         space.appended.fetch_sub(11, Ordering::AcqRel);
-        space.set(9, 5, 0, false);
+        space.set(9, 5, 0, false, false);
         assert!(space.hold_append(7, false).is_ok(), "the look counts it in the free space");
         space.builds.store(2, Ordering::Release);
         assert!(space.hold_append(6, false).is_err(), "a build's room is not an append's");
@@ -702,7 +760,7 @@ mod tests {
     #[test]
     fn appends_at_once_never_count_on_the_same_room() {
         let space = Arc::new(Space::new(1 << 20));
-        space.set(64 << 20, 0, 0, false);
+        space.set(64 << 20, 0, 0, false, false);
         // Room for 63 appends of 1 MiB beside the segment of slack, taken by 8 threads.
         let held: Vec<AppendRoom> = std::thread::scope(|s| {
             let threads: Vec<_> = (0..8)

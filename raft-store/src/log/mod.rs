@@ -978,9 +978,9 @@ impl LogCore {
         lock(&self.shared().segments).by_seq.len()
     }
 
-    /// How the spare-segment maker is doing.
+    /// How the spare-segment maker is doing. Brief: it waits for no write of the log.
     pub fn spare_status(&self) -> SpareStatus {
-        self.log.combiner.writer().spares.status()
+        self.shared().retirer.status()
     }
 
     /// Refuses further writes (they fail with `Closed`); queued ones, and the committed id

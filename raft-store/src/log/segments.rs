@@ -158,6 +158,9 @@ pub struct SpareStatus {
     pub failing: u64,
     /// Spares made from a purged segment since the log opened.
     pub recycled: u64,
+    /// Spares made as new files since the log opened: each took a segment's bytes of the
+    /// volume's free space (a recycled one took none).
+    pub created: u64,
     /// Purged segments kept for reuse now.
     pub free: usize,
 }
@@ -174,6 +177,8 @@ struct SpareState {
     free: Vec<Free>,
     /// Spares made from a purged segment.
     recycled: u64,
+    /// Spares made as new files.
+    created: u64,
 }
 
 /// How the maker makes a spare.
@@ -231,6 +236,20 @@ impl Retirer {
         Ok(kept)
     }
 
+    /// How the maker is doing. Takes only the spare state's lock, never the log writer's:
+    /// callable from anywhere while the IO thread writes.
+    pub fn status(&self) -> SpareStatus {
+        let s = lock(&self.state.0);
+        SpareStatus {
+            ready: s.ready.is_some(),
+            failures: s.failures,
+            failing: s.failing,
+            recycled: s.recycled,
+            created: s.created,
+            free: s.free.len(),
+        }
+    }
+
     /// Hands committed `.free` files to the maker.
     pub fn adopt(&self, free: Vec<Free>) {
         if free.is_empty() {
@@ -268,13 +287,14 @@ fn make(making: &Making, state: &(Mutex<SpareState>, Condvar), n: u64) -> Result
             .position(|f| f.len == making.segment_bytes && Arc::strong_count(&f.file) == 1);
         at.map(|i| s.free.remove(i))
     };
-    match reusable {
-        Some(free) => {
-            let spare = recycle(making, free, &path)?;
-            lock(&state.0).recycled += 1;
-            Ok(spare)
-        }
-        None => create_segment(&making.volume, &path, making.segment_bytes),
+    if let Some(free) = reusable {
+        let spare = recycle(making, free, &path)?;
+        lock(&state.0).recycled += 1;
+        Ok(spare)
+    } else {
+        let spare = create_segment(&making.volume, &path, making.segment_bytes)?;
+        lock(&state.0).created += 1;
+        Ok(spare)
     }
 }
 
@@ -432,18 +452,6 @@ impl SpareMaker {
             }
             let left = if s.failing > 0 { deadline - now } else { TAKE_WAIT };
             s = cv.wait_timeout(s, left).unwrap_or_else(std::sync::PoisonError::into_inner).0;
-        }
-    }
-
-    /// How the maker is doing (for tests and metrics).
-    pub fn status(&self) -> SpareStatus {
-        let s = lock(&self.state.0);
-        SpareStatus {
-            ready: s.ready.is_some(),
-            failures: s.failures,
-            failing: s.failing,
-            recycled: s.recycled,
-            free: s.free.len(),
         }
     }
 
