@@ -63,12 +63,31 @@ pub const BROADCAST_010: &str =
     "vellum on openraft 0.10, file volumes, replicate submitted entries";
 pub const BATCHED_010: &str = "vellum on openraft 0.10, file volumes, replicate submitted entries + batcher, 2 entries in flight";
 
-/// Per-node volume sizes and the log segment size: room for every run's log (no snapshots,
-/// no purges), where one entry per durable write takes a 4 KiB block of log, 256 B value or
-/// not. Memory volumes are zeroed lazily; file volumes are zero-filled, so they stay smaller.
+/// Per-node volume sizes and the log segment size at full scale: room for every run's log
+/// (no snapshots, no purges), where one entry per durable write takes a 4 KiB block of log,
+/// 256 B value or not. Memory volumes are zeroed lazily; file volumes are zero-filled, so
+/// they stay smaller, and shrink with the runs' time at small scale (a quarter at least):
+/// the smoke test's runs write a fifth of a full run's log, and zero-filling full-size
+/// volumes for them wrote 12 GiB.
 const FILE_VOLUME_BYTES: u64 = 256 << 20;
 const MEMORY_VOLUME_BYTES: u64 = 1 << 30;
 const SEGMENT_BYTES: u64 = 64 << 20;
+
+/// A file volume's bytes and its log's segment bytes at `opts`' scale.
+#[derive(Debug, Clone, Copy)]
+struct Sizes {
+    volume: u64,
+    segment: u64,
+}
+
+impl Sizes {
+    fn at(opts: &Options) -> Sizes {
+        Sizes {
+            volume: opts.bytes(FILE_VOLUME_BYTES, FILE_VOLUME_BYTES / 4),
+            segment: opts.bytes(SEGMENT_BYTES, SEGMENT_BYTES / 4),
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Store {
@@ -196,7 +215,7 @@ fn load(clients: usize, secs: f64) -> Load {
 }
 
 /// Three volumes of the store's kind; files under `dir`.
-fn volumes(store: Store, dir: &Path) -> Result<Vec<Volume>, String> {
+fn volumes(store: Store, dir: &Path, file_bytes: u64) -> Result<Vec<Volume>, String> {
     (1..=3)
         .map(|id| {
             if store.memory() {
@@ -209,7 +228,7 @@ fn volumes(store: Store, dir: &Path) -> Result<Vec<Volume>, String> {
             } else {
                 fresh_volume(
                     &dir.join(format!("node-{id}.vlm")),
-                    FILE_VOLUME_BYTES,
+                    file_bytes,
                     CarrierOptions::PRODUCTION,
                 )
             }
@@ -350,9 +369,10 @@ fn run_vellum(
     store: Store,
     dir: &Path,
     timing: Timing,
+    sizes: Sizes,
 ) -> Result<Vec<Run>, String> {
-    let vols = volumes(store, dir)?;
-    let config = LogConfig { segment_bytes: SEGMENT_BYTES, io: store.io(), ..LogConfig::default() };
+    let vols = volumes(store, dir, sizes.volume)?;
+    let config = LogConfig { segment_bytes: sizes.segment, io: store.io(), ..LogConfig::default() };
     let counted = Counted { leader: vols[0].clone(), follower: vols[1].clone() };
     let runs = if store.v010() {
         let stores = vols
@@ -518,7 +538,7 @@ pub fn run(opts: &Options) -> Result<SuiteResult, String> {
                 }
             } else {
                 let store = stores[v - 1];
-                let runs = run_vellum(&rt, store, &dir, timing)?;
+                let runs = run_vellum(&rt, store, &dir, timing, Sizes::at(opts))?;
                 record(&mut ms, store.name(), &runs);
             }
             bar.inc(1);
