@@ -21,9 +21,10 @@
 //!   reserve once compacting frees no more. Deletes pass (they free space) until less than one
 //!   segment is left, and while a snapshot is being built, until the log has made a new
 //!   segment since it was asked for: that segment was the build's slack, and a second one
-//!   would take the room of the map it writes ([`slack_spent`]). The room held for a build
-//!   is not counted against deletes as such: refusing deletes while one is held refused
-//!   nearly every delete on a full volume, the writes that free it. Known limit: when the
+//!   would take the room of the map it writes ([`slack_spent`]; this node's own deletes:
+//!   the peers' appends to it wait for room beside its builds anyway). The room held for a
+//!   build is not counted against deletes as such: refusing deletes while one is held
+//!   refused nearly every delete on a full volume, the writes that free it. Known limit: when the
 //!   map has grown so that its next snapshot no longer fits, deletes (of missing keys above
 //!   all: they cost log blocks and free nothing) can use up that room, and the node ends
 //!   read-only (every write 507) until the volume has more space; it stays up and serves
@@ -113,8 +114,13 @@ pub struct Space {
     /// compacts the log as if it had outgrown its share of the volume (while more than one
     /// segment is active).
     puts: AtomicBool,
-    /// Deletes are taken (free space at least one segment, and no build's slack spent).
+    /// Deletes are taken (free space at least one segment).
     deletes: AtomicBool,
+    /// A snapshot being built has seen the log make its slack's worth of new segments
+    /// ([`slack_spent`]): this node's deletes wait for it. Not said to the peers: their
+    /// appends to this node already wait for room beside the builds ([`Space::hold_append`]),
+    /// and a word holds for [`PEER_WORD`], far longer than a build.
+    slack_spent: AtomicBool,
     free: AtomicU64,
     /// The applied state of every group at the last look: what the next snapshots write.
     /// The puts' reserve ([`reserve`]) and the next snapshots' room ([`snapshots_room`])
@@ -186,6 +192,7 @@ impl Space {
         Space {
             puts: AtomicBool::new(true),
             deletes: AtomicBool::new(true),
+            slack_spent: AtomicBool::new(false),
             free: AtomicU64::new(0),
             state: AtomicU64::new(0),
             segment,
@@ -221,11 +228,12 @@ impl Space {
     /// it, with its free bytes and the room puts need.
     pub fn refusal(&self, put: bool) -> Option<NoRoom> {
         let (taken, peer_until) = if put {
-            (&self.puts, &self.peer_puts_until)
+            (self.puts.load(Ordering::Acquire), &self.peer_puts_until)
         } else {
-            (&self.deletes, &self.peer_deletes_until)
+            let spent = self.slack_spent.load(Ordering::Acquire);
+            (self.deletes.load(Ordering::Acquire) && !spent, &self.peer_deletes_until)
         };
-        let refused = if !taken.load(Ordering::Acquire) {
+        let refused = if !taken {
             NoRoom {
                 member: None,
                 free: self.free.load(Ordering::Relaxed),
@@ -243,13 +251,11 @@ impl Space {
     /// What this node's Raft answers say of its volume ([`SPACE_HEADER`]): which client
     /// writes it takes (`all`, `deletes` or `none`), its free bytes and the puts' reserve.
     pub fn word(&self) -> String {
-        // Puts taken and deletes not (a build's slack spent beside three or more builds) is
-        // said as `none`: the peers refuse both for a moment, never a write this node would.
         let takes = match (self.puts.load(Ordering::Acquire), self.deletes.load(Ordering::Acquire))
         {
-            (true, true) => "all",
+            (true, _) => "all",
             (false, true) => "deletes",
-            (_, false) => "none",
+            (false, false) => "none",
         };
         let (free, reserve) = (self.free.load(Ordering::Relaxed), self.reserve());
         format!("{takes} {free} {reserve}")
@@ -410,9 +416,16 @@ impl Space {
         // they would fill what is left, and an append that finds no room stops the core.
         // Nor may they take a build's room once its slack is spent: a snapshot write that
         // finds the volume full stops the core as surely.
-        let deletes = free >= segment && !slack_spent;
+        let deletes = free >= segment;
         if self.deletes.swap(deletes, Ordering::AcqRel) != deletes {
-            tracing::warn!(free, slack_spent, deletes, "client deletes are taken: {deletes}");
+            tracing::warn!(free, deletes, "client deletes are taken: {deletes}");
+        }
+        if self.slack_spent.swap(slack_spent, Ordering::AcqRel) != slack_spent {
+            tracing::debug!(
+                free,
+                slack_spent,
+                "a snapshot being built has its room and no more: client deletes wait for it"
+            );
         }
         metrics::gauge!(VOLUME_FREE_BYTES).set(free as f64);
         metrics::gauge!(VOLUME_RESERVE_BYTES).set(reserve as f64);
@@ -670,7 +683,7 @@ mod tests {
         let space = Space::new(2);
         space.set(100, 5, 0, false, true);
         assert_eq!(space.refusal(false), Some(own(100, 11)), "the build keeps its room");
-        assert_eq!(space.word(), "none 100 11");
+        assert_eq!(space.word(), "all 100 11", "not said: the peers' appends wait for room");
         space.set(100, 5, 0, false, false);
         assert_eq!(space.refusal(false), None, "the build is seen: deletes go on");
     }
