@@ -55,6 +55,7 @@ pub const ARCHIVE_INDEX: &str = "vellum_archive_last_index";
 pub const VOLUME_FREE_BYTES: &str = "vellum_volume_free_bytes";
 pub const VOLUME_RESERVE_BYTES: &str = "vellum_volume_reserve_bytes";
 pub const WRITES_REFUSED_NO_SPACE: &str = "vellum_writes_refused_no_space_total";
+pub const DELETES_OF_MISSING_KEYS: &str = "vellum_deletes_not_written_total";
 
 /// The Prometheus text content type Prometheus 2 and 3 both accept.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -150,6 +151,11 @@ fn describe() {
         WRITES_REFUSED_NO_SPACE,
         "Client writes refused (507) because the free space of the volume (or of a peer's, as \
          its Raft answers said) was below the reserve."
+    );
+    describe_counter!(
+        DELETES_OF_MISSING_KEYS,
+        "Client deletes of a key that was not there, answered after a linearizable read \
+         without a log write, because the volume (or a peer's) refused puts."
     );
     describe_gauge!(
         CORE_RUNNING,

@@ -24,9 +24,10 @@
 //!   would take the room of the map it writes ([`slack_spent`]; this node's own deletes:
 //!   the peers' appends to it wait for room beside its builds anyway). The room held for a
 //!   build is not counted against deletes as such: refusing deletes while one is held
-//!   refused nearly every delete on a full volume, the writes that free it. Known limit: when the
-//!   map has grown so that its next snapshot no longer fits, deletes (of missing keys above
-//!   all: they cost log blocks and free nothing) can use up that room, and the node ends
+//!   refused nearly every delete on a full volume, the writes that free it. Deletes of keys
+//!   that are not there write nothing while puts are refused ([`Space::puts_refused`]; a
+//!   linearizable read answers them, `http/kv.rs`). Known limit: when the map has grown so
+//!   that its next snapshot no longer fits, deletes can use up that room, and the node ends
 //!   read-only (every write 507) until the volume has more space; it stays up and serves
 //!   reads. The state a snapshot writes is the whole map, so a volume must hold the map
 //!   twice: a full volume says so to the client instead of killing the node.
@@ -246,6 +247,14 @@ impl Space {
         };
         metrics::counter!(WRITES_REFUSED_NO_SPACE).increment(1);
         Some(refused)
+    }
+
+    /// Whether client puts are refused now, by this node's volume or by a peer's word, without
+    /// counting a refusal: a delete of a key that is not there then writes nothing
+    /// (`http/kv.rs`).
+    pub fn puts_refused(&self) -> bool {
+        !self.puts.load(Ordering::Acquire)
+            || self.now_ms() < self.peer_puts_until.load(Ordering::Acquire)
     }
 
     /// What this node's Raft answers say of its volume ([`SPACE_HEADER`]): which client

@@ -341,6 +341,16 @@ impl Cluster {
         }
     }
 
+    /// The value of metric `name` (its first series) on node `id`'s /metrics; 0 when absent.
+    pub fn metric(&self, id: u64, name: &str) -> f64 {
+        let text = self.get(&self.by_ref(id).url("/metrics")).unwrap().text().unwrap();
+        text.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
+            .and_then(|l| l.rsplit(' ').next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0.0)
+    }
+
     pub fn logs(&self) -> String {
         self.nodes
             .iter()

@@ -242,15 +242,6 @@ fn disaster_recovery(store: &Store) {
     }
 }
 
-fn metric(c: &Cluster, id: u64, name: &str) -> f64 {
-    let text = c.get(&c.by_ref(id).url("/metrics")).unwrap().text().unwrap();
-    text.lines()
-        .find(|l| l.starts_with(name) && l[name.len()..].starts_with([' ', '{']))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
-}
-
 /// An archive store that fails (here a prefix under a regular file: every write refused)
 /// never stops the node: writes go on, the failure counter rises, nothing is listed. Then a
 /// store that works again is used on the next period.
@@ -268,13 +259,13 @@ fn a_failing_archive_store_never_stops_the_node() {
     c.wait_ready();
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut k = 0;
-    while metric(&c, 1, "vellum_archive_failures_total") < 2.0 {
+    while c.metric(1, "vellum_archive_failures_total") < 2.0 {
         assert!(Instant::now() < deadline, "no archive failure counted: {}", c.logs());
         assert!(c.put(&c.nodes[0], &format!("k{k}"), "v"), "the node keeps serving writes");
         k += 1;
         std::thread::sleep(Duration::from_millis(100));
     }
-    assert!(metric(&c, 1, "vellum_archive_uploads_total") < 1.0, "nothing uploaded");
+    assert!(c.metric(1, "vellum_archive_uploads_total") < 1.0, "nothing uploaded");
     assert!(c.put(&c.nodes[0], "still", "serving"));
     assert_eq!(c.read(&c.nodes[0], "still", false), Some("serving".into()));
     assert!(c.nodes[0].log_text().contains("retrying next period"));
@@ -386,15 +377,15 @@ fn the_object_store_going_away_never_stops_the_node() {
     };
     phase("archives reach the store while it is up");
     let deadline = Instant::now() + Duration::from_secs(60);
-    while metric(&c, 1, "vellum_archive_uploads_total") < 1.0 {
+    while c.metric(1, "vellum_archive_uploads_total") < 1.0 {
         assert!(Instant::now() < deadline, "no archive uploaded: {}", c.logs());
         write(&c);
     }
     phase("the store goes away");
     drop(store.moto.take());
-    let failed = metric(&c, 1, "vellum_archive_failures_total");
+    let failed = c.metric(1, "vellum_archive_failures_total");
     let deadline = Instant::now() + Duration::from_secs(90);
-    while metric(&c, 1, "vellum_archive_failures_total") < failed + 1.0 {
+    while c.metric(1, "vellum_archive_failures_total") < failed + 1.0 {
         assert!(Instant::now() < deadline, "no archive failure counted: {}", c.logs());
         write(&c);
     }

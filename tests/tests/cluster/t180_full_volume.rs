@@ -2,9 +2,10 @@
 //! `node/src/server/space.rs`): 16 writers of 4 KiB values against three nodes on 32 MiB
 //! volumes write until the volume is full. Before the guard, openraft's count-based snapshot
 //! policy let the log and the snapshots outgrow the volume, and the first append that found
-//! it full stopped the Raft core (HTTP 500, then the node exited with code 4). Deletes (of
-//! keys that were never written too: they cost log blocks and free nothing) get 200 or 507,
-//! never an error, and the nodes stay up.
+//! it full stopped the Raft core (HTTP 500, then the node exited with code 4). Deletes get
+//! 200 or 507, never an error, and the nodes stay up; those of keys that were never written
+//! (their puts refused) write nothing while puts are refused: a linearizable read answers
+//! them (`"found":false`).
 //!
 //! A follower's volume counts as much as the leader's: one that fills while the leader's has
 //! room says so on its Raft answers, and the cluster refuses the writes that would stop it;
@@ -81,19 +82,30 @@ fn a_full_volume_refuses_puts_and_its_nodes_live_on() {
     assert_eq!(c.read(c.by_ref(leader), "w0-0", false).as_deref(), Some(value.as_str()));
     phase("deletes on a full volume get 200 or 507, never an error; the nodes live on");
     let node = c.by_ref(leader);
-    let (mut deleted, mut refused) = (0, 0);
+    let (mut deleted, mut refused, mut missing) = (0, 0, 0);
     for w in 0..16 {
         for i in 0..WRITES {
             let r = c.authed(c.http.delete(node.url(&format!("/v1/kv/w{w}-{i}")))).send();
-            match r.as_ref().map(|r| r.status().as_u16()) {
-                Ok(200) => deleted += 1,
-                Ok(507) => refused += 1,
+            match r.map(|r| (r.status().as_u16(), r.text().unwrap_or_default())) {
+                Ok((200, body)) => {
+                    deleted += 1;
+                    missing += usize::from(body.contains(r#""found":false"#));
+                }
+                Ok((507, _)) => refused += 1,
                 other => panic!("delete w{w}-{i}: {other:?}{}", c.logs()),
             }
         }
     }
-    eprintln!("{deleted} deletes taken, {refused} refused with 507");
+    let unwritten = c.metric(leader, "vellum_deletes_not_written_total");
+    eprintln!(
+        "{deleted} deletes taken ({missing} of missing keys, {unwritten} of them without a log \
+         write), {refused} refused with 507"
+    );
     assert!(deleted > 0, "no delete taken on a full volume{}", c.logs());
+    // Puts were refused, so some keys were never written (each writer's last ones), and the
+    // first of their deletes came while the volume still refused puts.
+    assert!(unwritten > 0.0, "every delete of a missing key wrote the log{}", c.logs());
+    assert!(unwritten <= missing as f64, "only deletes of missing keys skip the log");
     // When deletes freed room, puts are taken again; when the map's next snapshot no longer
     // fits, the node ends read-only (docs/OPERATIONS.md, its known limit). Either way it
     // answers, and stays up.

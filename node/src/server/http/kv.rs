@@ -198,14 +198,40 @@ async fn write_inner(
     };
     let group = s.group_for(&key).clone();
     let leader = match s.leader_of(&group) {
-        Leader::Me => match propose(&s, &group, op).await {
-            Ok(r) => return r,
-            // Not the leader (any more), or not a writable one yet: where openraft says.
-            Err(leader) => leader,
-        },
+        Leader::Me => {
+            if matches!(op, KvOp::Delete { .. })
+                && s.space.puts_refused()
+                && let Some(r) = delete_of_missing_key(&group, &key).await
+            {
+                return r;
+            }
+            match propose(&s, &group, op).await {
+                Ok(r) => return r,
+                // Not the leader (any more), or not a writable one yet: where openraft says.
+                Err(leader) => leader,
+            }
+        }
         other => other,
     };
     to_leader(&s, leader, method, &uri, &params, &headers, body).await
+}
+
+/// On a volume that refuses puts, a delete of a key that is not there writes nothing: every
+/// log entry takes whole blocks, and deletes of missing keys (a client's retries, a cleanup
+/// job going over its list again) would use up the room that the deletes that free space
+/// need. A linearizable read (ReadIndex, as `GET` does) finds the key missing, and the
+/// delete is answered as what it is at that point, a no-op: `found: false` and the index
+/// read at. `None` for a key that is there (deleted through the log, as always), and where
+/// the read fails (this node is not the leader any more: the proposal finds out where to
+/// go).
+async fn delete_of_missing_key(group: &Group, key: &str) -> Option<Response> {
+    let read = group.raft.ensure_linearizable(ReadPolicy::ReadIndex).await.ok()?;
+    if group.kv.get(key).is_some() {
+        return None;
+    }
+    metrics::counter!(crate::server::metrics::DELETES_OF_MISSING_KEYS).increment(1);
+    let index = read.index();
+    Some(axum::Json(serde_json::json!({ "index": index, "found": false })).into_response())
 }
 
 pub async fn put(
