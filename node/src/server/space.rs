@@ -423,12 +423,12 @@ impl Space {
         }
         // Every write of the log takes whole blocks, deletes too: below one segment of room
         // they would fill what is left, and an append that finds no room stops the core.
-        // Nor may they take a build's room once its slack is spent: a snapshot write that
-        // finds the volume full stops the core as surely.
         let deletes = free >= segment;
         if self.deletes.swap(deletes, Ordering::AcqRel) != deletes {
             tracing::warn!(free, deletes, "client deletes are taken: {deletes}");
         }
+        // Nor may they take a build's room once its slack is spent: a snapshot write that
+        // finds the volume full stops the core as surely ([`Space::refusal`] reads both).
         if self.slack_spent.swap(slack_spent, Ordering::AcqRel) != slack_spent {
             tracing::debug!(
                 free,

@@ -273,9 +273,18 @@ fn advertised_addresses_go_into_the_membership() {
         assert!(Instant::now() < deadline, "node 2 not ready");
         std::thread::sleep(Duration::from_millis(100));
     }
-    let r = c.http.put(url("/v1/kv/via/two")).body("2").send().unwrap();
-    assert!(r.status().is_success(), "{}", r.status());
-    assert_eq!(c.read(&c.nodes[0], "via/two", false).as_deref(), Some("2"));
+    // Two voters, one of them just joined: an election may be settling (503, nothing
+    // written; a retry writes the same value).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        let status = c.http.put(url("/v1/kv/via/two")).body("2").send().unwrap().status();
+        if status.as_u16() != 503 || Instant::now() > deadline {
+            break status;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(status.is_success(), "{status}");
+    assert_eq!(c.read_settled(&c.nodes[0], "via/two").as_deref(), Some("2"));
     let log = std::fs::read_to_string(c.dir.path().join("n2.log")).unwrap_or_default();
     assert!(log.contains(&format!("(advertised as 127.0.0.1:{api2})")), "{log}");
     drop(child);
