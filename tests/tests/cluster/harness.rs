@@ -305,11 +305,33 @@ impl Cluster {
     }
 
     /// Writes `key` through `node`; true when acknowledged.
+    ///
+    /// A 503 that says the write was not proposed (`no_leader`: an election is settling, as
+    /// one may at any time under a loaded CI machine's 300 ms elections; `not_ready`) is
+    /// retried for up to 10 s, as a client following `Retry-After` would: such an answer
+    /// wrote nothing. Every other answer (an `outcome_unknown`, a refusal, a transport
+    /// error) is the write's outcome.
     pub fn put(&self, node: &Node, key: &str, value: &str) -> bool {
-        self.authed(self.http.put(node.url(&format!("/v1/kv/{key}"))))
-            .body(value.to_string())
-            .send()
-            .is_ok_and(|r| r.status().is_success())
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let Ok(r) = self
+                .authed(self.http.put(node.url(&format!("/v1/kv/{key}"))))
+                .body(value.to_string())
+                .send()
+            else {
+                return false;
+            };
+            if r.status().is_success() {
+                return true;
+            }
+            let unproposed = r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE
+                && r.json::<serde_json::Value>()
+                    .is_ok_and(|v| matches!(v["error"].as_str(), Some("no_leader" | "not_ready")));
+            if !unproposed || Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
     }
 
     /// Reads `key` through `node` (linearizable unless `local`).
