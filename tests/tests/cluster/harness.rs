@@ -312,13 +312,14 @@ impl Cluster {
     /// wrote nothing. Every other answer (an `outcome_unknown`, a refusal, a transport
     /// error) is the write's outcome.
     pub fn put(&self, node: &Node, key: &str, value: &str) -> bool {
+        self.put_url(&node.url(&format!("/v1/kv/{key}")), value)
+    }
+
+    /// [`Cluster::put`] to a key's full URL (a node the cluster does not start itself).
+    pub fn put_url(&self, url: &str, value: &str) -> bool {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
-            let Ok(r) = self
-                .authed(self.http.put(node.url(&format!("/v1/kv/{key}"))))
-                .body(value.to_string())
-                .send()
-            else {
+            let Ok(r) = self.authed(self.http.put(url)).body(value.to_string()).send() else {
                 return false;
             };
             if r.status().is_success() {
