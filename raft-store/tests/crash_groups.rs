@@ -17,8 +17,10 @@
 //! refused on a log that only lost power. Purges free segments only when no group needs
 //! them: a mutant that frees by the purging group's own purge point must be caught, and so must
 //! one whose rewrites leave out a group's newest entry, and one that frees the segment holding
-//! a group's newest vote (a `Vote` frame, segment format 8) without saving its meta file, and
-//! one that counts a committed id durable by a `Commit` frame whose entry is purged.
+//! a group's newest vote (a `Vote` frame, segment format 8) without saving its meta file, one
+//! that does the same to a group's newest purge point (a `Purge` frame, segment format 9) or to
+//! the `Commit` frame of its newest durable committed id, and one that counts a committed id
+//! durable by a `Commit` frame whose entry is purged.
 //! Rerun one seed with `VELLUM_CRASH_SEED=<seed>`.
 
 #![allow(clippy::unwrap_used)] // test code: a failed unwrap is a failed test
@@ -80,6 +82,8 @@ struct Group {
     committed: Vec<u64>,
     /// The committed index the log reported durable after the last operation that returned.
     committed_durable: Option<u64>,
+    /// The purge point (only grows).
+    purged: Option<u64>,
     term: u64,
 }
 
@@ -103,7 +107,10 @@ impl Group {
                 }
             }
             Op::Truncate(since) => drop(self.log.split_off(since)),
-            Op::Purge(upto) => self.log = self.log.split_off(&(upto + 1)),
+            Op::Purge(upto) => {
+                self.log = self.log.split_off(&(upto + 1));
+                self.purged = self.purged.max(Some(*upto));
+            }
             Op::Vote(v) => self.vote = Some(v.clone()),
             Op::Committed(c) => self.committed.push(*c),
             Op::Rewrite => {}
@@ -151,8 +158,8 @@ struct Model {
     next_id: u64,
 }
 
-/// A recovered group: entries, vote, committed id bytes.
-type Recovered = (BTreeMap<u64, (u64, Arc<[u8]>)>, Option<Vec<u8>>, Option<Vec<u8>>);
+/// A recovered group: entries, vote, committed id bytes, purge point.
+type Recovered = (BTreeMap<u64, (u64, Arc<[u8]>)>, Option<Vec<u8>>, Option<Vec<u8>>, Option<u64>);
 
 fn recovered(core: &LogCore) -> Recovered {
     let (first, last) = core.bounds();
@@ -162,11 +169,12 @@ fn recovered(core: &LogCore) -> Recovered {
         entries.into_iter().map(|e| (e.index, (e.term, e.payload))).collect(),
         meta.vote,
         meta.committed,
+        meta.purged_index,
     )
 }
 
 fn same(g: &Group, got: &Recovered) -> bool {
-    g.log == got.0 && g.vote == got.1
+    g.log == got.0 && g.vote == got.1 && g.purged == got.3
 }
 
 fn committed_bytes(index: u64) -> Vec<u8> {
@@ -462,9 +470,11 @@ fn check(core: &LogCore, model: &Model) -> Result<(), String> {
             let want: Vec<_> = g.log.iter().map(|(k, v)| (*k, v.0)).collect();
             let have: Vec<_> = got.0.iter().map(|(k, v)| (*k, v.0)).collect();
             return Err(format!(
-                "group {id}: recovered {have:?} vote {:?}; the model holds {want:?} vote {:?}; in flight {:?}",
+                "group {id}: recovered {have:?} vote {:?} purged {:?}; the model holds {want:?} vote {:?} purged {:?}; in flight {:?}",
                 got.1.as_deref().map(String::from_utf8_lossy),
+                got.3,
                 g.vote.as_deref().map(String::from_utf8_lossy),
+                g.purged,
                 model
                     .flight
                     .as_ref()
@@ -632,18 +642,27 @@ fn freeing_the_segment_of_a_groups_newest_vote_is_caught() {
     mutant_is_caught(log::LogMutation::FreeVote, "frees a group's newest vote");
 }
 
+/// The mutant of the purge-point rule: a purge frees the segment holding a group's newest
+/// purge point (a `Purge` frame) without saving that group's meta file first. Recovery then
+/// finds an older purge point, or none, and the campaign must catch it.
+#[test]
+fn freeing_the_segment_of_a_groups_newest_purge_point_is_caught() {
+    mutant_is_caught(log::LogMutation::FreePurge, "frees a group's newest purge point");
+}
+
+/// The mutant of the committed-id rule for purges: a purge frees the segment holding the
+/// `Commit` frame of a group's newest durable committed id without saving that id to the
+/// group's meta file first (a purge is a frame, so no meta save of it holds the id). The
+/// recovered committed id is then below the one reported durable.
+#[test]
+fn freeing_the_segment_of_a_groups_durable_commit_frame_is_caught() {
+    mutant_is_caught(log::LogMutation::FreeCommit, "frees a group's durable commit frame");
+}
+
 /// The mutant of the committed-id rule: a `Commit` frame naming a purged entry (a snapshot
 /// install purged past it) counts the id durable, though recovery adopts no such frame. The
 /// recovered committed id is then below the one reported durable.
 #[test]
 fn a_commit_frame_of_a_purged_entry_counted_durable_is_caught() {
     mutant_is_caught(log::LogMutation::CommitPurged, "counts a purged entry's commit frame");
-}
-
-/// The mutant of the drop rule of recovery: a group's drop tombstone does not void the damage
-/// found in its earlier frames (entries that jump past a purge, as after a snapshot install).
-/// The log of a dropped group then refuses to open, and the campaign must catch it.
-#[test]
-fn damage_a_drop_should_void_is_caught() {
-    mutant_is_caught(log::LogMutation::DropKeepsDamage, "keeps a dropped group's damage");
 }

@@ -16,7 +16,9 @@
 //! after the originals, which recovery moves the entries to). v8: segment format 8; as v7,
 //! and every vote is a `Vote` frame in the segments (none reached a meta file but through a
 //! later save); group 5 voted, was dropped (a drop tombstone, which voids its vote frame) and
-//! created again with a new vote.
+//! created again with a new vote. v9: segment format 9; as v8, and the purge point (25) is a
+//! `Purge` frame only (no meta save followed it), which recovery adopts, along with the
+//! `Commit` frame of 66.
 //!
 //! Every golden volume also takes a new group after it is opened: a log of a format without
 //! group ids rolls to a segment of format 6 for the new group's first frame.
@@ -204,6 +206,37 @@ async fn verify(version: u32, bytes: &[u8], log: LogConfig) {
     assert_eq!(g9.read(0, 10).unwrap(), vec![group_3_entry(1), group_3_entry(2)]);
 }
 
+/// A log of segment format 8 whose group 5 appended 1 to 3, purged to 10 (past its last
+/// entry, as a snapshot install does; the purge point then lived in its meta file only),
+/// appended 11 and 12, and was dropped: its meta file is gone, so its frames jump from 3 to
+/// 11. The drop's tombstone voids them (docs/RAFT-LOG.md, "Groups"), and the log opens with
+/// group 0 alone; the `DropKeepsDamage` mutant refuses it. Written by the build of 0128d34
+/// (format 8). A format 9 log cannot take this shape (a `Purge` frame purges the frames
+/// before it, in log order), so the crash campaign no longer reaches the rule: this volume
+/// keeps it tested.
+#[test]
+fn a_dropped_group_whose_entries_jumped_in_format_8_reopens() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden/v8/dropped-jump.vlm");
+    let bytes = std::fs::read(path).unwrap();
+    for mutation in [None, Some(log::LogMutation::DropKeepsDamage)] {
+        let volume =
+            Volume::open(Box::new(MemoryCarrier::from_bytes(&bytes)), VolumeOptions::default())
+                .unwrap();
+        let opened = log::LogCore::open(volume, LogConfig { mutation, ..config() });
+        match mutation {
+            None => {
+                let core = opened.unwrap();
+                assert_eq!(core.groups(), vec![0]);
+                assert_eq!(core.bounds(), (1, Some(6)));
+            }
+            Some(_) => assert!(
+                matches!(opened, Err(vellum_raft_store::Error::Corrupt { .. })),
+                "the mutant that keeps a dropped group's damage opened the log"
+            ),
+        }
+    }
+}
+
 fn bless(version: u32) {
     let path = golden_path(version);
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -231,5 +264,5 @@ async fn golden_raft_volumes_open_and_read_identically() {
         verify(version, &bytes, other).await;
         versions += 1;
     }
-    assert!(versions >= 8, "the golden raft volumes of formats 1 to 8 are under tests/golden/");
+    assert!(versions >= 9, "the golden raft volumes of formats 1 to 9 are under tests/golden/");
 }

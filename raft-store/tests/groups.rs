@@ -157,6 +157,77 @@ fn a_vote_outlives_the_segment_that_held_it() {
     assert_eq!(core.group(7).unwrap().meta().vote, Some(b"voted once".to_vec()));
 }
 
+/// Sixteen groups purge at once (each after its own snapshot) while the IO thread is held
+/// in a write: their purge points are `Purge` frames in one write (before segment format 9
+/// each was a write of its group's meta file: 16 writes), and a reopen finds every one.
+#[test]
+fn purges_of_sixteen_groups_share_one_durable_write() {
+    let (carrier, core, groups) = counted_log();
+    for g in &groups {
+        log::wait(|done| g.append(entries(g.group_id(), 1, 4, 300), done)).unwrap();
+    }
+    let groups = Arc::new(groups);
+    let mut threads = Vec::new();
+    let writes = writes_while_held(&carrier, &core, 16, |tx| {
+        for i in 0..groups.len() {
+            let (tx, groups) = (tx.clone(), Arc::clone(&groups));
+            threads.push(std::thread::spawn(move || {
+                let g = &groups[i];
+                let purged = format!("purged {} at 3", g.group_id()).into_bytes();
+                tx.send(g.purge(3, purged).is_ok()).unwrap();
+            }));
+        }
+        // A purge records its point under the group's meta lock as it queues its frame: once
+        // every group shows it, all sixteen frames are queued.
+        while groups.iter().any(|g| g.meta().purged_index != Some(3)) {
+            std::thread::yield_now();
+        }
+    });
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(writes, 2, "group 0's write, then one write for the purges of sixteen groups");
+    let volume = core.volume().clone();
+    drop((core, groups));
+    let core = LogCore::open(volume, config()).unwrap();
+    for id in 1..=16 {
+        let g = core.group(id).unwrap();
+        assert_eq!(g.meta().purged, Some(format!("purged {id} at 3").into_bytes()));
+        assert_eq!(g.bounds(), (4, Some(4)));
+    }
+}
+
+/// A purge point that lives only as a `Purge` frame survives the purges that free its
+/// segment: they save the group's meta file first. Run again with the `FreePurge` mutant
+/// (which skips that save), the purge point is lost: the test can fail.
+#[test]
+fn a_purge_point_outlives_the_segment_that_held_it() {
+    for mutation in [None, Some(log::LogMutation::FreePurge)] {
+        let volume = memory_volume(16 << 20).1;
+        let config = LogConfig { mutation, ..config() };
+        let core = LogCore::open(volume.clone(), config.clone()).unwrap();
+        let quiet = core.create_group(7).unwrap();
+        log::wait(|done| quiet.append(entries(7, 1, 3, 500), done)).unwrap();
+        quiet.purge(3, b"purged once".to_vec()).unwrap();
+        // Group 0 fills and purges many 64 KiB segments behind the purge frame's.
+        let mut next = 0;
+        for _ in 0..40 {
+            log::wait(|done| core.append(entries(0, next, 8, 4000), done)).unwrap();
+            next += 8;
+            core.purge(next - 1, b"purged".to_vec()).unwrap();
+        }
+        drop((core, quiet));
+        let core = LogCore::open(volume, config).unwrap();
+        let quiet = core.group(7).unwrap();
+        let kept = (quiet.meta().purged, quiet.bounds());
+        let want = (Some(b"purged once".to_vec()), (4, None));
+        match mutation {
+            None => assert_eq!(kept, want),
+            Some(_) => assert_ne!(kept, want, "the mutant keeps the purge point"),
+        }
+    }
+}
+
 /// Without a space bound, an idle group's entries keep their segment however far the busy
 /// group purges; once the idle group purges too, the old segments go.
 #[test]

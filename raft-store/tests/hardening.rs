@@ -440,7 +440,7 @@ fn a_fence_segment_marks_the_torn_end_it_fences() {
     let at = v.open_file(&path).unwrap().extents().unwrap()[0].physical_block as usize * 4096;
     drop(v);
     let mut header = cut[at..at + 4096].to_vec();
-    assert_eq!(&header[..8], b"VLMSEG08");
+    assert_eq!(&header[..8], b"VLMSEG09");
     assert_eq!(header[32], 1, "the fence flag");
     header[40..48].copy_from_slice(&(torn.from + 8).to_le_bytes());
     let crc = crc32c::crc32c(&header[..4092]);
@@ -565,7 +565,7 @@ fn recycled_segments_keep_their_earlier_frames_out_of_the_log() {
         })
         .expect("a sealed recycled segment with its earlier use's bytes after its end");
     let end = u64::from_le_bytes(image[next + 40..next + 48].try_into().unwrap()) as usize;
-    assert_eq!(&image[next..next + 8], b"VLMSEG08");
+    assert_eq!(&image[next..next + 8], b"VLMSEG09");
     let mut rotten = image.clone();
     rotten[sealed + end - 16384 + 1000] ^= 0xFF; // inside its last frame (four blocks)
     let e = LogCore::open(reopen_bytes(&rotten), config(64 << 10)).unwrap_err();

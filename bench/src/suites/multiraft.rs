@@ -542,11 +542,18 @@ fn regions(opts: &Options, r: &mut SuiteResult) -> Result<(), String> {
             for done in rx {
                 done.map_err(|err| format!("append: {err}"))?;
             }
-            // Keep the volume's space: purge what the round wrote once it is durable.
+            // Keep the volume's space: purge what the round wrote once it is durable, every
+            // group at once (as a node's groups do, each after its own snapshot).
             if round % 4 == 3 {
-                for group in &groups {
-                    group.purge(round * PER_REGION, vec![]).map_err(e("purge"))?;
-                }
+                std::thread::scope(|s| {
+                    let purges: Vec<_> = groups
+                        .iter()
+                        .map(|group| s.spawn(move || group.purge(round * PER_REGION, vec![])))
+                        .collect();
+                    purges.into_iter().try_for_each(|p| {
+                        p.join().map_err(|_| "a purge panicked".to_string())?.map_err(e("purge"))
+                    })
+                })?;
             }
         }
         mv.add_rep(vec![(rounds * REGIONS * PER_REGION) as f64 / started.elapsed().as_secs_f64()]);
@@ -571,7 +578,7 @@ fn regions(opts: &Options, r: &mut SuiteResult) -> Result<(), String> {
         |x| x >= 1.5,
         &bound,
     );
-    r.notes.push(format!("Regions: {rounds} rounds of 16 x 64 entries of 4 KiB (random bytes, so raft-engine's lz4 gains nothing; made once before the rounds, so neither figure includes making them). raft-engine 0.4 with its default configuration (buffered writes, one fdatasync per synced LogBatch; purge threshold raised to 2 GiB so that no purge runs), one LogBatch per round. Vellum: 16 groups of one log on a file volume, each round's 16 appends queued at once and waited for; max_batch_bytes 8 MiB so that a round is one write (the default, 4 MiB, splits it in two); every 4 rounds each group purges what it wrote (16 meta writes, and the freed segments' commit, which raft-engine's run does not pay), and the freed segments are recycled as later ones (up to 4 kept), as a node's are; without the purges and recycling every roll zero-fills a new 16 MiB segment beside the appends (0.86x raft-engine in a run of that configuration). The floor writes what Vellum writes per round ({round_bytes} bytes: entries, 48-byte frame headers, padding) with one O_DIRECT|O_DSYNC pwrite."));
+    r.notes.push(format!("Regions: {rounds} rounds of 16 x 64 entries of 4 KiB (random bytes, so raft-engine's lz4 gains nothing; made once before the rounds, so neither figure includes making them). raft-engine 0.4 with its default configuration (buffered writes, one fdatasync per synced LogBatch; purge threshold raised to 2 GiB so that no purge runs), one LogBatch per round. Vellum: 16 groups of one log on a file volume, each round's 16 appends queued at once and waited for; max_batch_bytes 8 MiB so that a round is one write (the default, 4 MiB, splits it in two); every 4 rounds the 16 groups purge what they wrote, all at once as a node's groups do (their purge points share one write as `Purge` frames, segment format 9; then the freed segments' commit, which raft-engine's run does not pay), and the freed segments are recycled as later ones (up to 4 kept), as a node's are; without the purges and recycling every roll zero-fills a new 16 MiB segment beside the appends (0.86x raft-engine in a run of that configuration). The floor writes what Vellum writes per round ({round_bytes} bytes: entries, 48-byte frame headers, padding) with one O_DIRECT|O_DSYNC pwrite."));
     Ok(())
 }
 

@@ -1,6 +1,6 @@
 //! Recovery's segment scan on a segment whose frames are partly valid: the input's first
 //! bytes choose how many sealed frames to lay down, the rest is XORed over the segment, so
-//! the scan meets real frames, torn ones, skip frames, votes and garbage. It returns a scan or an
+//! the scan meets real frames, torn ones, skip frames, votes, purges and garbage. It returns a scan or an
 //! error, never panics, and every frame it reports lies inside the segment.
 #![no_main]
 
@@ -13,7 +13,7 @@ const SEGMENT: usize = 64 << 10;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&n, rest)) = data.split_first() else { return };
-    let seal = Seal { salt: 0x5EA1, version: 1 + n % 8 };
+    let seal = Seal { salt: 0x5EA1, version: 1 + n % 9 };
     let mut seg = vec![0u8; SEGMENT_HEADER_LEN];
     let mut index = 1;
     for batch in 1..=u64::from(n % 12) {
@@ -24,13 +24,15 @@ fuzz_target!(|data: &[u8]| {
                 5 if seal.version >= 7 => FrameKind::Rewrite,
                 // Format 8 on: votes too.
                 3 if seal.version >= 8 => FrameKind::Vote,
+                // Format 9 on: purge points too.
+                6 if seal.version >= 9 => FrameKind::Purge,
                 _ => FrameKind::Entry,
             };
             let payload = vec![index as u8; (index as usize * 37) % 900];
             // Format 6 on: frames of three groups interleaved.
             let group = if seal.version >= 6 { index % 3 } else { 0 };
             let payload_len = payload.len() as u32;
-            let term = if kind == FrameKind::Vote { 0 } else { 1 };
+            let term = if matches!(kind, FrameKind::Vote | FrameKind::Purge) { 0 } else { 1 };
             let h = FrameHeader { kind, payload_len, index, term, batch, group };
             let at = seg.len() as u64;
             encode(&mut seg, seal, at, &h, &payload);

@@ -40,6 +40,11 @@
 //! group's newest meta save queued before it: a meta slot of that sequence or lower is older
 //! than the vote, a higher one holds it (or a newer one). A `Truncate` from index 0 with
 //! `term` 1 (format 8 on) is a group's *drop*: its earlier `Vote` frames are void too.
+//!
+//! From segment format 9 on a frame may be a `Purge`: a group's purge point (`index`, the
+//! caller's encoding of the purged id as payload), so that the purges of many groups share
+//! one durable write instead of a meta file write each. It purges the group's entries at or
+//! below `index` written in its own batch or before; a drop voids it like a vote.
 
 use crate::error::{Error, Result};
 
@@ -53,7 +58,7 @@ pub const FRAME_MAGIC: [u8; 4] = *b"VLFR";
 /// Magic of a segment header without its two version digits.
 pub const SEGMENT_MAGIC_PREFIX: [u8; 6] = *b"VLMSEG";
 /// The segment format new segments are written in.
-pub const SEGMENT_VERSION: u8 = 8;
+pub const SEGMENT_VERSION: u8 = 9;
 /// The first segment format whose header has flags and whose `Commit` frames carry a term.
 pub const SEGMENT_VERSION_FLAGS: u8 = 4;
 /// The first segment format whose file may be recycled (bytes past its last write may be an
@@ -66,6 +71,8 @@ pub const SEGMENT_VERSION_REWRITE: u8 = 7;
 /// The first segment format whose frames may be `Vote`s, and whose `Truncate` frames mark a
 /// group's drop (`term` [`DROP_TERM`]).
 pub const SEGMENT_VERSION_VOTES: u8 = 8;
+/// The first segment format whose frames may be `Purge`s.
+pub const SEGMENT_VERSION_PURGES: u8 = 9;
 /// The `term` of a `Truncate` frame that drops its group (format 8 on; 0 otherwise).
 pub const DROP_TERM: u64 = 1;
 /// The oldest segment format this build reads.
@@ -79,7 +86,8 @@ pub struct Seal {
     /// `Commit` frames may appear), 4 (as 3; header flags, and `Commit` frames carry the
     /// committed id's term), 5 (as 4; the file may be recycled, the header records the
     /// previous segment's end), 6 (as 5; every frame carries a group id), 7 (as 6; `Rewrite`
-    /// frames may appear), 8 (as 7; `Vote` frames may appear, a `Truncate` may be a drop).
+    /// frames may appear), 8 (as 7; `Vote` frames may appear, a `Truncate` may be a drop),
+    /// 9 (as 8; `Purge` frames may appear).
     pub version: u8,
 }
 
@@ -132,6 +140,9 @@ pub enum FrameKind {
     /// The group's vote, payload its bytes (format 8 on); `index` the sequence number of the
     /// group's newest meta save queued before it, `term` 0.
     Vote = 6,
+    /// The group's entries at or below `index` written up to this frame's batch are purged
+    /// (format 9 on); payload the caller's encoding of the purged id, `term` 0.
+    Purge = 7,
 }
 
 /// A decoded frame header.
@@ -197,6 +208,11 @@ pub fn encode_into(out: &mut [u8], seal: Seal, offset: u64, h: &FrameHeader, pay
     assert!(
         h.kind != FrameKind::Vote || seal.version >= SEGMENT_VERSION_VOTES,
         "segment format {} has no vote frames",
+        seal.version
+    );
+    assert!(
+        h.kind != FrameKind::Purge || seal.version >= SEGMENT_VERSION_PURGES,
+        "segment format {} has no purge frames",
         seal.version
     );
     let header_len = seal.header_len();
@@ -271,6 +287,7 @@ pub fn parse(buf: &[u8], seal: Seal, offset: u64) -> Parsed {
         4 if seal.version >= 3 => FrameKind::Commit,
         5 if seal.version >= SEGMENT_VERSION_REWRITE => FrameKind::Rewrite,
         6 if seal.version >= SEGMENT_VERSION_VOTES => FrameKind::Vote,
+        7 if seal.version >= SEGMENT_VERSION_PURGES => FrameKind::Purge,
         _ => return Parsed::Invalid,
     };
     let payload_len = u32_at(h, PAYLOAD_LEN_AT);
@@ -549,8 +566,9 @@ mod tests {
     }
 
     #[test]
-    fn rewrite_and_vote_frames_exist_from_their_formats_on() {
-        for (kind, first) in [(FrameKind::Rewrite, 7), (FrameKind::Vote, 8)] {
+    fn rewrite_vote_and_purge_frames_exist_from_their_formats_on() {
+        for (kind, first) in [(FrameKind::Rewrite, 7), (FrameKind::Vote, 8), (FrameKind::Purge, 9)]
+        {
             // The format before never wrote this kind: a frame of it there is damage, never
             // a rewrite or a vote, even with a checksum that holds.
             let before = Seal { salt: 77, version: first - 1 };
@@ -569,6 +587,15 @@ mod tests {
             assert_eq!(parse(&buf, from, 4096), Parsed::Valid { header: h, len: buf.len() });
         }
         assert_eq!((FrameKind::Rewrite as u8, FrameKind::Vote as u8), (5, 6));
+        assert_eq!(FrameKind::Purge as u8, 7);
+    }
+
+    #[test]
+    #[should_panic(expected = "has no purge frames")]
+    fn a_purge_frame_is_never_encoded_into_an_older_format() {
+        let mut buf = Vec::new();
+        let h = FrameHeader { group: 1, ..frame(FrameKind::Purge, 1, b"x") };
+        encode(&mut buf, Seal { salt: 77, version: 8 }, 4096, &h, b"x");
     }
 
     #[test]
@@ -670,7 +697,7 @@ mod tests {
         bad[9] ^= 1;
         assert!(matches!(SegmentHeader::decode(&bad, "s"), Err(Error::Corrupt { .. })));
         let mut newer = h.encode();
-        newer[7] = b'9';
+        newer[6..8].copy_from_slice(b"10");
         assert!(matches!(
             SegmentHeader::decode(&resealed(newer), "s"),
             Err(Error::Unsupported { .. })

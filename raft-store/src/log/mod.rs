@@ -34,6 +34,11 @@
 //! saves a group's meta file before it frees the segment holding that group's newest vote,
 //! and a drop's tombstone voids the group's vote frames.
 //!
+//! **Purges.** A purge point is a `Purge` frame in the shared write the same way (segment
+//! format 9), so the purges of many groups share one durable write; recovery takes the
+//! higher of it and the meta file's, and a purge saves a group's meta file before it frees
+//! the segment holding that group's newest purge frame.
+//!
 //! **Rewrites.** A laggard group would pin the oldest segment forever: `rewrite` copies its
 //! live entries to the log's end (segment format 7: `Rewrite` frames), and once the copies
 //! are durable the older segments no longer hold anything it needs. Every purge keeps the
@@ -51,7 +56,8 @@
 //! index and meta locks, which every queuing call holds); a segment leaves a group's
 //! pinning set only by that group's durable purge past it, a durable truncation, or the
 //! durable last copy of a rewrite that started in a later segment; a segment holding a
-//! group's newest durable vote is freed only after a meta save of that group is durable.
+//! group's newest durable vote, purge point or committed id (as a frame) is freed only after
+//! a meta save of that group is durable.
 
 mod frame;
 mod index;
@@ -127,26 +133,17 @@ impl Log {
         }
     }
 
-    /// Queues a meta save of `group`'s newest meta state changed by `change`; written by
-    /// whoever drains next.
-    fn queue_meta(
-        &self,
-        group: &Arc<Group>,
-        change: impl FnOnce(&mut MetaState),
-        done: Callback,
-    ) -> Result<()> {
+    /// Queues a meta save of `group`'s newest meta state (its vote, committed id and purge
+    /// point as recorded so far); written by whoever drains next.
+    fn queue_meta(&self, group: &Arc<Group>, done: Callback) -> Result<()> {
         let mut meta = lock(&group.meta);
         if group.is_dropped() {
             return Err(Error::UnknownGroup(group.id));
         }
-        let mut next = meta.state.clone();
-        change(&mut next);
-        next.seq += 1;
-        let purge = next.purged_index != meta.state.purged_index;
-        meta.state = next.clone();
+        meta.state.seq += 1;
+        let state = meta.state.clone();
         // Pushed under the meta lock: queued saves are in seq order.
-        let r =
-            self.combiner.push(Item::Meta { group: Arc::clone(group), state: next, purge, done });
+        let r = self.combiner.push(Item::Meta { group: Arc::clone(group), state, done });
         drop(meta);
         r.map_err(|_| Error::Closed)
     }
@@ -158,7 +155,7 @@ impl Log {
             return Ok(());
         }
         metrics::counter!(m::COMMITTED_SAVES_TOTAL).increment(1);
-        self.queue_meta(group, |_| {}, done)
+        self.queue_meta(group, done)
     }
 
     /// Queues a meta save of every group whose committed id is waiting to become durable.
@@ -347,6 +344,8 @@ impl LogCore {
             durable_purged: AtomicU64::new(0),
             dropped: AtomicBool::new(false),
             vote_seq: AtomicU64::new(0),
+            purge_seq: AtomicU64::new(0),
+            commit_seq: AtomicU64::new(0),
         });
         write_lock(&shared.groups).insert(id, Arc::clone(&group));
         metrics::gauge!(m::GROUPS).set(read_lock(&shared.groups).len() as f64);
@@ -366,7 +365,7 @@ impl LogCore {
         // The vote into the meta file first: the tombstone voids the group's `Vote` frames,
         // and a power cut before its meta file is gone must not find an older vote there.
         wait(|done| {
-            self.log.queue_meta(&group, |_| {}, done)?;
+            self.log.queue_meta(&group, done)?;
             self.log.kick();
             Ok(())
         })?;
@@ -522,14 +521,6 @@ impl LogCore {
         Ok(())
     }
 
-    /// Saves a new meta state built from the newest one; `done` runs once it is durable.
-    fn save_meta(&self, change: impl FnOnce(&mut MetaState), done: Callback) -> Result<()> {
-        self.check_failed()?;
-        self.log.queue_meta(&self.group, change, done)?;
-        self.log.kick();
-        Ok(())
-    }
-
     /// Saves the vote (opaque bytes, at most 1000); `done` runs once it is durable. It goes
     /// out as a `Vote` frame in the log's next write, shared with every other group's
     /// appends and votes, not as a meta file write of its own (docs/RAFT-LOG.md, "Votes").
@@ -600,21 +591,36 @@ impl LogCore {
     }
 
     /// Purges every entry of this group at or before `upto` (`purged` is the caller's
-    /// encoding of the purged id). Blocks until the purge record is durable, then frees the
+    /// encoding of the purged id, at most 1000 bytes). The purge point goes out as a `Purge`
+    /// frame in the log's next write, shared with every other group's appends, votes and
+    /// purges (docs/RAFT-LOG.md, "Purges"). Blocks until it is durable, then frees the
     /// oldest whole segments that no group needs any more (every group with entries in them
     /// purged past them; one metadata commit): up to `LogConfig::recycled_segments` of them
     /// are kept for reuse as later segments, the others deleted. Then it keeps the space
     /// bound (`LogConfig::space_factor`): laggard groups that pin the oldest segments are
     /// rewritten forward, or listed by [`compact_wanted`](Self::compact_wanted).
     pub fn purge(&self, upto: u64, purged: Vec<u8>) -> Result<()> {
+        self.check_failed()?;
+        if purged.len() > RECORD_MAX {
+            return Err(Error::Config("a vote or log id encodes to more than 1000 bytes"));
+        }
         wait(|done| {
-            self.save_meta(
-                |m| {
-                    m.purged = Some(purged);
-                    m.purged_index = Some(m.purged_index.map_or(upto, |p| p.max(upto)));
-                },
-                done,
-            )
+            let mut meta = lock(&self.group.meta);
+            self.check_group()?;
+            // Purge points only grow: an older one is written all the same (it waits for the
+            // newer one queued before it) but changes nothing.
+            if meta.state.purged_index.is_none_or(|p| upto > p) {
+                meta.state.purged = Some(purged.clone());
+                meta.state.purged_index = Some(upto);
+            }
+            // Pushed under the meta lock: in order with the group's meta saves, so a save
+            // queued after it holds it and one queued before is written before it.
+            let group = Arc::clone(&self.group);
+            let r = self.push(Item::Purge { group, upto, purged, done });
+            drop(meta);
+            r?;
+            self.log.kick();
+            Ok(())
         })?;
         write_lock(&self.group.index).purge(upto);
         self.free_unneeded(upto)?;
@@ -655,8 +661,7 @@ impl LogCore {
                 .collect()
         };
         let Some(&(last_doomed, _)) = doomed.last() else { return Ok(0) };
-        self.save_votes_before_free(last_doomed)?;
-        let count = doomed.len();
+        self.save_records_before_free(last_doomed)?;
         let retired: Vec<_> = {
             let mut segs = lock(&self.shared().segments);
             doomed
@@ -664,6 +669,10 @@ impl LogCore {
                 .filter_map(|(seq, path)| segs.by_seq.remove(&seq).map(|info| (path, info)))
                 .collect()
         };
+        let count = retired.len();
+        if count == 0 {
+            return Ok(0); // a purge of another group racing this one freed them
+        }
         // Up to `recycled_segments` of them become `.free` files for the spare maker, the
         // rest are deleted: one commit either way.
         let kept = self.shared().retirer.retire(&self.shared().volume, retired)?;
@@ -673,27 +682,36 @@ impl LogCore {
         Ok(count)
     }
 
-    /// Saves the meta file of every group whose newest durable vote is a `Vote` frame in a
-    /// segment up to `last_doomed` (about to be freed): its vote then lives on in the meta
-    /// file (a slot newer than the frame). Other groups' frames there are older than their
-    /// meta file or a later frame, and may go.
-    fn save_votes_before_free(&self, last_doomed: u64) -> Result<()> {
-        #[allow(unused_mut)] // the test-util mutant below
-        let mut voters: Vec<Arc<Group>> = read_lock(&self.shared().groups)
+    /// Saves the meta file of every group whose newest durable vote, purge point or committed
+    /// id is a `Vote`, `Purge` or `Commit` frame in a segment up to `last_doomed` (about to be
+    /// freed): it then lives on in the meta file (a slot newer than the frame). Other groups'
+    /// frames there are older than their meta file or a later frame, and may go.
+    fn save_records_before_free(&self, last_doomed: u64) -> Result<()> {
+        // The test-util mutants skip one kind of save.
+        #[cfg(feature = "test-util")]
+        let (votes, purges, commits) = {
+            let m = self.shared().config.mutation;
+            use state::LogMutation::{FreeCommit, FreePurge, FreeVote};
+            (m != Some(FreeVote), m != Some(FreePurge), m != Some(FreeCommit))
+        };
+        #[cfg(not(feature = "test-util"))]
+        let (votes, purges, commits) = (true, true, true);
+        let doomed = |seq: &AtomicU64| {
+            let seq = seq.load(Ordering::Acquire);
+            seq != 0 && seq <= last_doomed
+        };
+        let holders: Vec<Arc<Group>> = read_lock(&self.shared().groups)
             .values()
             .filter(|g| {
-                let seq = g.vote_seq.load(Ordering::Acquire);
-                seq != 0 && seq <= last_doomed
+                votes && doomed(&g.vote_seq)
+                    || purges && doomed(&g.purge_seq)
+                    || commits && doomed(&g.commit_seq)
             })
             .cloned()
             .collect();
-        #[cfg(feature = "test-util")]
-        if self.shared().config.mutation == Some(state::LogMutation::FreeVote) {
-            voters.clear();
-        }
-        for group in voters {
+        for group in holders {
             let saved = wait(|done| {
-                self.log.queue_meta(&group, |_| {}, done)?;
+                self.log.queue_meta(&group, done)?;
                 self.log.kick();
                 Ok(())
             });

@@ -41,7 +41,7 @@ use super::frame::{
 };
 use super::index::{Index, Loc};
 use super::meta::{self, MetaState};
-use super::recovery::{self, ScannedCommit, ScannedVote, SegmentScan};
+use super::recovery::{self, ScannedCommit, ScannedPurge, ScannedVote, SegmentScan};
 use super::segments::{Free, SegInfo, Segments, Spare, SpareMaker};
 use super::state::MIN_VOLUME_BYTES;
 use super::state::{Group, LogConfig, MetaCell, RecoveryReport, Shared, Torn, join};
@@ -166,8 +166,10 @@ pub(super) fn open(volume: Volume, mut config: LogConfig) -> Result<Opened> {
     let mut purged_batch = BTreeMap::new();
     let mut last_entry = BTreeMap::new();
     for (id, (mut meta_state, meta_file)) in metas {
-        let Rebuilt { index: ix, commit, vote } = rebuilt.remove(&id).expect("rebuilt per group");
-        let durable_committed = adopt_commit(&mut meta_state, commit, &ix);
+        let Rebuilt { index: ix, commit, vote, purge } =
+            rebuilt.remove(&id).expect("rebuilt per group");
+        let purge_seq = adopt_purge(&mut meta_state, purge);
+        let (durable_committed, commit_seq) = adopt_commit(&mut meta_state, commit, &ix);
         let meta_path = if id == 0 { meta_path.clone() } else { group_meta_path(&config.dir, id) };
         let vote_seq = adopt_vote(&mut meta_state, vote, &lossy(&meta_path))?;
         report.entries += ix.len();
@@ -185,6 +187,8 @@ pub(super) fn open(volume: Volume, mut config: LogConfig) -> Result<Opened> {
             durable_purged: AtomicU64::new(durable_purged),
             dropped: AtomicBool::new(false),
             vote_seq: AtomicU64::new(vote_seq),
+            purge_seq: AtomicU64::new(purge_seq),
+            commit_seq: AtomicU64::new(commit_seq),
         };
         groups.insert(id, Arc::new(group));
     }
@@ -603,22 +607,27 @@ fn damaged(file: &str, torn: Torn) -> Error {
 /// The committed id recovery reports: the newer (by index) of the meta file's and the log's
 /// last `Commit` frame, the frame only when the log keeps its entry. A frame of format 4 on
 /// names its entry by index and term, and is adopted only when the entry kept at that index
-/// has that term; a format 3 frame (its term field is 0: unknown) is adopted when its index
+/// has that term, or when a later `Purge` frame of the group purged past it (format 9: the
+/// purge is no meta save that would hold the id, and the frame named an entry the log held); a format 3 frame (its term field is 0: unknown) is adopted when its index
 /// lies within the log's entries or purge point, as that format's builds did. A frame that
 /// fails is ignored with a warning: the meta file's id stands, which may lag (openraft then
 /// re-applies a few more entries) but never names an entry the log does not hold. Returns
-/// the committed index that is durable.
-fn adopt_commit(meta: &mut MetaState, commit: Option<ScannedCommit>, ix: &Index) -> Option<u64> {
-    let Some(c) = commit else { return meta.committed_index };
+/// the committed index that is durable, and the segment holding it when the frame does (0:
+/// the meta file does).
+fn adopt_commit(meta: &mut MetaState, commit: Option<Commit>, ix: &Index) -> (Option<u64>, u64) {
+    let Some(Commit { frame: c, purged_after, seq }) = commit else {
+        return (meta.committed_index, 0);
+    };
     let newer = match (meta.committed.is_some(), meta.committed_index) {
         (false, _) | (true, None) => true,
         (true, Some(m)) => c.index > m,
     };
     if !newer {
-        return meta.committed_index;
+        return (meta.committed_index, 0);
     }
     let kept = match c.term {
-        Some(term) => ix.get(c.index).is_some_and(|l| l.term == term),
+        // A `Purge` frame after it may have purged the entry since.
+        Some(term) => purged_after || ix.get(c.index).is_some_and(|l| l.term == term),
         None => {
             ix.last_index().is_some_and(|l| c.index <= l)
                 || meta.purged_index.is_some_and(|p| c.index <= p)
@@ -627,24 +636,53 @@ fn adopt_commit(meta: &mut MetaState, commit: Option<ScannedCommit>, ix: &Index)
     if kept {
         meta.committed = Some(c.payload);
         meta.committed_index = Some(c.index);
-    } else {
-        tracing::warn!(
-            index = c.index,
-            term = ?c.term,
-            kept_term = ?ix.get(c.index).map(|l| l.term),
-            "a commit frame naming an entry the log does not hold is ignored"
-        );
+        return (meta.committed_index, seq);
     }
-    meta.committed_index
+    tracing::warn!(
+        index = c.index,
+        term = ?c.term,
+        kept_term = ?ix.get(c.index).map(|l| l.term),
+        "a commit frame naming an entry the log does not hold is ignored"
+    );
+    (meta.committed_index, 0)
 }
 
 /// One group's state as the scan rebuilt it.
 struct Rebuilt {
     index: Index,
     /// Its last `Commit` frame that no later truncation of it undid.
-    commit: Option<ScannedCommit>,
+    commit: Option<Commit>,
     /// Its last `Vote` frame since its last drop, and the segment holding it.
     vote: Option<(ScannedVote, u64)>,
+    /// Its highest `Purge` frame since its last drop, and the segment holding it.
+    purge: Option<(ScannedPurge, u64)>,
+}
+
+/// A group's last `Commit` frame as the scan met it.
+struct Commit {
+    frame: ScannedCommit,
+    /// A later `Purge` frame of the group purged past it. The writer places a `Commit` frame
+    /// only while the group holds its entry, so the frame named an entry of the log that
+    /// this purge took: the id stays good, though no entry is left to check its term.
+    purged_after: bool,
+    /// The segment holding it.
+    seq: u64,
+}
+
+/// The purge point recovery reports: the highest `Purge` frame when it is past the meta
+/// file's, else the meta file's (purge points only grow). The adopted frame also sets the
+/// batch rule later meta saves stamp: the group's entries at or below it written in its
+/// batch or before are purged. Returns the segment that then holds the group's newest purge
+/// point (0: the meta file does).
+fn adopt_purge(meta: &mut MetaState, purge: Option<(ScannedPurge, u64)>) -> u64 {
+    let Some((p, seq)) = purge else { return 0 };
+    if meta.purged_index.is_some_and(|m| m >= p.index) {
+        return 0;
+    }
+    meta.purged = Some(p.payload);
+    meta.purged_index = Some(p.index);
+    meta.purged_batch = p.batch + 1;
+    seq
 }
 
 /// The vote recovery reports: the last `Vote` frame when it is newer than the meta file's
@@ -689,8 +727,9 @@ fn rebuild(
     #[cfg(not(feature = "test-util"))]
     let drop_voids_damage = true;
     let mut max_batch = 0;
-    let mut commits: BTreeMap<u64, ScannedCommit> = BTreeMap::new();
+    let mut commits: BTreeMap<u64, Commit> = BTreeMap::new();
     let mut votes: BTreeMap<u64, (ScannedVote, u64)> = BTreeMap::new();
+    let mut purges: BTreeMap<u64, (ScannedPurge, u64)> = BTreeMap::new();
     let mut current = None;
     let mut kept: BTreeMap<u64, Kept> = BTreeMap::new();
     // Per group: rewrite copies of entries before its first kept one, not joined yet.
@@ -711,6 +750,7 @@ fn rebuild(
         max_batch = max_batch.max(scan.max_batch);
         let mut seg_commits = scan.commits.into_iter();
         let mut seg_votes = scan.votes.into_iter();
+        let mut seg_purges = scan.purges.into_iter();
         let format_votes = seg.seal.version >= SEGMENT_VERSION_VOTES;
         for f in &scan.frames {
             let group = f.header.group;
@@ -798,7 +838,9 @@ fn rebuild(
                     match f.header.term {
                         0 => {}
                         DROP_TERM if format_votes && since == 0 => {
-                            votes.remove(&group); // the group's drop voids its votes
+                            // The group's drop voids its votes and purge points.
+                            votes.remove(&group);
+                            purges.remove(&group);
                         }
                         _ if format_votes => {
                             return Err(Error::Corrupt {
@@ -816,14 +858,14 @@ fn rebuild(
                         }
                         prefix.remove(&group);
                     }
-                    if commits.get(&group).is_some_and(|c| c.index >= since) {
+                    if commits.get(&group).is_some_and(|c| c.frame.index >= since) {
                         commits.remove(&group);
                     }
                 }
                 FrameKind::Commit => {
                     let c = seg_commits.next().expect("a scanned commit per commit frame");
                     debug_assert_eq!((c.group, c.index), (group, f.header.index));
-                    commits.insert(group, c);
+                    commits.insert(group, Commit { frame: c, purged_after: false, seq });
                 }
                 FrameKind::Vote => {
                     let v = seg_votes.next().expect("a scanned vote per vote frame");
@@ -836,6 +878,30 @@ fn rebuild(
                         });
                     }
                     votes.insert(group, (v, seq));
+                }
+                FrameKind::Purge => {
+                    let p = seg_purges.next().expect("a scanned purge per purge frame");
+                    debug_assert_eq!((p.group, p.index), (group, f.header.index));
+                    if f.header.term != 0 {
+                        return Err(Error::Corrupt {
+                            file: lossy(&seg.path),
+                            offset: f.offset,
+                            reason: "a purge frame with a term",
+                        });
+                    }
+                    // Everything of the group at or below it so far is gone (the writer puts
+                    // no later entry at or below it into the frame's batch).
+                    let upto = p.index;
+                    kept.entry(group).or_default().retain(|k| k.0 > upto);
+                    if let Some(pre) = prefix.get_mut(&group) {
+                        pre.retain(|k| k.0 > upto);
+                    }
+                    if let Some(c) = commits.get_mut(&group).filter(|c| c.frame.index <= upto) {
+                        c.purged_after = true;
+                    }
+                    if purges.get(&group).is_none_or(|(old, _)| upto > old.index) {
+                        purges.insert(group, (p, seq));
+                    }
                 }
                 FrameKind::Skip => {}
             }
@@ -872,7 +938,9 @@ fn rebuild(
     }
     let mut rebuilt = BTreeMap::new();
     for (&id, (meta, _)) in metas {
-        let mut ix = Index::new(meta.purged_index.map_or(0, |p| p + 1), hot_window_bytes);
+        let (commit, vote, purge) = (commits.remove(&id), votes.remove(&id), purges.remove(&id));
+        let purged = meta.purged_index.max(purge.as_ref().map(|(p, _)| p.index));
+        let mut ix = Index::new(purged.map_or(0, |p| p + 1), hot_window_bytes);
         let group_kept = kept.remove(&id).unwrap_or_default();
         if let Some(&(first, ..)) = group_kept.first() {
             ix = Index::new(first, hot_window_bytes);
@@ -883,8 +951,7 @@ fn rebuild(
             }
             ix.push(idx, Loc { term, seg: seq, offset, len, durable: true, hot: None });
         }
-        let (commit, vote) = (commits.remove(&id), votes.remove(&id));
-        rebuilt.insert(id, Rebuilt { index: ix, commit, vote });
+        rebuilt.insert(id, Rebuilt { index: ix, commit, vote, purge });
     }
     Ok((current, max_batch, rebuilt))
 }

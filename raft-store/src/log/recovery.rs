@@ -78,6 +78,19 @@ pub struct ScannedVote {
     pub payload: Vec<u8>,
 }
 
+/// A `Purge` frame found by the scan (segment format 9 on).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ScannedPurge {
+    pub group: u64,
+    /// The purged index.
+    pub index: u64,
+    /// The batch that wrote the frame: the group's entries at or below `index` written in it
+    /// or before are purged.
+    pub batch: u64,
+    /// The caller's encoding of the purged id.
+    pub payload: Vec<u8>,
+}
+
 /// The scan of one segment.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SegmentScan {
@@ -96,6 +109,8 @@ pub struct SegmentScan {
     pub commits: Vec<ScannedCommit>,
     /// The segment's valid `Vote` frames, in frame order.
     pub votes: Vec<ScannedVote>,
+    /// The segment's valid `Purge` frames, in frame order.
+    pub purges: Vec<ScannedPurge>,
 }
 
 impl SegmentScan {
@@ -161,6 +176,7 @@ pub fn scan_segment(
     let mut fences_from = None;
     let mut commits = Vec::new();
     let mut votes = Vec::new();
+    let mut purges = Vec::new();
     let mut pos = SEGMENT_HEADER_LEN;
     loop {
         if pos >= bytes.len() {
@@ -174,6 +190,7 @@ pub fn scan_segment(
                 fences_from,
                 commits,
                 votes,
+                purges,
             });
         }
         // Zeros up to the next block boundary are a batch's padding (a frame starts with its
@@ -204,6 +221,15 @@ pub fn scan_segment(
                     votes.push(ScannedVote {
                         group: header.group,
                         after: header.index,
+                        payload: payload.to_vec(),
+                    });
+                }
+                if header.kind == FrameKind::Purge {
+                    let payload = &bytes[pos + seal.header_len()..][..header.payload_len as usize];
+                    purges.push(ScannedPurge {
+                        group: header.group,
+                        index: header.index,
+                        batch: header.batch,
                         payload: payload.to_vec(),
                     });
                 }
@@ -249,6 +275,7 @@ pub fn scan_segment(
                             fences_from,
                             commits,
                             votes,
+                            purges,
                         });
                     }
                     Gap::Torn { dropped, max_batch } => {
@@ -275,6 +302,7 @@ pub fn scan_segment(
                             fences_from,
                             commits,
                             votes,
+                            purges,
                         });
                     }
                 }

@@ -96,6 +96,12 @@ pub enum LogMutation {
     /// A purge frees a segment that holds a group's newest durable vote without saving that
     /// vote to the group's meta file first.
     FreeVote,
+    /// A purge frees a segment that holds a group's newest durable purge point (a `Purge`
+    /// frame) without saving that purge point to the group's meta file first.
+    FreePurge,
+    /// A purge frees a segment that holds the `Commit` frame of a group's newest durable
+    /// committed id without saving that id to the group's meta file first.
+    FreeCommit,
     /// A `Commit` frame counts the committed id durable although the entry it names is
     /// purged (recovery ignores such a frame).
     CommitPurged,
@@ -193,6 +199,14 @@ pub(crate) enum Item {
         after: u64,
         done: Callback,
     },
+    /// A purge point as a `Purge` frame in the shared write (`LogCore::purge`): the group's
+    /// entries at or below `upto` are purged; `purged` is the caller's encoding of the id.
+    Purge {
+        group: Arc<Group>,
+        upto: u64,
+        purged: Vec<u8>,
+        done: Callback,
+    },
     /// Copies of every live entry of the group (`LogCore::rewrite`), written as `Rewrite`
     /// frames; once durable, no older segment holds anything the group needs.
     Rewrite {
@@ -204,11 +218,10 @@ pub(crate) enum Item {
         commit: Option<PendingCommit>,
         done: Callback,
     },
-    /// A meta save; `purge` marks one that moves the purged index.
+    /// A meta save of the group's newest state.
     Meta {
         group: Arc<Group>,
         state: MetaState,
-        purge: bool,
         done: Callback,
     },
 }
@@ -222,6 +235,7 @@ impl Complete for Item {
             | Item::Truncate { done, .. }
             | Item::Rewrite { done, .. }
             | Item::Vote { done, .. }
+            | Item::Purge { done, .. }
             | Item::Meta { done, .. } => {
                 done(result);
             }
@@ -333,8 +347,9 @@ pub(crate) struct Group {
     /// The committed index known durable (in a meta slot or a `Commit` frame), plus one;
     /// 0 for none. Written by the writer only.
     pub durable_committed: AtomicU64,
-    /// The purged index known durable (in a meta slot), plus one; 0 for none. Written by
-    /// the writer only: a purge frees a segment only past every group's durable purge point.
+    /// The purged index known durable (in a meta slot or a `Purge` frame), plus one; 0 for
+    /// none. Written by the writer only: a purge frees a segment only past every group's
+    /// durable purge point.
     pub durable_purged: AtomicU64,
     /// Set once the group is dropped: its handles refuse every call.
     pub dropped: AtomicBool,
@@ -342,6 +357,13 @@ pub(crate) struct Group {
     /// file does not hold that vote (0: it does). A purge saves the meta file before it
     /// frees that segment. Written by the writer (under `segments`) and by open.
     pub vote_seq: AtomicU64,
+    /// The segment holding the group's newest durable purge point as a `Purge` frame, when
+    /// its meta file does not hold it (0: it does); kept like `vote_seq`.
+    pub purge_seq: AtomicU64,
+    /// The segment holding the `Commit` frame that made the group's newest durable committed
+    /// id durable, when its meta file does not hold that id (0: it does); kept like
+    /// `vote_seq`. (A purge is a frame too, so no meta save of it holds the id.)
+    pub commit_seq: AtomicU64,
 }
 
 impl Shared {

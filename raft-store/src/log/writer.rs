@@ -25,12 +25,21 @@
 //! One batch carries the frames of every group queued (one durable write for all of them).
 //! A frame of a group other than 0 never goes into a segment of a format before 6 (whose
 //! frames have no group id), nor a `Rewrite` frame into one before 7, nor a `Vote` or a
-//! drop's `Truncate` into one before 8: the writer rolls to a new segment first.
+//! drop's `Truncate` into one before 8, nor a `Purge` into one before 9: the writer rolls to
+//! a new segment first.
 //!
 //! A vote is a `Vote` frame in the batch like any other (the votes of many groups, during a
 //! mass election, share one write). Once its write returned, the group's `vote_seq` names
 //! the segment holding it, until a meta save of the group (which holds that vote or a newer
 //! one) is durable; a purge saves the meta file before it frees that segment.
+//!
+//! A purge is a `Purge` frame the same way (`purge_seq` for its segment): it purges the
+//! group's entries at or below its index written in its batch or before, so the writer
+//! never places a later entry or rewrite of the group at or below that index into the same
+//! batch (it flushes first), never ends that batch with a `Commit` frame the purge covers,
+//! and stamps the group's later meta saves with the batch after the frame's (`purged_batch`,
+//! the same rule in the meta file's terms). Once its write returned the purge point is
+//! durable, and segments it releases may be freed.
 //!
 //! A rewrite (a group's live entries copied forward as `Rewrite` frames) moves the group's
 //! index to the copies, and only once its last frame is durable does it release the group
@@ -45,8 +54,8 @@ use vellum_engine::AlignedBuf;
 
 use super::frame::{
     ALIGN, DROP_TERM, FRAME_HEADER_LEN_GROUPS, FrameHeader, FrameKind, SEGMENT_HEADER_LEN,
-    SEGMENT_VERSION, SEGMENT_VERSION_FLAGS, SEGMENT_VERSION_GROUPS, SEGMENT_VERSION_REWRITE,
-    SEGMENT_VERSION_VOTES, Seal, SegmentHeader, encode_into,
+    SEGMENT_VERSION, SEGMENT_VERSION_FLAGS, SEGMENT_VERSION_GROUPS, SEGMENT_VERSION_PURGES,
+    SEGMENT_VERSION_REWRITE, SEGMENT_VERSION_VOTES, Seal, SegmentHeader, encode_into,
 };
 use super::meta::MetaState;
 use super::recovery::CROSS_SEGMENT;
@@ -77,6 +86,8 @@ struct Placed {
     truncates: bool,
     rewrite: bool,
     vote: bool,
+    purge: bool,
+    commit: bool,
 }
 
 /// The frames of the write being built, encoded straight into the aligned buffer the write
@@ -90,6 +101,8 @@ struct Pending {
     /// Rewrites whose last frame is in this write: `(group, seq)`, where `seq` is the segment
     /// its first copy landed in.
     released: Vec<(Arc<Group>, u64)>,
+    /// `Purge` frames in this write: `(group, index)`.
+    purges: Vec<(u64, u64)>,
 }
 
 impl Default for Pending {
@@ -99,6 +112,7 @@ impl Default for Pending {
             len: 0,
             placed: Vec::new(),
             released: Vec::new(),
+            purges: Vec::new(),
         }
     }
 }
@@ -133,6 +147,7 @@ impl Pending {
         self.len = 0;
         self.placed.clear();
         self.released.clear();
+        self.purges.clear();
     }
 }
 
@@ -227,6 +242,12 @@ impl Writer {
                 Item::Vote { group, vote, after, .. } => {
                     self.add_frame(shared, pending, group, FrameKind::Vote, *after, 0, vote)?;
                 }
+                Item::Purge { group, upto, purged, .. } => {
+                    self.add_frame(shared, pending, group, FrameKind::Purge, *upto, 0, purged)?;
+                    // The frame's batch is fixed once placed: a meta save after it stamps the
+                    // batch after (the meta rule is "written before `purged_batch`").
+                    self.purged_batch.insert(group.id, self.batch + 1);
+                }
                 Item::Rewrite { group, entries, commit, .. } => {
                     let mut first_seq = None;
                     for e in entries.iter() {
@@ -244,11 +265,8 @@ impl Writer {
                         pending.released.push((Arc::clone(group), seq));
                     }
                 }
-                Item::Meta { group, state, purge, .. } => {
+                Item::Meta { group, state, .. } => {
                     self.flush(shared, pending)?;
-                    if *purge {
-                        self.purged_batch.insert(group.id, self.batch);
-                    }
                     state.purged_batch = self.purged_batch.get(&group.id).copied().unwrap_or(0);
                     Self::write_meta(shared, group, state)?;
                     group.committed_durable(state.committed_index);
@@ -287,14 +305,15 @@ impl Writer {
         if self.last_entry.get(&group.id).is_none_or(|&last| index > last) {
             return None; // its entry is queued after this batch: the next write carries it
         }
+        // A `Purge` frame of the group in this write purges as much as a durable one.
+        let in_write = pending.purges.iter().filter(|&&(g, _)| g == group.id).map(|&(_, p)| p);
+        let purged = group.durable_purged().max(in_write.max());
         #[cfg(feature = "test-util")]
         let purged = if shared.config.mutation == Some(super::state::LogMutation::CommitPurged) {
             None
         } else {
-            group.durable_purged()
+            purged
         };
-        #[cfg(not(feature = "test-util"))]
-        let purged = group.durable_purged();
         if purged.is_some_and(|p| index <= p) {
             // Its entry is purged (a snapshot install purges past the log's end, and the
             // committed id follows): recovery adopts a `Commit` frame only beside the entry
@@ -333,6 +352,8 @@ impl Writer {
             truncates: false,
             rewrite: false,
             vote: false,
+            purge: false,
+            commit: true,
         });
         metrics::counter!(m::COMMITTED_CARRIED_TOTAL).increment(1);
         Some(index)
@@ -363,7 +384,9 @@ impl Writer {
         };
         // A segment of a format without group ids takes group 0's frames only, one before
         // format 7 no rewrites.
-        let needs = if kind == FrameKind::Vote || kind == FrameKind::Truncate && term != 0 {
+        let needs = if kind == FrameKind::Purge {
+            SEGMENT_VERSION_PURGES
+        } else if kind == FrameKind::Vote || kind == FrameKind::Truncate && term != 0 {
             SEGMENT_VERSION_VOTES
         } else if kind == FrameKind::Rewrite {
             SEGMENT_VERSION_REWRITE
@@ -373,7 +396,13 @@ impl Writer {
             0
         };
         let holds_group = |cur: &Current| cur.seal.version >= needs;
-        if pending.len + flen_max > shared.config.max_batch_bytes && !pending.is_empty() {
+        // An entry at or below a purge point placed in this write goes into the next one:
+        // recovery purges the entries of the frame's batch, and this one was queued after.
+        let after_purge = matches!(kind, FrameKind::Entry | FrameKind::Rewrite)
+            && pending.purges.iter().any(|&(g, p)| g == group.id && index <= p);
+        if after_purge
+            || pending.len + flen_max > shared.config.max_batch_bytes && !pending.is_empty()
+        {
             self.flush(shared, pending)?;
         }
         if !self.current.as_ref().is_some_and(|c| holds_group(c) && fits(c, pending.len)) {
@@ -404,7 +433,12 @@ impl Writer {
             truncates: kind == FrameKind::Truncate,
             rewrite: kind == FrameKind::Rewrite,
             vote: kind == FrameKind::Vote,
+            purge: kind == FrameKind::Purge,
+            commit: kind == FrameKind::Commit,
         });
+        if kind == FrameKind::Purge {
+            pending.purges.push((group.id, index));
+        }
         match kind {
             FrameKind::Entry => {
                 self.last_entry.insert(group.id, index);
@@ -417,7 +451,11 @@ impl Writer {
                     };
                 }
             }
-            FrameKind::Skip | FrameKind::Commit | FrameKind::Rewrite | FrameKind::Vote => {}
+            FrameKind::Skip
+            | FrameKind::Commit
+            | FrameKind::Rewrite
+            | FrameKind::Vote
+            | FrameKind::Purge => {}
         }
         Ok(())
     }
@@ -466,6 +504,13 @@ impl Writer {
                     // Set before this segment can stop being the newest: a purge that finds
                     // it freeable sees where the vote is.
                     p.group.vote_seq.store(seq, Ordering::Release);
+                } else if p.commit {
+                    // The same for the committed id this frame made durable.
+                    p.group.commit_seq.store(seq, Ordering::Release);
+                } else if p.purge {
+                    // The same for the purge point, which is durable from now on.
+                    p.group.purge_seq.store(seq, Ordering::Release);
+                    p.group.purged_durable(Some(p.index));
                 } else if p.is_entry || p.rewrite {
                     if let Some(seg) = segs.by_seq.get_mut(&seq) {
                         seg.holds(p.group.id, p.index);
@@ -580,9 +625,12 @@ impl Writer {
         if shared.needs_barrier {
             shared.volume.sync()?;
         }
-        // The slot holds the group's newest vote: every `Vote` frame queued before this save
-        // is in it, and later ones are flushed after it.
+        // The slot holds the group's newest vote, purge point and committed id: every `Vote`
+        // or `Purge` frame queued before this save is in it, and so is every committed id a
+        // `Commit` frame carried before it; later ones are flushed after it.
         group.vote_seq.store(0, Ordering::Release);
+        group.purge_seq.store(0, Ordering::Release);
+        group.commit_seq.store(0, Ordering::Release);
         Ok(())
     }
 }
