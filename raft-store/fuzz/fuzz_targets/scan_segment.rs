@@ -1,7 +1,7 @@
 //! Recovery's segment scan on a segment whose frames are partly valid: the input's first
 //! bytes choose how many sealed frames to lay down, the rest is XORed over the segment, so
-//! the scan meets real frames, torn ones, skip frames, votes, purges and garbage. It returns a scan or an
-//! error, never panics, and every frame it reports lies inside the segment.
+//! the scan meets real frames, torn ones, skip frames, votes, purges and garbage. It returns a
+//! scan or an error, never panics, and every frame it reports lies inside the segment.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;

@@ -608,8 +608,9 @@ fn damaged(file: &str, torn: Torn) -> Error {
 /// last `Commit` frame, the frame only when the log keeps its entry. A frame of format 4 on
 /// names its entry by index and term, and is adopted only when the entry kept at that index
 /// has that term, or when a later `Purge` frame of the group purged past it (format 9: the
-/// purge is no meta save that would hold the id, and the frame named an entry the log held); a format 3 frame (its term field is 0: unknown) is adopted when its index
-/// lies within the log's entries or purge point, as that format's builds did. A frame that
+/// purge is no meta save that would hold the id, and the frame named an entry the log
+/// held); a format 3 frame (its term field is 0: unknown) is adopted when its index lies
+/// within the log's entries or purge point, as that format's builds did. A frame that
 /// fails is ignored with a warning: the meta file's id stands, which may lag (openraft then
 /// re-applies a few more entries) but never names an entry the log does not hold. Returns
 /// the committed index that is durable, and the segment holding it when the frame does (0:
