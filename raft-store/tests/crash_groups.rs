@@ -666,3 +666,12 @@ fn freeing_the_segment_of_a_groups_durable_commit_frame_is_caught() {
 fn a_commit_frame_of_a_purged_entry_counted_durable_is_caught() {
     mutant_is_caught(log::LogMutation::CommitPurged, "counts a purged entry's commit frame");
 }
+
+/// The mutant of the recovery rule for purge frames: a `Commit` frame whose entry a later
+/// `Purge` frame took is ignored, as if the entry had been truncated (no entry is left to
+/// check its term against). The meta file's older id then stands, below the one reported
+/// durable.
+#[test]
+fn a_commit_frame_forgotten_after_its_purge_is_caught() {
+    mutant_is_caught(log::LogMutation::CommitForgetsPurge, "forgets a purged commit frame");
+}

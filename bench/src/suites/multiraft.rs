@@ -327,6 +327,15 @@ fn recovery(opts: &Options, r: &mut SuiteResult) -> Result<(), String> {
 /// One hot group writing and purging behind itself while 999 idle groups keep two entries
 /// each: the log's segments against its space bound, with the bound (rewrites of the idle
 /// groups) and without it (the idle groups pin every segment).
+/// The regions case: raft-engine's shape of many regions, each appending a run of 4 KiB
+/// entries per round.
+#[cfg(feature = "peers")]
+const REGIONS: u64 = 16;
+#[cfg(feature = "peers")]
+const PER_REGION: u64 = 64;
+#[cfg(feature = "peers")]
+const BYTES: usize = 4096;
+
 /// One run of the regions case on Vellum: 16 groups of one log on a fresh file volume,
 /// `rounds` rounds of their appends queued at once, and every 4 rounds a purge of what the
 /// groups wrote, the groups purging at once (`purge_at_once`: their `Purge` frames share a
@@ -338,8 +347,6 @@ fn vellum_regions(
     payloads: &[Arc<[u8]>],
     purge_at_once: bool,
 ) -> Result<f64, String> {
-    const REGIONS: u64 = 16;
-    const PER_REGION: u64 = 64;
     let vpath = opts.dir.join("multiraft-regions.vlm");
     let volume = fresh_volume(&vpath, opts.bytes(1 << 30, 256 << 20), CarrierOptions::PRODUCTION)?;
     // One write per round, as raft-engine's one `LogBatch` (the default 4 MiB would split a
@@ -509,9 +516,6 @@ fn regions(opts: &Options, r: &mut SuiteResult) -> Result<(), String> {
 
     use super::peers::M;
 
-    const REGIONS: u64 = 16;
-    const PER_REGION: u64 = 64;
-    const BYTES: usize = 4096;
     let rounds = opts.n(200, 4) as u64;
     let case = format!("{REGIONS} regions x {PER_REGION} entries x 4 KiB per round");
     let vellum = "vellum, 16 groups of one log, appends queued at once";

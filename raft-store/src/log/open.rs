@@ -727,6 +727,10 @@ fn rebuild(
     let drop_voids_damage = config.mutation != Some(super::state::LogMutation::DropKeepsDamage);
     #[cfg(not(feature = "test-util"))]
     let drop_voids_damage = true;
+    #[cfg(feature = "test-util")]
+    let purge_keeps_commit = config.mutation != Some(super::state::LogMutation::CommitForgetsPurge);
+    #[cfg(not(feature = "test-util"))]
+    let purge_keeps_commit = true;
     let mut max_batch = 0;
     let mut commits: BTreeMap<u64, Commit> = BTreeMap::new();
     let mut votes: BTreeMap<u64, (ScannedVote, u64)> = BTreeMap::new();
@@ -898,7 +902,7 @@ fn rebuild(
                         pre.retain(|k| k.0 > upto);
                     }
                     if let Some(c) = commits.get_mut(&group).filter(|c| c.frame.index <= upto) {
-                        c.purged_after = true;
+                        c.purged_after = purge_keeps_commit;
                     }
                     if purges.get(&group).is_none_or(|(old, _)| upto > old.index) {
                         purges.insert(group, (p, seq));

@@ -105,6 +105,10 @@ pub enum LogMutation {
     /// A `Commit` frame counts the committed id durable although the entry it names is
     /// purged (recovery ignores such a frame).
     CommitPurged,
+    /// Recovery ignores a `Commit` frame whose entry a later `Purge` frame of its group
+    /// purged (it checks the entry's term only): the meta file's older id stands, below the
+    /// one reported durable.
+    CommitForgetsPurge,
     /// Recovery keeps the damage found in a group's frames (indexes that jump past a purge
     /// a snapshot install made) although the group's drop tombstone follows: the log of a
     /// dropped group then refuses to open.

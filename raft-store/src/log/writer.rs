@@ -82,12 +82,7 @@ struct Placed {
     term: u64,
     offset: u64,
     len: u32,
-    is_entry: bool,
-    truncates: bool,
-    rewrite: bool,
-    vote: bool,
-    purge: bool,
-    commit: bool,
+    kind: FrameKind,
 }
 
 /// The frames of the write being built, encoded straight into the aligned buffer the write
@@ -348,12 +343,7 @@ impl Writer {
             term,
             offset: at - cur.pos,
             len: flen as u32,
-            is_entry: false,
-            truncates: false,
-            rewrite: false,
-            vote: false,
-            purge: false,
-            commit: true,
+            kind: FrameKind::Commit,
         });
         metrics::counter!(m::COMMITTED_CARRIED_TOTAL).increment(1);
         Some(index)
@@ -429,12 +419,7 @@ impl Writer {
             term,
             offset,
             len: flen as u32,
-            is_entry: kind == FrameKind::Entry,
-            truncates: kind == FrameKind::Truncate,
-            rewrite: kind == FrameKind::Rewrite,
-            vote: kind == FrameKind::Vote,
-            purge: kind == FrameKind::Purge,
-            commit: kind == FrameKind::Commit,
+            kind,
         });
         if kind == FrameKind::Purge {
             pending.purges.push((group.id, index));
@@ -477,7 +462,7 @@ impl Writer {
         let (seq, base) = (cur.seq, cur.pos);
         cur.pos += len as u64;
         let placed = &pending.placed;
-        let entries = placed.iter().filter(|p| p.is_entry).count();
+        let entries = placed.iter().filter(|p| p.kind == FrameKind::Entry).count();
         // Each group's index, locked once per run of its frames.
         let mut at = 0;
         while at < placed.len() {
@@ -485,10 +470,12 @@ impl Writer {
             let mut ix = write_lock(&group.index);
             while at < placed.len() && Arc::ptr_eq(&placed[at].group, group) {
                 let p = &placed[at];
-                if p.is_entry {
-                    ix.written(p.index, p.term, seq, base + p.offset, p.len);
-                } else if p.rewrite {
-                    ix.relocated(p.index, p.term, seq, base + p.offset, p.len);
+                match p.kind {
+                    FrameKind::Entry => ix.written(p.index, p.term, seq, base + p.offset, p.len),
+                    FrameKind::Rewrite => {
+                        ix.relocated(p.index, p.term, seq, base + p.offset, p.len);
+                    }
+                    _ => {}
                 }
                 at += 1;
             }
@@ -500,25 +487,28 @@ impl Writer {
             // anything newer than its purge point in it).
             let mut segs = lock(&shared.segments);
             for p in placed {
-                if p.vote {
+                match p.kind {
                     // Set before this segment can stop being the newest: a purge that finds
                     // it freeable sees where the vote is.
-                    p.group.vote_seq.store(seq, Ordering::Release);
-                } else if p.commit {
+                    FrameKind::Vote => p.group.vote_seq.store(seq, Ordering::Release),
                     // The same for the committed id this frame made durable.
-                    p.group.commit_seq.store(seq, Ordering::Release);
-                } else if p.purge {
-                    // The same for the purge point, which is durable from now on.
-                    p.group.purge_seq.store(seq, Ordering::Release);
-                    p.group.purged_durable(Some(p.index));
-                } else if p.is_entry || p.rewrite {
-                    if let Some(seg) = segs.by_seq.get_mut(&seq) {
-                        seg.holds(p.group.id, p.index);
+                    FrameKind::Commit => p.group.commit_seq.store(seq, Ordering::Release),
+                    FrameKind::Purge => {
+                        // The same for the purge point, which is durable from now on.
+                        p.group.purge_seq.store(seq, Ordering::Release);
+                        p.group.purged_durable(Some(p.index));
                     }
-                } else if p.truncates {
-                    for seg in segs.by_seq.values_mut() {
-                        seg.truncated(p.group.id, p.index);
+                    FrameKind::Entry | FrameKind::Rewrite => {
+                        if let Some(seg) = segs.by_seq.get_mut(&seq) {
+                            seg.holds(p.group.id, p.index);
+                        }
                     }
+                    FrameKind::Truncate => {
+                        for seg in segs.by_seq.values_mut() {
+                            seg.truncated(p.group.id, p.index);
+                        }
+                    }
+                    FrameKind::Skip => {}
                 }
             }
             // Every copy of these rewrites is durable now: the older segments hold nothing
