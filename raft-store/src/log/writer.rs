@@ -475,7 +475,11 @@ impl Writer {
                     FrameKind::Rewrite => {
                         ix.relocated(p.index, p.term, seq, base + p.offset, p.len);
                     }
-                    _ => {}
+                    FrameKind::Truncate
+                    | FrameKind::Skip
+                    | FrameKind::Commit
+                    | FrameKind::Vote
+                    | FrameKind::Purge => {}
                 }
                 at += 1;
             }
