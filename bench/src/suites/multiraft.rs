@@ -324,9 +324,6 @@ fn recovery(opts: &Options, r: &mut SuiteResult) -> Result<(), String> {
     Ok(())
 }
 
-/// One hot group writing and purging behind itself while 999 idle groups keep two entries
-/// each: the log's segments against its space bound, with the bound (rewrites of the idle
-/// groups) and without it (the idle groups pin every segment).
 /// The regions case: raft-engine's shape of many regions, each appending a run of 4 KiB
 /// entries per round.
 #[cfg(feature = "peers")]
@@ -365,7 +362,7 @@ fn vellum_regions(
         .map_err(e("create group"))?;
     // A purging thread per group, started before the clock (a node's groups have theirs).
     let (purges, purged) = std::sync::mpsc::channel();
-    let rate = std::thread::scope(|s| {
+    let measured = std::thread::scope(|s| {
         let workers: Vec<_> = groups
             .iter()
             .map(|group| {
@@ -423,14 +420,17 @@ fn vellum_regions(
         drop(workers);
         Ok::<_, String>((rate, durable))
     });
-    let rate = rate?;
+    let measured = measured?;
     log.close();
     drop(groups);
     volume.close().map_err(e("close"))?;
     let _ = std::fs::remove_file(&vpath);
-    Ok(rate)
+    Ok(measured)
 }
 
+/// One hot group writing and purging behind itself while 999 idle groups keep two entries
+/// each: the log's segments against its space bound, with the bound (rewrites of the idle
+/// groups) and without it (the idle groups pin every segment).
 fn space(opts: &Options, r: &mut SuiteResult) -> Result<(), String> {
     let idle = opts.n(999, 20) as u64;
     // Ten minutes at full scale (the run), with the square of the scale below it: a
@@ -627,7 +627,7 @@ fn regions(opts: &Options, r: &mut SuiteResult) -> Result<(), String> {
     let floor = r.ratio(&case, floor_name);
     let one_after_another = r.ratio(&case, one_by_one);
     let bound = format!(
-        "bound: the disk's own write-through write of the same bytes, one per round, runs at {:.3}x raft-engine's entries/s; vellum reaches {:.3} of that floor with {:.2} durable requests per round (the round's write; the rest are rolls, purge frames and the freed segments' commits) ({:.3}x raft-engine with the groups purging one after another, a write each: {:.2} per round)",
+        "bound: the disk's own write-through write of the same bytes, one per round, runs at {:.3}x raft-engine's entries/s; vellum reaches {:.3} of that floor with {:.2} durable requests per round (the round's write; the rest are rolls, purge frames, the spare's recycling and the freed segments' commits) ({:.3}x raft-engine with the groups purging one after another, a write each: {:.2} per round)",
         floor.unwrap_or(f64::NAN),
         ratio.zip(floor).map_or(f64::NAN, |(v, f)| v / f),
         durable[0],
