@@ -559,6 +559,39 @@ fn a_segment_recycled_under_its_old_salt_is_caught() {
     }
 }
 
+/// The mutant of the zeroing rule: a purged segment's `.free` file named a spare without its
+/// zeroing write. Its old header then stands under a segment name until a roll overwrites it,
+/// and a cut in that window leaves a segment whose sequence number repeats an old one: the
+/// campaign must catch it (open refuses, "a segment is missing before this one").
+#[test]
+fn a_spare_promoted_without_its_zeroing_is_caught() {
+    MUTATION.set(Some(log::LogMutation::SkipZeroing));
+    let range = seeds(0..300);
+    let n = range.end - range.start;
+    let failed = range.clone().filter(|&s| crash_point(s, false, Pattern::OneAtATime).is_err());
+    let failed = failed.count();
+    // The same seeds run five times longer and cut only at their end: every run that ends
+    // with such a spare ready.
+    let at_end = range
+        .filter(|&seed| {
+            let (r, _) = run(seed, None, false, Pattern::OneAtATime, 200);
+            let mut rng = FaultRng::new(seed);
+            let image = r.carrier.crash_image(&mut rng);
+            verify(image, &r.model, &mut rng).is_err()
+        })
+        .count();
+    MUTATION.set(None);
+    eprintln!(
+        "the zeroing-skipping mutant fails {failed} of {n} crash points, and {at_end} of {n} longer runs cut at their end"
+    );
+    if n > 1 {
+        assert!(
+            failed > 0 && at_end > 0,
+            "no cut caught a spare that kept a purged segment's header"
+        );
+    }
+}
+
 #[test]
 fn power_cuts_with_background_segment_creation() {
     // The spare maker's commits interleave with the writer's appends, so the crash points are

@@ -624,3 +624,48 @@ fn a_log_purged_behind_its_appends_writes_its_segments_once() {
         without - with
     );
 }
+
+/// Commits per segment in a log purged behind its appends: a `.free` file zeroed in the
+/// background gets its segment name in the next commit the log makes anyway (a purge's, or
+/// the one of a spare made when none is ready), so most rolls find a spare without a commit
+/// of their own. Counted as journal writes, one per commit on a journaled volume (a count,
+/// not a timing).
+#[test]
+fn a_recycled_segment_costs_no_commit_of_its_own() {
+    // (appends between purges, purged segments kept): 63 appends fill a segment.
+    let commits = |every: u64, keep: usize| {
+        let carrier = Box::new(MemoryCarrier::new(16 << 20));
+        let format = FormatOptions::journaled(16 << 20);
+        let v = Volume::format(carrier, &format, VolumeOptions::default()).unwrap();
+        let log = LogConfig { recycled_segments: keep, ..config(256 << 10) };
+        let core = LogCore::open(v.clone(), log).unwrap();
+        let journal_writes = || v.io_counts().writes[4];
+        let before = journal_writes();
+        let (payload, mut purges) = (4096 - 48, 0); // one block per append
+        for i in 1..=3000u64 {
+            append(&core, vec![entry(i, 1, payload)]);
+            if i % every == 0 && i > 2 * every {
+                core.purge(i - every, b"p".to_vec()).unwrap();
+                purges += 1;
+            }
+        }
+        let commits = journal_writes() - before;
+        let status = core.spare_status();
+        eprintln!("every {every}, keep {keep}: {commits} commits: {purges} purges, {status:?}");
+        (commits, purges, status)
+    };
+    // A purge about every segment (the regions bench's cadence): about one commit per
+    // segment, the purge's (before promotion: 93 commits, a recycled spare's beside each purge).
+    let (n, purges, status) = commits(64, 4);
+    assert!(status.recycled >= 40, "{status:?}");
+    assert!(n <= purges + status.created + 8, "{n} commits: {purges} purges, {status:?}");
+    // A purge every four segments: the one commit of a spare made when none is ready promotes
+    // the other zeroed files, so recycled spares cost at most one commit per two (before: 57
+    // commits, one per purge and one per spare).
+    let (n, purges, status) = commits(256, 4);
+    assert!(status.recycled >= 30, "{status:?}");
+    assert!(
+        n <= purges + status.created + status.recycled / 2,
+        "{n} commits: {purges} purges, {status:?}"
+    );
+}

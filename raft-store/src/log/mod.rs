@@ -674,10 +674,10 @@ impl LogCore {
             return Ok(0); // a purge of another group racing this one freed them
         }
         // Up to `recycled_segments` of them become `.free` files for the spare maker, the
-        // rest are deleted: one commit either way.
-        let kept = self.shared().retirer.retire(&self.shared().volume, retired)?;
+        // rest are deleted, and zeroed `.free` files become spares: one commit for all.
+        let retired = self.shared().retirer.retire(&self.shared().volume, retired)?;
         self.shared().volume.commit()?;
-        self.shared().retirer.adopt(kept);
+        self.shared().retirer.adopt(retired);
         metrics::counter!(m::SEGMENTS_PURGED_TOTAL).increment(count as u64);
         Ok(count)
     }

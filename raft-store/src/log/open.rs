@@ -76,7 +76,7 @@ struct Found {
 /// What the classification of the segment files found.
 struct Classified {
     active: Vec<Found>,
-    spare: Option<Spare>,
+    spares: Vec<Spare>,
     /// Purged segments kept for reuse (`.free` files).
     free: Vec<Free>,
     next_file_no: u64,
@@ -194,12 +194,16 @@ pub(super) fn open(volume: Volume, mut config: LogConfig) -> Result<Opened> {
     }
     metrics::gauge!(crate::metrics::GROUPS).set(groups.len() as f64);
     let next_seq = segments.by_seq.keys().next_back().map_or(1, |s| s + 1);
+    #[cfg(feature = "test-util")]
+    let skip_zeroing = config.mutation == Some(super::state::LogMutation::SkipZeroing);
+    #[cfg(not(feature = "test-util"))]
+    let skip_zeroing = false;
     let spares = SpareMaker::start(
         volume.clone(),
         log_dir,
         segment_bytes,
-        needs_barrier,
-        (classified.spare, classified.free),
+        (needs_barrier, skip_zeroing),
+        (classified.spares, classified.free),
         classified.next_file_no,
         config.recycled_segments,
         config.background_spares,
@@ -306,12 +310,13 @@ fn lossy(path: &[u8]) -> String {
     String::from_utf8_lossy(path).into_owned()
 }
 
-/// Sorts the files of `DIR/log` into active segments (with their first blocks), one spare,
-/// and leftovers (removed; committed by the caller).
+/// Sorts the files of `DIR/log` into active segments (with their first blocks), spares and
+/// `.free` files (one spare, and up to `keep` more of either: the maker's pool), and leftovers
+/// (removed; committed by the caller).
 fn classify(volume: &Volume, log_dir: &[u8], config_bytes: u64, keep: usize) -> Result<Classified> {
     let mut c = Classified {
         active: Vec::new(),
-        spare: None,
+        spares: Vec::new(),
         free: Vec::new(),
         next_file_no: 1,
         scanned_bytes: 0,
@@ -341,7 +346,9 @@ fn classify(volume: &Volume, log_dir: &[u8], config_bytes: u64, keep: usize) -> 
             // A purged segment kept for reuse: never part of the log, whatever it holds. Its
             // salt, while its header is still there, keeps the next one from repeating it.
             let salt = SegmentHeader::decode(&head, &name).ok().flatten().map(|h| h.salt);
-            frees.push(Free { path, file: Arc::new(file), len, salt });
+            // Zeroed (header and first frame block): a purge may make it a spare by a rename.
+            let zeroed = head.len() == 2 * SEGMENT_HEADER_LEN && head.iter().all(|&b| b == 0);
+            frees.push(Free { path, file: Arc::new(file), len, salt, zeroed });
             continue;
         }
         let usable = len >= 2 * SEGMENT_HEADER_LEN as u64 && len.is_multiple_of(ALIGN as u64);
@@ -390,12 +397,13 @@ fn classify(volume: &Volume, log_dir: &[u8], config_bytes: u64, keep: usize) -> 
             });
         }
     }
-    // One spare of the size the log's segments have (or, for a log without any, of the
-    // configured size) is kept; the others go.
+    // Spares of the size the log's segments have (or, for a log without any, of the configured
+    // size) are kept, one and up to `keep` more; the others go.
     let wanted = c.active.last().map_or(config_bytes, |f| f.len);
+    spares.sort_by(|a, b| a.path.cmp(&b.path));
     for spare in spares {
-        if c.spare.is_none() && spare.len == wanted {
-            c.spare = Some(spare);
+        if c.spares.len() <= keep && spare.len == wanted {
+            c.spares.push(spare);
         } else {
             let path = spare.path.clone();
             drop(spare);
@@ -405,7 +413,7 @@ fn classify(volume: &Volume, log_dir: &[u8], config_bytes: u64, keep: usize) -> 
     }
     // Reusable files of the log's segment size, up to the configured number; the others go.
     for free in frees {
-        if c.free.len() < keep && free.len == wanted {
+        if c.free.len() + c.spares.len().saturating_sub(1) < keep && free.len == wanted {
             c.free.push(free);
         } else {
             let path = free.path.clone();

@@ -2,28 +2,42 @@
 //!
 //! A segment is a preallocated file `DIR/log/NNNNNNNN.seg` whose blocks are written and
 //! committed before the log uses it, so appending into it is a pure overwrite: one
-//! write-through write, no allocation, no commit. A background thread keeps one *spare*
+//! write-through write, no allocation, no commit. A background thread keeps a *spare*
 //! ready (created, preallocated, zero-filled, committed; its header all zero). Rolling to a
 //! new segment is one durable write of the spare's header; creating and deleting segments
 //! are the only metadata commits the log makes.
 //!
 //! **Recycling.** A purge does not delete every segment it frees: up to
 //! `LogConfig::recycled_segments` of them are renamed `NNNNNNNN.free` in the purge's commit
-//! (a `.free` file is never part of the log, whatever it holds). The maker makes its next spare
-//! from one of them instead of a new file: one durable write of zeros over its header and
-//! first frame block (which makes it a spare by the rule above, whatever lies after), then a
-//! rename to a new segment name (one commit). No 64 MiB zero-fill competes with the appends,
-//! and the blocks are ones the carrier already holds. The bytes after the first frame block
-//! stay: the earlier use's frames, sealed with its salt, which the roll replaces with a fresh
-//! one ([`fresh_salt`]), so they never verify again (segment format 5, docs/RAFT-LOG.md). A
-//! freed segment that a reader still holds open is not reused until the reader lets go.
+//! (a `.free` file is never part of the log, whatever it holds). The maker *zeroes* each in
+//! the background: one durable write of zeros over its header and first frame block, after
+//! which the file would be a spare by the rule above, whatever lies after, if it had a
+//! segment's name. It gets one in the next commit the log makes for its segments anyway
+//! (*promotion*): a purge's commit, or the one of a spare the maker makes because none is
+//! ready, name every zeroed `.free` file no reader holds a new segment, ready to activate.
+//! Where a log rolls about once per purge, a segment's cycle then costs one commit, the
+//! purge's, and one 8 KiB write; where it rolls several times per purge, the maker's one
+//! commit readies every zeroed file for them. The maker makes a spare itself only when none
+//! is ready: from a `.free` file (zeroed first unless it is already), or a new file. No
+//! 64 MiB zero-fill competes with the appends, and the blocks are ones the carrier already
+//! holds. The bytes after the first frame block stay: the earlier use's frames, sealed with
+//! its salt, which the roll replaces with a fresh one ([`fresh_salt`]), so they never verify
+//! again (segment format 5, docs/RAFT-LOG.md). A freed segment that a reader still holds
+//! open is neither zeroed nor reused until the reader lets go. The ready spares beyond one
+//! and the `.free` files together, the pool, stay within `LogConfig::recycled_segments`.
+//!
+//! Invariants: a file is zeroed only under a `.free` name (a segment's header is never
+//! zeroed in place: torn, that write could leave an active segment's header beside a damaged
+//! first frame); a `.free` file is renamed to a segment name only once its zeroing write
+//! returned (and, on a buffered carrier, a barrier followed it); a spare joins the ready
+//! queue only after the commit that named it.
 //!
 //! The maker never gives up: a failure (a volume briefly full, say) is counted
 //! (`vellum_log_spare_failures_total`), logged, and retried with a growing pause, so a roll
 //! hours later finds a spare once space is back. A roll that finds none waits a bounded time
 //! for the maker before it fails.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -124,6 +138,15 @@ pub struct Free {
     pub len: u64,
     /// The salt its frames are sealed with, when known.
     pub salt: Option<u64>,
+    /// Its header and first frame block are zero (durably): a segment name makes it a spare.
+    pub zeroed: bool,
+}
+
+impl Free {
+    /// Whether it can become a spare now: a segment's size, and no reader holds it open.
+    fn reusable(&self, segment_bytes: u64) -> bool {
+        self.len == segment_bytes && Arc::strong_count(&self.file) == 1
+    }
 }
 
 /// A random salt under which no frame sealed with `stale` verifies at the same offset. A
@@ -167,13 +190,15 @@ pub struct SpareStatus {
 
 #[derive(Debug, Default)]
 struct SpareState {
-    ready: Option<Spare>,
+    /// Spares ready to activate, oldest first: made by the maker, or promoted. With the
+    /// `.free` files, at most `keep` beyond the one a roll needs (`Retirer::retire`).
+    ready: VecDeque<Spare>,
     shutdown: bool,
     failures: u64,
     failing: u64,
     last_error: Option<SharedError>,
     next_file_no: u64,
-    /// Purged segments kept for reuse, oldest first.
+    /// Purged segments kept for reuse, oldest first (one the maker is zeroing is out of it).
     free: Vec<Free>,
     /// Spares made from a purged segment.
     recycled: u64,
@@ -189,18 +214,20 @@ struct Making {
     segment_bytes: u64,
     /// A barrier must follow a write (a buffered carrier).
     needs_barrier: bool,
+    /// The test-util mutant `LogMutation::SkipZeroing` (false otherwise).
+    skip_zeroing: bool,
 }
 
-/// Keeps one spare segment ready, made by a background thread (or, without one, made when
-/// it is taken: deterministic, for tests).
+/// Keeps a spare segment ready, made by a background thread (or, without one, made when it
+/// is taken: deterministic, for tests).
 #[derive(Debug)]
 pub struct SpareMaker {
     state: Arc<(Mutex<SpareState>, Condvar)>,
     thread: Option<JoinHandle<()>>,
     inline: Option<Making>,
+    making: Making,
     /// Purged segments kept at most.
     keep: usize,
-    segment_bytes: u64,
 }
 
 /// Where purged segments go: reused by the maker, or deleted (`LogCore::purge`).
@@ -208,32 +235,47 @@ pub struct SpareMaker {
 pub struct Retirer {
     state: Arc<(Mutex<SpareState>, Condvar)>,
     keep: usize,
-    segment_bytes: u64,
+    making: Making,
+    /// No maker thread: `adopt` zeroes the files it hands over itself.
+    inline: bool,
+}
+
+/// What a purge's commit makes durable besides the freed segments' removal: `.free` files
+/// for the pool, and spares promoted from zeroed ones.
+#[derive(Debug, Default)]
+pub struct Retired {
+    kept: Vec<Free>,
+    promoted: Vec<Spare>,
 }
 
 impl Retirer {
-    /// Retires purged segments (removed from the active set): keeps up to the configured
-    /// number for reuse as `.free` files, deletes the rest; the caller commits. The pool is
-    /// handed to the maker only after that commit (`adopt`).
-    pub fn retire(&self, volume: &Volume, doomed: Vec<(Vec<u8>, SegInfo)>) -> Result<Vec<Free>> {
-        let room = self.keep.saturating_sub(lock(&self.state.0).free.len());
-        let mut kept = Vec::new();
+    /// Retires purged segments (removed from the active set): promotes every zeroed `.free`
+    /// file, keeps up to the configured number of the purged ones for reuse as `.free` files
+    /// (the pool: `.free` files and the ready spares beyond one), deletes the rest; the caller
+    /// commits. The files are handed to the maker only after that commit (`adopt`).
+    pub fn retire(&self, volume: &Volume, doomed: Vec<(Vec<u8>, SegInfo)>) -> Result<Retired> {
+        let mut s = lock(&self.state.0);
+        let mut retired =
+            Retired { promoted: promote(&mut s, &self.making, volume)?, kept: Vec::new() };
+        let pooled = s.free.len() + (s.ready.len() + retired.promoted.len()).saturating_sub(1);
+        let room = self.keep.saturating_sub(pooled);
         for (path, info) in doomed {
-            if kept.len() < room && info.len == self.segment_bytes {
+            if retired.kept.len() < room && info.len == self.making.segment_bytes {
                 let to = free_path(&path);
                 volume.rename(&path, &to)?;
-                kept.push(Free {
+                retired.kept.push(Free {
                     path: to,
                     file: info.file,
                     len: info.len,
                     salt: Some(info.seal.salt),
+                    zeroed: false,
                 });
             } else {
                 drop(info);
                 volume.remove(&path)?;
             }
         }
-        Ok(kept)
+        Ok(retired)
     }
 
     /// How the maker is doing. Takes only the spare state's lock, never the log writer's:
@@ -241,7 +283,7 @@ impl Retirer {
     pub fn status(&self) -> SpareStatus {
         let s = lock(&self.state.0);
         SpareStatus {
-            ready: s.ready.is_some(),
+            ready: !s.ready.is_empty(),
             failures: s.failures,
             failing: s.failing,
             recycled: s.recycled,
@@ -250,61 +292,131 @@ impl Retirer {
         }
     }
 
-    /// Hands committed `.free` files to the maker.
-    pub fn adopt(&self, free: Vec<Free>) {
-        if free.is_empty() {
+    /// Hands what a committed `retire` produced to the maker: the promoted spares to the
+    /// ready queue, the `.free` files to the pool (zeroed here without a maker thread; a
+    /// failed zeroing leaves the file to be zeroed when it is made a spare).
+    pub fn adopt(&self, retired: Retired) {
+        let Retired { mut kept, promoted } = retired;
+        if kept.is_empty() && promoted.is_empty() {
             return;
         }
+        // Zeroed only now, under the `.free` names the caller's commit made durable.
+        if self.inline {
+            for free in &mut kept {
+                if free.reusable(self.making.segment_bytes) {
+                    match zero(&self.making, free) {
+                        Ok(()) => free.zeroed = true,
+                        Err(e) => tracing::warn!(error = %e, "zeroing a purged segment failed"),
+                    }
+                }
+            }
+        }
         let (m, cv) = &*self.state;
-        lock(m).free.extend(free);
+        let mut s = lock(m);
+        ready(&mut s, promoted);
+        s.free.extend(kept);
         cv.notify_all();
     }
 }
 
-/// Zeroes the header and first frame block of a `.free` file (one durable write: it is then
-/// a spare by the all-zero rule, whatever follows) and renames it to segment file `path`
-/// (one commit). A power cut before the rename leaves a `.free` file, never a segment.
-fn recycle(making: &Making, free: Free, path: &[u8]) -> Result<Spare> {
+/// Renames every zeroed `.free` file no reader holds to a new segment name (the caller
+/// commits, then hands them to [`ready`]): spares by the all-zero rule.
+fn promote(s: &mut SpareState, making: &Making, volume: &Volume) -> Result<Vec<Spare>> {
+    let mut promoted = Vec::new();
+    while let Some(at) = s.free.iter().position(|f| f.zeroed && f.reusable(making.segment_bytes)) {
+        let free = s.free.remove(at);
+        let path = segment_path(&making.dir, s.next_file_no);
+        if let Err(e) = volume.rename(&free.path, &path) {
+            s.free.insert(at, free);
+            return Err(e.into());
+        }
+        s.next_file_no += 1;
+        promoted.push(free.into_spare(path));
+    }
+    Ok(promoted)
+}
+
+/// Adds spares whose names a commit made durable to the ready queue.
+fn ready(s: &mut SpareState, spares: Vec<Spare>) {
+    if spares.is_empty() {
+        return;
+    }
+    metrics::counter!(m::SEGMENTS_RECYCLED_TOTAL).increment(spares.len() as u64);
+    s.recycled += spares.len() as u64;
+    s.ready.extend(spares);
+    metrics::gauge!(m::SPARE_READY).set(1.0);
+}
+
+impl Free {
+    fn into_spare(self, path: Vec<u8>) -> Spare {
+        Spare { path, file: self.file, len: self.len, stale_salt: self.salt }
+    }
+}
+
+/// Zeroes the header and first frame block of a `.free` file: one durable write (and a
+/// barrier on a buffered carrier). With a segment name it is then a spare by the all-zero
+/// rule, whatever follows.
+fn zero(making: &Making, free: &Free) -> Result<()> {
+    if making.skip_zeroing {
+        return Ok(());
+    }
     let zeros = vellum_engine::AlignedBuf::zeroed(2 * SEGMENT_HEADER_LEN, SEGMENT_HEADER_LEN);
     free.file.write_at(zeros.as_slice(), 0)?;
     if making.needs_barrier {
         making.volume.sync()?;
     }
-    making.volume.rename(&free.path, path)?;
-    making.volume.commit()?;
-    metrics::counter!(m::SEGMENTS_RECYCLED_TOTAL).increment(1);
-    Ok(Spare { path: path.to_vec(), file: free.file, len: free.len, stale_salt: free.salt })
+    Ok(())
 }
 
-/// Makes spare number `n`: from a purged segment nobody reads any more, or a new file.
+/// Makes spare number `n`: from a purged segment nobody reads any more (a zeroed one first;
+/// another is zeroed first), or a new file. A recycled one is renamed in a commit of its own,
+/// which promotes every other zeroed `.free` file too. A power cut before that commit leaves
+/// `.free` files, never a segment.
 fn make(making: &Making, state: &(Mutex<SpareState>, Condvar), n: u64) -> Result<Spare> {
     let path = segment_path(&making.dir, n);
     let reusable = {
         let mut s = lock(&state.0);
+        let bytes = making.segment_bytes;
         let at = s
             .free
             .iter()
-            .position(|f| f.len == making.segment_bytes && Arc::strong_count(&f.file) == 1);
+            .position(|f| f.zeroed && f.reusable(bytes))
+            .or_else(|| s.free.iter().position(|f| f.reusable(bytes)));
         at.map(|i| s.free.remove(i))
     };
-    if let Some(free) = reusable {
-        let spare = recycle(making, free, &path)?;
-        lock(&state.0).recycled += 1;
-        Ok(spare)
-    } else {
+    let Some(mut free) = reusable else {
         let spare = create_segment(&making.volume, &path, making.segment_bytes)?;
         lock(&state.0).created += 1;
-        Ok(spare)
+        return Ok(spare);
+    };
+    if !free.zeroed {
+        let zeroed = zero(making, &free);
+        free.zeroed = zeroed.is_ok();
+        if let Err(e) = zeroed {
+            lock(&state.0).free.insert(0, free);
+            return Err(e);
+        }
     }
+    if let Err(e) = making.volume.rename(&free.path, &path) {
+        lock(&state.0).free.insert(0, free);
+        return Err(e.into());
+    }
+    let promoted = promote(&mut lock(&state.0), making, &making.volume)?;
+    making.volume.commit()?;
+    let mut s = lock(&state.0);
+    ready(&mut s, promoted);
+    s.recycled += 1;
+    metrics::counter!(m::SEGMENTS_RECYCLED_TOTAL).increment(1);
+    Ok(free.into_spare(path))
 }
 
-/// Path of segment file number `n` under `dir`.
 /// The IO tiers of a segment: appends go direct (write-through in production: durable when
 /// the carrier write returns, never parked in the cache), reads of older entries (a follower
 /// catching up) go through the volume's cache, with readahead along the segment's extent.
 /// Recovery's scan, which reads whole segments into its own buffers, reads them direct.
 pub const SEGMENT_POLICY: IoPolicy = IoPolicy { read: Tier::Buffered, write: Tier::Direct };
 
+/// Path of segment file number `n` under `dir`.
 pub fn segment_path(dir: &[u8], n: u64) -> Vec<u8> {
     let mut p = dir.to_vec();
     p.extend_from_slice(format!("/{n:08}.seg").as_bytes());
@@ -325,34 +437,41 @@ pub fn create_segment(volume: &Volume, path: &[u8], bytes: u64) -> Result<Spare>
 }
 
 impl SpareMaker {
-    /// Starts the maker; `spare` is a spare found at open, `free` the `.free` files found
-    /// there, `next_file_no` the first unused file number, `keep` the most purged segments
-    /// kept for reuse.
+    /// Starts the maker; `spares` are the spares found at open, `free` the `.free` files
+    /// found there, `next_file_no` the first unused file number, `keep` the most purged
+    /// segments kept for reuse.
     #[allow(clippy::too_many_arguments)] // one call site, in open
     pub fn start(
         volume: Volume,
         dir: Vec<u8>,
         segment_bytes: u64,
-        needs_barrier: bool,
-        (spare, free): (Option<Spare>, Vec<Free>),
+        (needs_barrier, skip_zeroing): (bool, bool),
+        (spares, free): (Vec<Spare>, Vec<Free>),
         next_file_no: u64,
         keep: usize,
         background: bool,
     ) -> SpareMaker {
         let state = Arc::new((
-            Mutex::new(SpareState { ready: spare, next_file_no, free, ..SpareState::default() }),
+            Mutex::new(SpareState {
+                ready: spares.into(),
+                next_file_no,
+                free,
+                ..SpareState::default()
+            }),
             Condvar::new(),
         ));
-        let making = Making { volume, dir, segment_bytes, needs_barrier };
+        let making = Making { volume, dir, segment_bytes, needs_barrier, skip_zeroing };
         if !background {
-            return SpareMaker { state, thread: None, inline: Some(making), keep, segment_bytes };
+            let inline = Some(making.clone());
+            return SpareMaker { state, thread: None, inline, making, keep };
         }
         let shared = Arc::clone(&state);
+        let run = making.clone();
         let thread = std::thread::Builder::new()
             .name("vellum-spare".into())
-            .spawn(move || Self::run(&shared, &making))
+            .spawn(move || Self::run(&shared, &run))
             .ok();
-        SpareMaker { state, thread, inline: None, keep, segment_bytes }
+        SpareMaker { state, thread, inline: None, making, keep }
     }
 
     /// Where purged segments go.
@@ -360,33 +479,54 @@ impl SpareMaker {
         Retirer {
             state: Arc::clone(&self.state),
             keep: self.keep,
-            segment_bytes: self.segment_bytes,
+            making: self.making.clone(),
+            inline: self.thread.is_none(),
         }
     }
 
+    /// The maker thread: makes a spare whenever none is ready, and otherwise zeroes the
+    /// `.free` files no reader holds, so that purges can promote them.
     fn run(state: &(Mutex<SpareState>, Condvar), making: &Making) {
+        enum Job {
+            Make(u64),
+            Zero(Free),
+        }
         let (m, cv) = state;
         let mut pause = RETRY_FIRST;
         loop {
-            let n = {
+            let job = {
                 let mut s = lock(m);
-                while s.ready.is_some() && !s.shutdown {
+                loop {
+                    if s.shutdown {
+                        return;
+                    }
+                    if s.ready.is_empty() {
+                        s.next_file_no += 1;
+                        break Job::Make(s.next_file_no - 1);
+                    }
+                    let bytes = making.segment_bytes;
+                    if let Some(at) = s.free.iter().position(|f| !f.zeroed && f.reusable(bytes)) {
+                        break Job::Zero(s.free.remove(at));
+                    }
                     s = cv.wait(s).unwrap_or_else(std::sync::PoisonError::into_inner);
                 }
-                if s.shutdown {
-                    return;
-                }
-                s.next_file_no += 1;
-                s.next_file_no - 1
             };
-            let made = make(making, state, n);
+            let done = match job {
+                Job::Make(n) => make(making, state, n).map(|spare| lock(m).ready.push_back(spare)),
+                Job::Zero(mut free) => {
+                    let zeroed = zero(making, &free);
+                    free.zeroed = zeroed.is_ok();
+                    // Back in its place among the oldest: a purge promotes it from there.
+                    lock(m).free.insert(0, free);
+                    zeroed
+                }
+            };
             let mut s = lock(m);
-            match made {
-                Ok(spare) => {
+            match done {
+                Ok(()) => {
                     if s.failing > 0 {
                         tracing::info!(after = s.failing, "a spare log segment is ready again");
                     }
-                    s.ready = Some(spare);
                     s.failing = 0;
                     s.last_error = None;
                     pause = RETRY_FIRST;
@@ -417,18 +557,18 @@ impl SpareMaker {
                     pause = (pause * 2).min(RETRY_MAX);
                 }
             }
-            metrics::gauge!(m::SPARE_READY).set(if s.ready.is_some() { 1.0 } else { 0.0 });
+            metrics::gauge!(m::SPARE_READY).set(if s.ready.is_empty() { 0.0 } else { 1.0 });
             cv.notify_all();
         }
     }
 
-    /// Takes the spare, waiting for the maker if it is still at work (a bounded time while
-    /// it is failing).
+    /// Takes the oldest ready spare, waiting for the maker if it is still at work (a
+    /// bounded time while it is failing).
     pub fn take(&self) -> Result<Spare> {
         let (m, cv) = &*self.state;
         let mut s = lock(m);
         if let Some(making) = &self.inline {
-            if let Some(spare) = s.ready.take() {
+            if let Some(spare) = s.ready.pop_front() {
                 return Ok(spare);
             }
             s.next_file_no += 1;
@@ -438,8 +578,9 @@ impl SpareMaker {
         }
         let deadline = Instant::now() + TAKE_WAIT;
         loop {
-            if let Some(spare) = s.ready.take() {
-                metrics::gauge!(m::SPARE_READY).set(0.0);
+            if let Some(spare) = s.ready.pop_front() {
+                let left = if s.ready.is_empty() { 0.0 } else { 1.0 };
+                metrics::gauge!(m::SPARE_READY).set(left);
                 cv.notify_all();
                 return Ok(spare);
             }

@@ -59,8 +59,9 @@ pub struct LogConfig {
     /// keeps this timer; otherwise the id waits for the next write or `close`.
     pub commit_lag: Duration,
     /// Purged segments kept for reuse (default 2): the next spares are made from them (an
-    /// 8 KiB write and a rename) instead of new files zero-filled in full. They hold volume
-    /// space the log no longer needs; 0 deletes every purged segment.
+    /// 8 KiB write, and a rename in a commit the log makes anyway) instead of new files
+    /// zero-filled in full. They hold volume space the log no longer needs (with the ready
+    /// spares beyond one); 0 deletes every purged segment.
     pub recycled_segments: usize,
     /// The space bound (0: none): when a purge leaves the log's segments holding more than
     /// this multiple of its live entries' bytes, plus four segments of slack, the groups that
@@ -109,6 +110,9 @@ pub enum LogMutation {
     /// purged (it checks the entry's term only): the meta file's older id stands, below the
     /// one reported durable.
     CommitForgetsPurge,
+    /// A purged segment's `.free` file becomes a spare without its zeroing write: its old
+    /// header stays under a segment name until a roll overwrites it.
+    SkipZeroing,
     /// Recovery keeps the damage found in a group's frames (indexes that jump past a purge
     /// a snapshot install made) although the group's drop tombstone follows: the log of a
     /// dropped group then refuses to open.
