@@ -669,3 +669,35 @@ fn a_recycled_segment_costs_no_commit_of_its_own() {
         "{n} commits: {purges} purges, {status:?}"
     );
 }
+
+/// File numbers come from `.free` names too: promotion hands numbers out of roll order, so a
+/// `.free` file may hold one above every segment's, and a new segment must not take it (its
+/// purge would rename it over that file, two pool entries naming one).
+#[test]
+fn a_free_file_numbered_above_every_segment_keeps_its_number() {
+    let (_, v) = memory_volume(8 << 20);
+    let core = LogCore::open(v.clone(), config(64 << 10)).unwrap();
+    append(&core, vec![entry(1, 1, 100)]);
+    drop(core);
+    let file = v.create_file(b"/raft/log/00000009.free").unwrap();
+    file.preallocate(0, 64 << 10).unwrap();
+    v.commit().unwrap();
+    drop(file);
+    let numbers = || -> std::collections::BTreeSet<u64> {
+        v.list("/raft/log")
+            .unwrap()
+            .into_iter()
+            .filter_map(|e| String::from_utf8(e.name).ok())
+            .filter_map(|n| n.strip_suffix(".seg").and_then(|n| n.parse().ok()))
+            .collect()
+    };
+    let before = numbers();
+    assert!(before.iter().all(|&n| n < 9), "{before:?}");
+    let core = LogCore::open(v.clone(), config(64 << 10)).unwrap();
+    for i in 2..=60 {
+        append(&core, vec![entry(i, 1, 8000)]); // two blocks each: 7 a segment
+    }
+    let made: Vec<u64> = numbers().difference(&before).copied().collect();
+    assert!(made.len() >= 5, "{made:?}");
+    assert!(made.iter().all(|&n| n > 9), "a new segment took the .free file's number: {made:?}");
+}

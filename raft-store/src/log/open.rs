@@ -329,9 +329,11 @@ fn classify(volume: &Volume, log_dir: &[u8], config_bytes: u64, keep: usize) -> 
         path.push(b'/');
         path.extend_from_slice(&entry.name);
         let name = lossy(&path);
+        // File numbers of `.free` files count too: promotion hands numbers out of roll order,
+        // so a `.free` file may hold one above every segment's.
         if let Some(n) = std::str::from_utf8(&entry.name)
             .ok()
-            .and_then(|s| s.strip_suffix(".seg"))
+            .and_then(|s| s.strip_suffix(".seg").or_else(|| s.strip_suffix(".free")))
             .and_then(|s| s.parse::<u64>().ok())
         {
             c.next_file_no = c.next_file_no.max(n + 1);

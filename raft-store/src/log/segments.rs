@@ -24,13 +24,19 @@
 //! its salt, which the roll replaces with a fresh one ([`fresh_salt`]), so they never verify
 //! again (segment format 5, docs/RAFT-LOG.md). A freed segment that a reader still holds
 //! open is neither zeroed nor reused until the reader lets go. The ready spares beyond one
-//! and the `.free` files together, the pool, stay within `LogConfig::recycled_segments`.
+//! and the `.free` files together, the pool, stay within `LogConfig::recycled_segments` as
+//! each purge counts them (files in the hands of a racing purge or of the maker are not
+//! counted; open trims what is over).
 //!
 //! Invariants: a file is zeroed only under a `.free` name (a segment's header is never
 //! zeroed in place: torn, that write could leave an active segment's header beside a damaged
 //! first frame); a `.free` file is renamed to a segment name only once its zeroing write
-//! returned (and, on a buffered carrier, a barrier followed it); a spare joins the ready
-//! queue only after the commit that named it.
+//! returned (and, on a buffered carrier, a barrier followed it), so either name is safe
+//! whichever commit of the volume makes the rename durable; a spare joins the ready queue
+//! only after a commit that named it returned. File numbers are taken from `.free` names
+//! too (promotion hands them out of roll order), so no new file takes a `.free` file's.
+//! The spare state's lock is never held across a volume operation: a roll's `take` waits
+//! for no commit.
 //!
 //! The maker never gives up: a failure (a volume briefly full, say) is counted
 //! (`vellum_log_spare_failures_total`), logged, and retried with a growing pause, so a roll
@@ -147,6 +153,11 @@ impl Free {
     fn reusable(&self, segment_bytes: u64) -> bool {
         self.len == segment_bytes && Arc::strong_count(&self.file) == 1
     }
+
+    /// The spare it is once renamed to segment file `path`.
+    fn into_spare(self, path: Vec<u8>) -> Spare {
+        Spare { path, file: self.file, len: self.len, stale_salt: self.salt }
+    }
 }
 
 /// A random salt under which no frame sealed with `stale` verifies at the same offset. A
@@ -224,7 +235,9 @@ struct Making {
 pub struct SpareMaker {
     state: Arc<(Mutex<SpareState>, Condvar)>,
     thread: Option<JoinHandle<()>>,
-    inline: Option<Making>,
+    /// No maker thread: a spare is made when it is taken, a `.free` file zeroed when a
+    /// purge hands it over.
+    inline: bool,
     making: Making,
     /// Purged segments kept at most.
     keep: usize,
@@ -254,11 +267,15 @@ impl Retirer {
     /// (the pool: `.free` files and the ready spares beyond one), deletes the rest; the caller
     /// commits. The files are handed to the maker only after that commit (`adopt`).
     pub fn retire(&self, volume: &Volume, doomed: Vec<(Vec<u8>, SegInfo)>) -> Result<Retired> {
-        let mut s = lock(&self.state.0);
-        let mut retired =
-            Retired { promoted: promote(&mut s, &self.making, volume)?, kept: Vec::new() };
-        let pooled = s.free.len() + (s.ready.len() + retired.promoted.len()).saturating_sub(1);
-        let room = self.keep.saturating_sub(pooled);
+        let (picked, room) = {
+            let mut s = lock(&self.state.0);
+            let picked = pick_zeroed(&mut s, &self.making);
+            let pooled = s.free.len() + (s.ready.len() + picked.len()).saturating_sub(1);
+            (picked, self.keep.saturating_sub(pooled))
+        };
+        // The volume's operations outside the spare state's lock (one may wait for a commit
+        // in progress): a roll's `take` never waits for them.
+        let mut retired = Retired { promoted: promote(&self.state, volume, picked)?, kept: vec![] };
         for (path, info) in doomed {
             if retired.kept.len() < room && info.len == self.making.segment_bytes {
                 let to = free_path(&path);
@@ -319,18 +336,36 @@ impl Retirer {
     }
 }
 
-/// Renames every zeroed `.free` file no reader holds to a new segment name (the caller
-/// commits, then hands them to [`ready`]): spares by the all-zero rule.
-fn promote(s: &mut SpareState, making: &Making, volume: &Volume) -> Result<Vec<Spare>> {
-    let mut promoted = Vec::new();
+/// Takes every zeroed `.free` file no reader holds out of the pool, each with the segment
+/// name it is to have (a new file number), for [`promote`].
+fn pick_zeroed(s: &mut SpareState, making: &Making) -> Vec<(Free, Vec<u8>)> {
+    let mut picked = Vec::new();
     while let Some(at) = s.free.iter().position(|f| f.zeroed && f.reusable(making.segment_bytes)) {
         let free = s.free.remove(at);
-        let path = segment_path(&making.dir, s.next_file_no);
+        picked.push((free, segment_path(&making.dir, s.next_file_no)));
+        s.next_file_no += 1;
+    }
+    picked
+}
+
+/// Renames picked `.free` files to their segment names: spares by the all-zero rule once a
+/// commit of the volume makes the names durable (the caller commits, then hands them to
+/// [`ready`]). Called without the spare state's lock. On a failure the files not renamed go
+/// back to the pool.
+fn promote(
+    state: &(Mutex<SpareState>, Condvar),
+    volume: &Volume,
+    picked: Vec<(Free, Vec<u8>)>,
+) -> Result<Vec<Spare>> {
+    let mut promoted = Vec::new();
+    let mut picked = picked.into_iter();
+    while let Some((free, path)) = picked.next() {
         if let Err(e) = volume.rename(&free.path, &path) {
-            s.free.insert(at, free);
+            let mut s = lock(&state.0);
+            s.free.push(free);
+            s.free.extend(picked.map(|(f, _)| f));
             return Err(e.into());
         }
-        s.next_file_no += 1;
         promoted.push(free.into_spare(path));
     }
     Ok(promoted)
@@ -345,12 +380,6 @@ fn ready(s: &mut SpareState, spares: Vec<Spare>) {
     s.recycled += spares.len() as u64;
     s.ready.extend(spares);
     metrics::gauge!(m::SPARE_READY).set(1.0);
-}
-
-impl Free {
-    fn into_spare(self, path: Vec<u8>) -> Spare {
-        Spare { path, file: self.file, len: self.len, stale_salt: self.salt }
-    }
 }
 
 /// Zeroes the header and first frame block of a `.free` file: one durable write (and a
@@ -369,9 +398,10 @@ fn zero(making: &Making, free: &Free) -> Result<()> {
 }
 
 /// Makes spare number `n`: from a purged segment nobody reads any more (a zeroed one first;
-/// another is zeroed first), or a new file. A recycled one is renamed in a commit of its own,
-/// which promotes every other zeroed `.free` file too. A power cut before that commit leaves
-/// `.free` files, never a segment.
+/// another is zeroed first), or a new file. A recycled one is renamed and committed, and
+/// every other zeroed `.free` file is promoted in the same commit. Each is zeroed before its
+/// rename, so whichever commit of the volume makes a rename durable (this one or an earlier
+/// one of another thread), a power cut leaves a `.free` file or a spare, never a segment.
 fn make(making: &Making, state: &(Mutex<SpareState>, Condvar), n: u64) -> Result<Spare> {
     let path = segment_path(&making.dir, n);
     let reusable = {
@@ -390,18 +420,18 @@ fn make(making: &Making, state: &(Mutex<SpareState>, Condvar), n: u64) -> Result
         return Ok(spare);
     };
     if !free.zeroed {
-        let zeroed = zero(making, &free);
-        free.zeroed = zeroed.is_ok();
-        if let Err(e) = zeroed {
+        if let Err(e) = zero(making, &free) {
             lock(&state.0).free.insert(0, free);
             return Err(e);
         }
+        free.zeroed = true;
     }
     if let Err(e) = making.volume.rename(&free.path, &path) {
         lock(&state.0).free.insert(0, free);
         return Err(e.into());
     }
-    let promoted = promote(&mut lock(&state.0), making, &making.volume)?;
+    let picked = pick_zeroed(&mut lock(&state.0), making);
+    let promoted = promote(state, &making.volume, picked)?;
     making.volume.commit()?;
     let mut s = lock(&state.0);
     ready(&mut s, promoted);
@@ -462,8 +492,7 @@ impl SpareMaker {
         ));
         let making = Making { volume, dir, segment_bytes, needs_barrier, skip_zeroing };
         if !background {
-            let inline = Some(making.clone());
-            return SpareMaker { state, thread: None, inline, making, keep };
+            return SpareMaker { state, thread: None, inline: true, making, keep };
         }
         let shared = Arc::clone(&state);
         let run = making.clone();
@@ -471,7 +500,7 @@ impl SpareMaker {
             .name("vellum-spare".into())
             .spawn(move || Self::run(&shared, &run))
             .ok();
-        SpareMaker { state, thread, inline: None, making, keep }
+        SpareMaker { state, thread, inline: false, making, keep }
     }
 
     /// Where purged segments go.
@@ -480,7 +509,7 @@ impl SpareMaker {
             state: Arc::clone(&self.state),
             keep: self.keep,
             making: self.making.clone(),
-            inline: self.thread.is_none(),
+            inline: self.inline,
         }
     }
 
@@ -567,14 +596,16 @@ impl SpareMaker {
     pub fn take(&self) -> Result<Spare> {
         let (m, cv) = &*self.state;
         let mut s = lock(m);
-        if let Some(making) = &self.inline {
+        if self.inline {
             if let Some(spare) = s.ready.pop_front() {
+                let left = if s.ready.is_empty() { 0.0 } else { 1.0 };
+                metrics::gauge!(m::SPARE_READY).set(left);
                 return Ok(spare);
             }
             s.next_file_no += 1;
             let n = s.next_file_no - 1;
             drop(s);
-            return make(making, &self.state, n);
+            return make(&self.making, &self.state, n);
         }
         let deadline = Instant::now() + TAKE_WAIT;
         loop {
