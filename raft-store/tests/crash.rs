@@ -502,6 +502,15 @@ fn crash_point(seed: u64, background: bool, pattern: Pattern) -> Result<(), Stri
     verify(image, &r.model, &mut rng).map_err(|e| format!("seed {seed}, crash at op {at}: {e}"))
 }
 
+/// Runs `seed` for `ops` operations (one at a time, no planned cut), cuts power at the end,
+/// and checks the recovery against the model.
+fn cut_at_end(seed: u64, ops: usize) -> Result<(), String> {
+    let (r, _) = run(seed, None, false, Pattern::OneAtATime, ops);
+    let mut rng = FaultRng::new(seed);
+    let image = r.carrier.crash_image(&mut rng);
+    verify(image, &r.model, &mut rng)
+}
+
 fn seeds(default: std::ops::Range<u64>) -> std::ops::Range<u64> {
     match std::env::var("VELLUM_CRASH_SEED").ok().and_then(|s| s.parse::<u64>().ok()) {
         Some(s) => s..s + 1,
@@ -542,14 +551,7 @@ fn a_segment_recycled_under_its_old_salt_is_caught() {
     let failed = range.clone().filter(|&s| crash_point(s, false, Pattern::OneAtATime).is_err());
     let failed = failed.count();
     // The same runs cut only at their end: every run that wrote into a recycled segment.
-    let at_end = range
-        .filter(|&seed| {
-            let (r, _) = run(seed, None, false, Pattern::OneAtATime, 40);
-            let mut rng = FaultRng::new(seed);
-            let image = r.carrier.crash_image(&mut rng);
-            verify(image, &r.model, &mut rng).is_err()
-        })
-        .count();
+    let at_end = range.filter(|&seed| cut_at_end(seed, 40).is_err()).count();
     MUTATION.set(None);
     eprintln!(
         "the salt-reusing mutant fails {failed} of {n} crash points, and {at_end} of the {n} runs cut at their end"
@@ -573,14 +575,7 @@ fn a_spare_promoted_without_its_zeroing_is_caught() {
     let failed = failed.count();
     // The same seeds run five times longer and cut only at their end: every run that ends
     // with such a spare ready.
-    let at_end: Vec<String> = range
-        .filter_map(|seed| {
-            let (r, _) = run(seed, None, false, Pattern::OneAtATime, 200);
-            let mut rng = FaultRng::new(seed);
-            let image = r.carrier.crash_image(&mut rng);
-            verify(image, &r.model, &mut rng).err()
-        })
-        .collect();
+    let at_end: Vec<String> = range.filter_map(|seed| cut_at_end(seed, 200).err()).collect();
     MUTATION.set(None);
     eprintln!(
         "the zeroing-skipping mutant fails {failed} of {n} crash points, and {} of {n} longer runs cut at their end (first: {:?})",
