@@ -859,10 +859,23 @@ const HARNESS_SEPARATE: &str = "openraft 0.10 x 3 nodes, one log per group per n
 struct HarnessRun {
     /// Client writes per second.
     rate: f64,
+    /// Client writes in the timed run.
+    writes: f64,
     /// Durable writes (and barriers) of the leader's volume per second.
     leader_durable: f64,
     /// The same of a follower's volume.
     follower_durable: f64,
+    /// The machine's CPU ticks (busy, total) over the timed run.
+    machine: (u64, u64),
+    /// This process's CPU nanoseconds over the timed run: (Vellum's threads, all threads).
+    process: (u64, u64),
+}
+
+/// The Vellum threads of a harness run: the logs' IO and spare threads, the volumes'
+/// readahead. The rest of the process is openraft's tasks, the harness's network and the
+/// clients on the runtime's workers; the bench's main thread only waits.
+fn vellum_thread(name: &str) -> bool {
+    name.starts_with("vellum-") && name != "vellum-bench"
 }
 
 /// G openraft 0.10 groups on three nodes in one process (the `harness` suite's in-memory
@@ -915,6 +928,12 @@ fn harness_run(
     let outcome = rt.block_on(async {
         let mut raft_config = (*net010::config()?).clone();
         raft_config.broadcast_submitted_on_append = Some(true);
+        // The node's default timing (`vellum serve`: 100 ms heartbeats, elections after 4 to
+        // 8 of them). The harness's own 50 ms and 300 ms lost leadership under 256 groups'
+        // load on 2 cores, which ended the suite.
+        raft_config.heartbeat_interval = 100;
+        raft_config.election_timeout_min = 400;
+        raft_config.election_timeout_max = 800;
         let raft_config = Arc::new(raft_config);
         let mut clusters = Vec::new();
         for stores in per_group {
@@ -941,16 +960,22 @@ fn harness_run(
         let w = Arc::clone(&write);
         workload::drive(load(secs / 4.0), move |c, s, v| w(c, s, v)).await?;
         let before = (vols[0].carrier_stats(), vols[1].carrier_stats());
+        let ticks = (crate::sys::cpu_ticks(), crate::sys::thread_cpu_ns());
         let w = Arc::clone(&write);
         let outcome = workload::drive(load(secs), move |c, s, v| w(c, s, v)).await?;
         let leader = vols[0].carrier_stats() - before.0;
         let follower = vols[1].carrier_stats() - before.1;
+        let process = crate::sys::thread_cpu_ns_since(&ticks.1, vellum_thread);
+        let cpu = match (ticks.0, crate::sys::cpu_ticks()) {
+            (Some(m0), Some(m1)) => ((m1.0 - m0.0, m1.1 - m0.1), process),
+            _ => ((0, 0), (0, 0)),
+        };
         for c in clusters {
             c.shutdown().await;
         }
-        Ok::<_, String>((outcome, leader, follower))
+        Ok::<_, String>((outcome, leader, follower, cpu))
     })?;
-    let (outcome, leader, follower) = outcome;
+    let (outcome, leader, follower, (machine, process)) = outcome;
     for log in logs {
         log.close();
     }
@@ -960,8 +985,11 @@ fn harness_run(
     }
     Ok(HarnessRun {
         rate: outcome.writes_per_sec(),
+        writes: outcome.writes_per_sec() * outcome.secs,
         leader_durable: (leader.durable_writes + leader.barriers) as f64 / outcome.secs,
         follower_durable: (follower.durable_writes + follower.barriers) as f64 / outcome.secs,
+        machine,
+        process,
     })
 }
 
@@ -996,6 +1024,9 @@ fn harness(opts: &Options, r: &mut SuiteResult) -> Result<(), String> {
         let mut durable = [[0.0f64; 2]; 2];
         // Per side: the leader's durable writes and the client writes over all runs.
         let mut per_write = [(0.0f64, 0.0f64); 2];
+        // Per side, over all runs: the machine's CPU ticks (busy, total), this process's CPU
+        // nanoseconds (Vellum's threads, all) and client writes.
+        let mut cpu = [([0u64; 4], 0.0f64); 2];
         for _ in 0..opts.reps {
             for (i, shared) in [true, false].into_iter().enumerate() {
                 let volume_bytes = opts
@@ -1007,27 +1038,81 @@ fn harness(opts: &Options, r: &mut SuiteResult) -> Result<(), String> {
                 durable[i][1] += run.follower_durable / opts.reps as f64;
                 per_write[i].0 += run.leader_durable;
                 per_write[i].1 += run.rate;
+                let t = &mut cpu[i].0;
+                t[0] += run.machine.0;
+                t[1] += run.machine.1;
+                t[2] += run.process.0;
+                t[3] += run.process.1;
+                cpu[i].1 += run.writes;
                 bar.inc(1);
             }
         }
+        // Microseconds of CPU per client write, and the cores' busy share.
+        let per = |ns: u64, writes: f64| ns as f64 / 1e3 / writes.max(1.0);
+        let busy = |t: &[u64; 4]| t[0] as f64 * 100.0 / t[1].max(1) as f64;
         for (i, mut m) in m.into_iter().enumerate() {
             m.set_extra("leader durable writes/s", durable[i][0]);
             m.set_extra("follower durable writes/s", durable[i][1]);
             m.set_extra("leader durable writes per write", per_write[i].0 / per_write[i].1);
+            let (t, writes) = &cpu[i];
+            if t[1] > 0 {
+                m.set_extra("machine CPU busy %", busy(t));
+                m.set_extra("process CPU us per write", per(t[3], *writes));
+                m.set_extra("Vellum threads' CPU us per write", per(t[2], *writes));
+            }
             r.measurements.push(m);
         }
         let ratio = r.ratio(&case, HARNESS_SHARED);
         let (shared, separate) =
             (per_write[0].0 / per_write[0].1, per_write[1].0 / per_write[1].1.max(1e-9));
         let writes = shared / separate.max(1e-9);
-        let bound = format!(
+        let mut bound = format!(
             "leader durable writes per client write: one log {shared:.3}, one log per group \
              {separate:.3} ({writes:.3}x); per second {:.0} and {:.0}",
             durable[0][0], durable[1][0]
         );
+        let ((one, one_writes), (many, many_writes)) = (&cpu[0], &cpu[1]);
+        if one[1] > 0 && many[1] > 0 {
+            let (one_all, one_ours) = (per(one[3], *one_writes), per(one[2], *one_writes));
+            let (many_all, many_ours) = (per(many[3], *many_writes), per(many[2], *many_writes));
+            // Vellum's threads' CPU per durable write of the three nodes' volumes (the second
+            // follower's counted as the first's).
+            let per_durable = |ours: f64, i: usize| {
+                let durable_per_sec = durable[i][0] + 2.0 * durable[i][1];
+                let writes_per_sec = per_write[i].1 / opts.reps as f64;
+                ours * writes_per_sec / durable_per_sec.max(1e-9)
+            };
+            let cores = std::thread::available_parallelism().map_or(2, std::num::NonZero::get);
+            // What the cores could do if the log cost no CPU: their capacity over the rest.
+            let cap = cores as f64 * 1e6 / (one_all - one_ours).max(1.0);
+            let separate_rate = r.find(&case, HARNESS_SEPARATE).map(|m| m.summary().median);
+            let _ = write!(
+                bound,
+                "; CPU ({cores} cores, {:.0}% and {:.0}% busy): a client write cost this \
+                 process {one_all:.0} us with one log and {many_all:.0} us with one log per \
+                 group; Vellum's threads (the logs' IO and spares) took {one_ours:.0} and \
+                 {many_ours:.0} us of those ({:.0} and {:.0} us per durable write of a node); \
+                 the rest (openraft's tasks, the harness's network, the clients) {:.0} and \
+                 {:.0} us",
+                busy(one),
+                busy(many),
+                per_durable(one_ours, 0),
+                per_durable(many_ours, 1),
+                one_all - one_ours,
+                many_all - many_ours,
+            );
+            if let Some(separate) = separate_rate {
+                let _ = write!(
+                    bound,
+                    ": with a log that cost no CPU, one log could make at most {cap:.0} \
+                     writes/s on these cores, {:.2}x one log per group",
+                    cap / separate.max(1e-9)
+                );
+            }
+        }
         group_targets(r, &case, groups as u64, Some(writes), ratio, "writes", &bound);
     }
     bar.finish_and_clear();
-    r.notes.push(format!("openraft harness: three openraft 0.10 nodes in one process (the harness suite's network, a function call), G groups each an openraft instance on every node, node 1 leading all; {clients} client tasks, client c writing 256 B to group c mod G through the group's proposal batcher (2 entries in flight, broadcast_submitted_on_append: the node's configuration), {secs:.1} s a run after a quarter of that to warm up. One log per node: the G groups of one LogCore (v010::open_group). One log per group per node: G stores under their own directories of the node's volume (own segments, meta file, IO thread), as G separate stores would be. File volumes, 1 MiB segments; durable writes are the volume's count of write-through writes and barriers."));
+    r.notes.push(format!("openraft harness: three openraft 0.10 nodes in one process (the harness suite's network, a function call), G groups each an openraft instance on every node, node 1 leading all; {clients} client tasks, client c writing 256 B to group c mod G through the group's proposal batcher (2 entries in flight, broadcast_submitted_on_append, 100 ms heartbeats and 400 to 800 ms election timeouts: the node's configuration), {secs:.1} s a run after a quarter of that to warm up. One log per node: the G groups of one LogCore (v010::open_group). One log per group per node: G stores under their own directories of the node's volume (own segments, meta file, IO thread), as G separate stores would be. File volumes, 1 MiB segments; durable writes are the volume's count of write-through writes and barriers; CPU is the scheduler's run time of this process's threads over the timed run (/proc/self/task/*/schedstat), Vellum's threads told by name (vellum-log-io, vellum-spare, the volumes' readahead)."));
     Ok(())
 }
