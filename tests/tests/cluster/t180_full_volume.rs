@@ -208,13 +208,13 @@ fn puts_taken_again(c: &Cluster, leader: u64) {
     }
 }
 
-/// Waits until node 3's log says `what`, failing if its Raft core stopped meanwhile.
-fn node3_says(c: &Cluster, what: &str, within: Duration) {
+/// Waits until node 3's log says one of `what`, failing if its Raft core stopped meanwhile.
+fn node3_says(c: &Cluster, what: &[&str], within: Duration) {
     let deadline = Instant::now() + within;
     loop {
         let log = c.by_ref(3).log_text();
         assert!(!log.contains("the Raft core stopped"), "node 3 stopped{}", c.logs());
-        if log.contains(what) {
+        if what.iter().any(|w| log.contains(w)) {
             return;
         }
         assert!(Instant::now() < deadline, "node 3 never said {what:?}{}", c.logs());
@@ -252,9 +252,18 @@ fn a_follower_on_a_small_volume_stops_the_writes_not_itself() {
     alive(&c);
     phase("node 3 away, the map grows past what its volume has room for, the log is purged");
     overwrite_without_node_3(&mut c, leader, "b", 1600);
-    phase("node 3 back: it refuses the snapshot it has no room for, and lives on");
+    phase("node 3 back: it refuses the snapshot (or log) it has no room for, and lives on");
     c.by_id(3).start();
-    node3_says(&c, "refused a leader's snapshot", Duration::from_secs(60));
+    // Whether the leader sends a snapshot depends on how far its space guard purged the log
+    // meanwhile: on a loaded machine it may still hold node 3's next entries and send those
+    // (a CI run saw that). Either refusal is the contract: node 3 stops the writes, not itself.
+    // The snapshot's room check alone is `space.rs`'s
+    // a_sent_snapshot_is_installed_only_with_room_beside_the_builds.
+    node3_says(
+        &c,
+        &["refused a leader's snapshot", "refused a leader's append"],
+        Duration::from_secs(60),
+    );
     std::thread::sleep(Duration::from_secs(2));
     alive(&c);
     assert_eq!(c.read(c.by_ref(leader), "b0", false).map(|v| v.len()), Some(4096));
@@ -288,7 +297,7 @@ fn a_follower_behind_by_more_log_than_its_volume_holds_catches_up_in_steps() {
     assert!(c.put(c.by_ref(leader), "last", "written last"), "{}", c.logs());
     phase("node 3 back: it refuses the appends it has no room for, lives on and catches up");
     c.by_id(3).start();
-    node3_says(&c, "refused a leader's append", Duration::from_secs(60));
+    node3_says(&c, &["refused a leader's append"], Duration::from_secs(60));
     let deadline = Instant::now() + Duration::from_secs(120);
     while c.read(c.by_ref(3), "last", true).as_deref() != Some("written last") {
         let log = c.by_ref(3).log_text();
